@@ -1,0 +1,15 @@
+//! The one way this build script reads its environment: every variable it reads is registered
+//! with `cargo:rerun-if-env-changed`, so a changed toolkit location rebuilds the bindings.
+
+use std::ffi::OsString;
+
+/// Reads `name`, registering it for rerun. Empty values count as unset.
+pub fn var(name: &str) -> Option<OsString> {
+    println!("cargo:rerun-if-env-changed={name}");
+    std::env::var_os(name).filter(|value| !value.is_empty())
+}
+
+/// Whether cargo enabled the feature whose `CARGO_FEATURE_*` suffix is `name`.
+pub fn feature(name: &str) -> bool {
+    std::env::var_os(format!("CARGO_FEATURE_{name}")).is_some()
+}

@@ -1,0 +1,187 @@
+//! CUDA devices, and the scoped guard that makes one current and restores the previous one.
+
+use crate::error::{Error, Result, check};
+use crate::priority::PriorityRange;
+use crate::sys;
+use std::ffi::{CStr, c_int};
+use std::marker::PhantomData;
+
+/// A CUDA device, by ordinal. Cheap to copy; holds no resources.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Device {
+    ordinal: i32,
+}
+
+impl Device {
+    /// How many CUDA devices this process sees
+    /// ([`cudaGetDeviceCount`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+    ///
+    /// # Errors
+    /// Without a driver: `cudaErrorInsufficientDriver`; with a driver but no GPU:
+    /// `cudaErrorNoDevice`.
+    pub fn count() -> Result<i32> {
+        let mut count: c_int = 0;
+        // SAFETY: `count` is a valid out-pointer for the duration of the call.
+        check(unsafe { sys::cudaGetDeviceCount(&mut count) }, "cudaGetDeviceCount")?;
+        Ok(count)
+    }
+
+    /// The device with this ordinal, checked against [`Device::count`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidDevice`] outside `0..count`; the errors of [`Device::count`].
+    pub fn new(ordinal: i32) -> Result<Device> {
+        let count = Device::count()?;
+        if (0..count).contains(&ordinal) {
+            Ok(Device { ordinal })
+        } else {
+            Err(Error::InvalidDevice { ordinal, count })
+        }
+    }
+
+    /// The calling thread's current device
+    /// ([`cudaGetDevice`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+    ///
+    /// # Errors
+    /// As [`Device::count`] when there is no usable device.
+    pub fn current() -> Result<Device> {
+        Ok(Device { ordinal: current_ordinal()? })
+    }
+
+    /// The ordinal, as CUDA numbers devices.
+    pub fn ordinal(self) -> i32 {
+        self.ordinal
+    }
+
+    /// Waits for all work on this device
+    /// ([`cudaDeviceSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+    ///
+    /// # Errors
+    /// Errors of earlier asynchronous work on the device.
+    pub fn synchronize(self) -> Result<()> {
+        let _current = self.make_current()?;
+        // SAFETY: no arguments; the device is current.
+        check(unsafe { sys::cudaDeviceSynchronize() }, "cudaDeviceSynchronize")
+    }
+
+    /// The device's stream priority range
+    /// ([`cudaDeviceGetStreamPriorityRange`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+    ///
+    /// # Errors
+    /// As [`Device::count`] when the device is unusable.
+    pub fn priority_range(self) -> Result<PriorityRange> {
+        let _current = self.make_current()?;
+        let (mut least, mut greatest): (c_int, c_int) = (0, 0);
+        // SAFETY: both out-pointers are valid for the call; the device is current.
+        let code = unsafe { sys::cudaDeviceGetStreamPriorityRange(&mut least, &mut greatest) };
+        check(code, "cudaDeviceGetStreamPriorityRange")?;
+        Ok(PriorityRange { least, greatest })
+    }
+
+    /// The device's name, e.g. `NVIDIA H200`
+    /// ([`cudaGetDeviceProperties`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+    ///
+    /// # Errors
+    /// As [`Device::count`].
+    pub fn name(self) -> Result<String> {
+        let mut properties = sys::cudaDeviceProp::default();
+        // SAFETY: `properties` is a valid, writable cudaDeviceProp.
+        let code = unsafe { sys::cudaGetDeviceProperties(&mut properties, self.ordinal) };
+        check(code, "cudaGetDeviceProperties")?;
+        // SAFETY: the runtime writes a NUL-terminated name into the fixed-size array.
+        let name = unsafe { CStr::from_ptr(properties.name.as_ptr()) };
+        Ok(name.to_string_lossy().into_owned())
+    }
+
+    /// An integer attribute of the device
+    /// ([`cudaDeviceGetAttribute`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)),
+    /// e.g. `sys::cudaDeviceAttr::cudaDevAttrMultiProcessorCount`.
+    ///
+    /// # Errors
+    /// `cudaErrorInvalidValue` for an attribute this driver does not know.
+    pub fn attribute(self, attribute: sys::cudaDeviceAttr) -> Result<i32> {
+        let mut value: c_int = 0;
+        // SAFETY: `value` is a valid out-pointer.
+        let code = unsafe { sys::cudaDeviceGetAttribute(&mut value, attribute, self.ordinal) };
+        check(code, "cudaDeviceGetAttribute")?;
+        Ok(value)
+    }
+
+    /// Makes this device current on the calling thread until the guard drops, which restores
+    /// the previous device (also when unwinding). Switches nothing if it already is current.
+    ///
+    /// # Errors
+    /// The errors of `cudaGetDevice` / `cudaSetDevice`.
+    pub fn make_current(self) -> Result<DeviceGuard> {
+        let previous = current_ordinal()?;
+        if previous != self.ordinal {
+            set_current(self.ordinal)?;
+        }
+        Ok(DeviceGuard { previous, switched: previous != self.ordinal, _thread_bound: PhantomData })
+    }
+    }
+}
+
+/// The version of the installed driver, e.g. 13000 for CUDA 13.0
+/// ([`cudaDriverGetVersion`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART____VERSION.html)).
+/// 0 when no driver is installed.
+///
+/// # Errors
+/// Hardly ever: the call needs no device.
+pub fn driver_version() -> Result<i32> {
+    let mut version: c_int = 0;
+    // SAFETY: `version` is a valid out-pointer.
+    check(unsafe { sys::cudaDriverGetVersion(&mut version) }, "cudaDriverGetVersion")?;
+    Ok(version)
+}
+
+/// The version of the CUDA runtime linked into this binary, e.g. 13000
+/// ([`cudaRuntimeGetVersion`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART____VERSION.html)).
+///
+/// # Errors
+/// Hardly ever: the call needs no device.
+pub fn runtime_version() -> Result<i32> {
+    let mut version: c_int = 0;
+    // SAFETY: `version` is a valid out-pointer.
+    check(unsafe { sys::cudaRuntimeGetVersion(&mut version) }, "cudaRuntimeGetVersion")?;
+    Ok(version)
+}
+
+fn current_ordinal() -> Result<i32> {
+    let mut ordinal: c_int = 0;
+    // SAFETY: `ordinal` is a valid out-pointer.
+    check(unsafe { sys::cudaGetDevice(&mut ordinal) }, "cudaGetDevice")?;
+    Ok(ordinal)
+}
+
+fn set_current(ordinal: i32) -> Result<()> {
+    // SAFETY: plain value argument; an invalid ordinal is reported as an error.
+    check(unsafe { sys::cudaSetDevice(ordinal) }, "cudaSetDevice")
+}
+
+/// Keeps a device current on this thread; restores the previous one on drop. `!Send`: the
+/// current device is a property of the thread that made the guard.
+#[derive(Debug)]
+#[must_use = "the previous device is restored when the guard drops"]
+pub struct DeviceGuard {
+    previous: i32,
+    switched: bool,
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl DeviceGuard {
+    /// The device that was current before and will be again.
+    pub fn previous(&self) -> Device {
+        Device { ordinal: self.previous }
+    }
+}
+
+impl Drop for DeviceGuard {
+    fn drop(&mut self) {
+        if self.switched {
+            // Drop cannot report; the previous device was valid when it was read, so this
+            // fails only if the context is already poisoned, which every later call reports.
+            let _ = set_current(self.previous);
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Errors: every CUDA failure carries the API that failed and its [`CudaCode`]; the crate's own
+//! checks (bad priorities, wrong devices, ...) have their own variants.
+//!
+//! `cudaErrorNotReady` is never an error: queries return `Ok(false)` for it.
+
+use crate::priority::PriorityRange;
+use crate::sys;
+use std::ffi::CStr;
+use std::fmt;
+
+/// The result of every fallible operation in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A CUDA runtime error code (`cudaError_t`), as an integer: a code this crate's header did not
+/// know is still representable.
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+pub struct CudaCode(pub i32);
+
+impl CudaCode {
+    /// `cudaErrorNotReady`: asynchronous work has not completed yet.
+    pub const NOT_READY: CudaCode = CudaCode(sys::cudaError::cudaErrorNotReady.0 as i32);
+
+    /// The codes after which the CUDA context is unusable: every later call in this process
+    /// fails the same way (CUDA's documentation: "the process must be terminated").
+    const STICKY: [sys::cudaError; 10] = [
+        sys::cudaError::cudaErrorIllegalAddress,
+        sys::cudaError::cudaErrorLaunchTimeout,
+        sys::cudaError::cudaErrorAssert,
+        sys::cudaError::cudaErrorHardwareStackError,
+        sys::cudaError::cudaErrorIllegalInstruction,
+        sys::cudaError::cudaErrorMisalignedAddress,
+        sys::cudaError::cudaErrorInvalidAddressSpace,
+        sys::cudaError::cudaErrorInvalidPc,
+        sys::cudaError::cudaErrorLaunchFailure,
+        sys::cudaError::cudaErrorECCUncorrectable,
+    ];
+
+    /// The code as the runtime returns it.
+    pub fn raw(self) -> sys::cudaError_t {
+        sys::cudaError(self.0 as u32)
+    }
+
+    /// The code's name, e.g. `cudaErrorIllegalAddress`
+    /// ([`cudaGetErrorName`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__ERROR.html)).
+    pub fn name(self) -> &'static str {
+        // SAFETY: cudaGetErrorName needs no context and returns a pointer to a static,
+        // NUL-terminated string (or null, handled by `static_str`).
+        static_str(unsafe { sys::cudaGetErrorName(self.raw()) }).unwrap_or("unrecognized CUDA error code")
+    }
+
+    /// The code's description, e.g. `an illegal memory access was encountered`
+    /// ([`cudaGetErrorString`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__ERROR.html)).
+    pub fn description(self) -> &'static str {
+        // SAFETY: as in `name`: a static string or null.
+        static_str(unsafe { sys::cudaGetErrorString(self.raw()) }).unwrap_or("no description")
+    }
+
+    /// Whether this code poisons the process's CUDA context: every later CUDA call fails, and
+    /// only a new process recovers.
+    pub fn is_sticky(self) -> bool {
+        Self::STICKY.contains(&self.raw())
+    }
+
+    /// Whether this is `cudaErrorNotReady` (which this crate never returns as an error).
+    pub fn is_not_ready(self) -> bool {
+        self == Self::NOT_READY
+    }
+}
+
+/// Converts a pointer from `cudaGetErrorName`/`cudaGetErrorString` to a string.
+fn static_str(ptr: *const std::ffi::c_char) -> Option<&'static str> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: the runtime returns pointers to static NUL-terminated strings that live for the
+    // whole process.
+    unsafe { CStr::from_ptr(ptr) }.to_str().ok()
+}
+
+impl fmt::Display for CudaCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.name(), self.0, self.description())
+    }
+}
+
+impl fmt::Debug for CudaCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CudaCode({} {})", self.0, self.name())
+    }
+}
+
+/// Everything that can go wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A CUDA runtime call failed.
+    #[error("{api} failed: {code}")]
+    Cuda {
+        /// The runtime function that returned the code, e.g. `cudaStreamSynchronize`.
+        api: &'static str,
+        /// What it returned.
+        code: CudaCode,
+    },
+    /// A device ordinal outside `0..count`.
+    #[error("device ordinal {ordinal} is invalid: this machine has {count} CUDA device(s)")]
+    InvalidDevice {
+        /// The ordinal asked for.
+        ordinal: i32,
+        /// How many devices there are.
+        count: i32,
+    },
+    /// A stream priority outside the device's range (CUDA would clamp it in silence).
+    #[error("stream priority {requested} is outside device {device}'s range {range}")]
+    PriorityOutOfRange {
+        /// The priority asked for.
+        requested: i32,
+        /// The device's ordinal.
+        device: i32,
+        /// The device's range.
+        range: PriorityRange,
+    },
+    /// Two objects that must be on one device are not.
+    #[error("{what}: expected device {expected}, found device {found}")]
+    DeviceMismatch {
+        /// What was being done.
+        what: &'static str,
+        /// The device the operation needed.
+        expected: i32,
+        /// The device it got.
+        found: i32,
+    },
+    /// The per-thread default stream was used from a thread other than the one that made it,
+    /// where handle 0x2 would silently mean that thread's own, different stream.
+    #[error("the per-thread default stream of one thread was used on another thread")]
+    WrongThread,
+    /// `elapsed` on an event created without timing.
+    #[error("elapsed time needs both events created with timing enabled (EventFlags::timing)")]
+    TimingDisabled,
+    /// `elapsed` on an event that was never recorded.
+    #[error("elapsed time needs both events recorded on a stream first")]
+    EventNotRecorded,
+    /// An interprocess handle was asked of an event without the interprocess flag.
+    #[error("an IPC handle needs an event created with EventFlags::interprocess (and timing disabled)")]
+    NotInterprocess,
+    /// A special handle (null, legacy, per-thread) offered as an owned stream.
+    #[error("handle {handle:#x} is a built-in stream and cannot be owned or destroyed")]
+    BuiltinNotOwnable {
+        /// The handle value.
+        handle: usize,
+    },
+}
+
+impl Error {
+    /// The CUDA code behind this error, if it came from CUDA.
+    pub fn cuda_code(&self) -> Option<CudaCode> {
+        match self {
+            Error::Cuda { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Whether this error poisoned the process's CUDA context (see [`CudaCode::is_sticky`]).
+    pub fn is_sticky(&self) -> bool {
+        self.cuda_code().is_some_and(CudaCode::is_sticky)
+    }
+}
+
+/// Turns a runtime return code into a `Result`, naming the API that returned it.
+#[inline(always)]
+pub(crate) fn check(code: sys::cudaError_t, api: &'static str) -> Result<()> {
+    if code == sys::cudaError::cudaSuccess {
+        Ok(())
+    } else {
+        Err(cuda_error(code, api))
+    }
+}
+
+/// Like [`check`], but `cudaErrorNotReady` is `Ok(false)` and success is `Ok(true)`.
+#[inline(always)]
+pub(crate) fn check_ready(code: sys::cudaError_t, api: &'static str) -> Result<bool> {
+    if code == sys::cudaError::cudaSuccess {
+        Ok(true)
+    } else if code == sys::cudaError::cudaErrorNotReady {
+        Ok(false)
+    } else {
+        Err(cuda_error(code, api))
+    }
+}
+
+/// The error for a failed call, out of line to keep the callers' hot paths small.
+#[cold]
+#[inline(never)]
+fn cuda_error(code: sys::cudaError_t, api: &'static str) -> Error {
+    Error::Cuda { api, code: CudaCode(code.0 as i32) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_have_names_and_descriptions_without_a_gpu() {
+        let code = CudaCode(sys::cudaError::cudaErrorIllegalAddress.0 as i32);
+        assert_eq!(code.name(), "cudaErrorIllegalAddress");
+        assert!(code.description().contains("illegal memory access"), "{}", code.description());
+        assert!(code.is_sticky());
+        assert!(!CudaCode::NOT_READY.is_sticky());
+        assert!(CudaCode::NOT_READY.is_not_ready());
+    }
+
+    #[test]
+    fn not_ready_is_a_state_not_an_error() {
+        assert_eq!(check_ready(sys::cudaError::cudaErrorNotReady, "cudaStreamQuery"), Ok(false));
+        assert_eq!(check_ready(sys::cudaError::cudaSuccess, "cudaStreamQuery"), Ok(true));
+        let error = check_ready(sys::cudaError::cudaErrorInvalidResourceHandle, "cudaStreamQuery").unwrap_err();
+        assert_eq!(error.cuda_code().map(CudaCode::name), Some("cudaErrorInvalidResourceHandle"));
+        let shown = error.to_string();
+        assert!(shown.starts_with("cudaStreamQuery failed: cudaErrorInvalidResourceHandle (400)"), "{shown}");
+    }
+
+    #[test]
+    fn unknown_codes_are_values_not_undefined_behaviour() {
+        let code = CudaCode(123_456);
+        assert!(!code.is_sticky());
+        assert!(!code.name().is_empty());
+    }
+}

@@ -1,0 +1,220 @@
+//! Events: markers recorded on a stream, to wait on, query, time, or share with another process.
+
+use crate::device::Device;
+use crate::error::{Error, Result, check, check_ready};
+use crate::stream::Stream;
+use crate::sys;
+use std::ffi::c_uint;
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How to create an event
+/// ([`cudaEventCreateWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+/// The default is all off: no timing (cheaper to record), spin-waiting synchronize, local.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EventFlags {
+    /// Record timestamps, for [`Event::elapsed`] (else `cudaEventDisableTiming`).
+    pub timing: bool,
+    /// `cudaEventBlockingSync`: [`Event::synchronize`] sleeps instead of spinning.
+    pub blocking_sync: bool,
+    /// `cudaEventInterprocess`: shareable with another process through [`Event::ipc_handle`].
+    /// CUDA requires timing off for it.
+    pub interprocess: bool,
+}
+
+impl EventFlags {
+    /// Flags with timing enabled.
+    pub fn timing() -> EventFlags {
+        EventFlags { timing: true, ..EventFlags::default() }
+    }
+
+    fn raw(self) -> c_uint {
+        let mut flags = 0;
+        if !self.timing {
+            flags |= sys::cudaEventDisableTiming;
+        }
+        if self.blocking_sync {
+            flags |= sys::cudaEventBlockingSync;
+        }
+        if self.interprocess {
+            flags |= sys::cudaEventInterprocess;
+        }
+        flags as c_uint
+    }
+}
+
+/// A CUDA event of one device. Owned events are destroyed on drop; borrowed ones
+/// ([`Event::from_raw`]) never are.
+pub struct Event {
+    raw: sys::cudaEvent_t,
+    device: Device,
+    owned: bool,
+    /// `None` for a borrowed event, whose flags we cannot know.
+    flags: Option<EventFlags>,
+    recorded: AtomicBool,
+}
+
+// SAFETY: a cudaEvent_t is a handle the CUDA runtime lets any thread use.
+unsafe impl Send for Event {}
+// SAFETY: every method takes `&self` and makes thread-safe runtime calls; `recorded` is atomic.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Creates an event on `device`.
+    ///
+    /// # Errors
+    /// `cudaErrorInvalidValue` for interprocess with timing; CUDA's errors (no device).
+    pub fn new(device: Device, flags: EventFlags) -> Result<Event> {
+        let _current = device.make_current()?;
+        let mut raw: sys::cudaEvent_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        let code = unsafe { sys::cudaEventCreateWithFlags(&mut raw, flags.raw()) };
+        check(code, "cudaEventCreateWithFlags")?;
+        Ok(Event { raw, device, owned: true, flags: Some(flags), recorded: AtomicBool::new(false) })
+    }
+
+    /// Wraps an event handle someone else owns; dropping the `Event` never destroys it.
+    ///
+    /// # Safety
+    /// `raw` must be a valid event of `device`, and stay valid while this `Event` is in use.
+    pub unsafe fn from_raw(raw: sys::cudaEvent_t, device: Device) -> Event {
+        Event { raw, device, owned: false, flags: None, recorded: AtomicBool::new(false) }
+    }
+
+    /// Opens an event that another process exported with [`Event::ipc_handle`]
+    /// ([`cudaIpcOpenEventHandle`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+    /// The result is owned (closed on drop) and can be waited on, queried and synchronized.
+    ///
+    /// # Errors
+    /// `cudaErrorInvalidResourceHandle` or `cudaErrorMapBufferObjectFailed` for a handle that
+    /// is not live; `cudaErrorInvalidValue` inside the exporting process.
+    pub fn from_ipc_handle(device: Device, handle: sys::cudaIpcEventHandle_t) -> Result<Event> {
+        let _current = device.make_current()?;
+        let mut raw: sys::cudaEvent_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the handle is plain bytes the driver checks.
+        check(unsafe { sys::cudaIpcOpenEventHandle(&mut raw, handle) }, "cudaIpcOpenEventHandle")?;
+        let flags = EventFlags { interprocess: true, ..EventFlags::default() };
+        Ok(Event { raw, device, owned: true, flags: Some(flags), recorded: AtomicBool::new(true) })
+    }
+
+    /// The handle another process opens with [`Event::from_ipc_handle`]
+    /// ([`cudaIpcGetEventHandle`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+    ///
+    /// # Errors
+    /// [`Error::NotInterprocess`] unless created with [`EventFlags::interprocess`].
+    pub fn ipc_handle(&self) -> Result<sys::cudaIpcEventHandle_t> {
+        if self.flags.is_some_and(|flags| !flags.interprocess) {
+            return Err(Error::NotInterprocess);
+        }
+        let mut handle = sys::cudaIpcEventHandle_t::default();
+        // SAFETY: `handle` is a valid out-pointer; `raw` is live.
+        check(unsafe { sys::cudaIpcGetEventHandle(&mut handle, self.raw) }, "cudaIpcGetEventHandle")?;
+        Ok(handle)
+    }
+
+    /// Records this event on `stream` (the same as [`Stream::record`]).
+    ///
+    /// # Errors
+    /// As [`Stream::record`].
+    #[inline]
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        stream.record(self)
+    }
+
+    pub(crate) fn mark_recorded(&self) {
+        self.recorded.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the work before the last record has completed (also true if never recorded)
+    /// ([`cudaEventQuery`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+    ///
+    /// # Errors
+    /// Errors of earlier asynchronous work.
+    #[inline]
+    pub fn query(&self) -> Result<bool> {
+        // SAFETY: `raw` is a live event.
+        check_ready(unsafe { sys::cudaEventQuery(self.raw) }, "cudaEventQuery")
+    }
+
+    /// Blocks until the work before the last record has completed
+    /// ([`cudaEventSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+    ///
+    /// # Errors
+    /// Errors of earlier asynchronous work.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: `raw` is a live event.
+        check(unsafe { sys::cudaEventSynchronize(self.raw) }, "cudaEventSynchronize")
+    }
+
+    /// The GPU time from `start` to this event, or `None` while either has not completed
+    /// ([`cudaEventElapsedTime`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+    ///
+    /// # Errors
+    /// [`Error::TimingDisabled`] if either event was created without timing,
+    /// [`Error::EventNotRecorded`] if either was never recorded; CUDA's errors.
+    pub fn elapsed(&self, start: &Event) -> Result<Option<Duration>> {
+        for event in [start, self] {
+            if event.flags.is_some_and(|flags| !flags.timing) {
+                return Err(Error::TimingDisabled);
+            }
+            if event.flags.is_some() && !event.recorded.load(Ordering::Relaxed) {
+                return Err(Error::EventNotRecorded);
+            }
+        }
+        let mut ms: f32 = 0.0;
+        // SAFETY: `ms` is a valid out-pointer; both events are live.
+        let code = unsafe { sys::cudaEventElapsedTime(&mut ms, start.raw, self.raw) };
+        if !check_ready(code, "cudaEventElapsedTime")? {
+            return Ok(None);
+        }
+        Ok(Some(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0)))
+    }
+
+    /// The raw handle, for FFI. It stays owned by this `Event`.
+    pub fn as_raw(&self) -> sys::cudaEvent_t {
+        self.raw
+    }
+
+    /// Gives up ownership: returns the handle without destroying it.
+    pub fn into_raw(self) -> sys::cudaEvent_t {
+        ManuallyDrop::new(self).raw
+    }
+
+    /// The device this event belongs to.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The flags it was created with; `None` for a borrowed event.
+    pub fn flags(&self) -> Option<EventFlags> {
+        self.flags
+    }
+
+    /// Whether dropping this `Event` destroys the handle.
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: we own `raw` and nothing uses it after this. Errors cannot be reported
+            // from drop and leave nothing behind.
+            let _ = unsafe { sys::cudaEventDestroy(self.raw) };
+        }
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("raw", &self.raw)
+            .field("device", &self.device.ordinal())
+            .field("owned", &self.owned)
+            .field("flags", &self.flags)
+            .finish()
+    }
+}

@@ -1,0 +1,54 @@
+//! Safe CUDA streams for Rust.
+//!
+//! # Ownership
+//! Every [`Stream`] knows its [`Device`] and who owns its handle ([`Stream::ownership`]):
+//!
+//! * [`Ownership::Owned`]: created by [`Stream::new`] (or handed over with the unsafe
+//!   [`Stream::from_raw_owned`]); destroyed when the `Stream` drops. [`Stream::into_raw`] gives
+//!   the handle away without destroying it; [`Stream::destroy`] reports the errors drop hides.
+//! * [`Ownership::Borrowed`]: a foreign handle (C, cudarc, PyTorch) wrapped with the unsafe
+//!   [`Stream::from_raw`]; never destroyed here. [`Stream::borrow`] gives a [`StreamRef`] of one
+//!   of our own streams whose lifetime the compiler checks.
+//! * [`Ownership::Builtin`]: CUDA's default streams, never destroyed: [`Stream::null`]
+//!   (handle 0), [`Stream::legacy`] (0x1) and [`Stream::per_thread`] (0x2).
+//!
+//! # Legacy and per-thread default streams
+//! The legacy stream waits for all earlier work on its device's blocking streams, and they wait
+//! for it; non-blocking streams ([`StreamOptions::non_blocking`]) do neither. The per-thread
+//! default stream is a different, ordinary stream on each host thread. Which one handle 0 means
+//! is fixed when `cuda-stream-sys` is built: the legacy stream, or with the
+//! `per-thread-default-stream` feature the per-thread stream ([`NULL_STREAM_IS_PER_THREAD`]).
+//!
+//! # Priorities
+//! Lower numbers are more urgent; [`Device::priority_range`] says the device's range (0 to -5
+//! on an H100 or H200). A priority outside it is an [`Error::PriorityOutOfRange`], not CUDA's
+//! silent clamp; [`PriorityRange::clamp`] clamps for those who want it.
+//!
+//! # Errors
+//! Every CUDA failure is an [`Error::Cuda`] with the API's name and the [`CudaCode`] (name,
+//! description, [`CudaCode::is_sticky`]). `cudaErrorNotReady` is not an error: queries return
+//! `Ok(false)`.
+//!
+//! # Features
+//! * `per-thread-default-stream`: handle 0 means the per-thread default stream.
+//! * `dynamic-linking`: link the shared `libcudart` instead of the static one.
+
+#![deny(missing_docs)]
+
+pub use cuda_stream_sys as sys;
+
+mod device;
+mod error;
+mod event;
+mod priority;
+mod stream;
+
+pub use device::{Device, DeviceGuard, driver_version, runtime_version};
+pub use error::{CudaCode, Error, Result};
+pub use event::{Event, EventFlags};
+pub use priority::{Priority, PriorityRange};
+pub use stream::{Builtin, Ownership, Stream, StreamOptions, StreamRef};
+
+/// Whether handle 0 (the null stream) means the per-thread default stream in this build
+/// (`cuda-stream-sys`'s `per-thread-default-stream` feature) rather than the legacy stream.
+pub const NULL_STREAM_IS_PER_THREAD: bool = sys::PER_THREAD_DEFAULT_STREAM;
