@@ -119,7 +119,6 @@ impl Device {
         }
         Ok(DeviceGuard { previous, switched: previous != self.ordinal, _thread_bound: PhantomData })
     }
-    }
 }
 
 /// The version of the installed driver, e.g. 13000 for CUDA 13.0
