@@ -1,1 +1,233 @@
+//! Shared by the integration tests, examples and benchmarks of the workspace: safe-enough Rust
+//! launchers for the nvcc-built kernels in `kernels/`, mapped host memory for their logs and
+//! flags, and the gate that skips GPU tests loudly (or fails them under
+//! `CUDA_STREAM_REQUIRE_GPU=1`).
 
+use cuda_stream::{Device, Result, Stream, check, sys};
+use std::ffi::c_void;
+use std::time::Duration;
+
+pub mod gpu;
+pub mod mapped;
+
+pub use mapped::{FlagOutcome, MappedFlag, TagEntry, TagLog};
+
+/// The raw C ABI of `kernels/`.
+pub mod ffi {
+    use cuda_stream::sys::{cudaError_t, cudaStream_t};
+
+    /// The C layout of the device-side log; see `kernels/test_kernels.h`.
+    #[repr(C)]
+    #[derive(Debug)]
+    pub struct cs_tag_log {
+        /// Entries written so far (may exceed `capacity`; extra entries are dropped).
+        pub count: u32,
+        /// Entries the log has room for.
+        pub capacity: u32,
+        /// The entries (a flexible array member in C).
+        pub entries: [super::TagEntry; 0],
+    }
+
+    unsafe extern "C" {
+        pub fn cs_launch_spin(stream: cudaStream_t, ns: u64, blocks: u32, threads: u32) -> cudaError_t;
+        pub fn cs_launch_tag(stream: cudaStream_t, log: *mut cs_tag_log, tag: u32, spin_ns: u64) -> cudaError_t;
+        pub fn cs_launch_wait_flag(stream: cudaStream_t, flag: *const u32, timeout_ns: u64, outcome: *mut u32) -> cudaError_t;
+        pub fn cs_launch_empty(stream: cudaStream_t) -> cudaError_t;
+        pub fn cs_launch_fault(stream: cudaStream_t) -> cudaError_t;
+        pub fn cs_foreign_stream_create(stream: *mut cudaStream_t) -> cudaError_t;
+        pub fn cs_foreign_stream_destroy(stream: cudaStream_t) -> cudaError_t;
+        pub fn cs_foreign_stream_tag(stream: cudaStream_t, log: *mut cs_tag_log, tag: u32) -> cudaError_t;
+
+        pub static cs_header_stream_legacy: usize;
+        pub static cs_header_stream_per_thread: usize;
+        pub static cs_header_cudart_version: i32;
+        pub static cs_header_error_size: u32;
+    }
+}
+
+/// Anything that names a stream to launch on: a [`Stream`] or a raw handle.
+pub trait LaunchStream {
+    /// The handle the launcher passes to the kernel launch.
+    fn launch_handle(&self) -> sys::cudaStream_t;
+}
+
+impl LaunchStream for Stream {
+    fn launch_handle(&self) -> sys::cudaStream_t {
+        self.as_raw()
+    }
+}
+
+impl LaunchStream for sys::cudaStream_t {
+    fn launch_handle(&self) -> sys::cudaStream_t {
+        *self
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Launches a kernel of `blocks` × `threads` that spins for `duration` (`%globaltimer`).
+///
+/// # Errors
+/// The launch error.
+pub fn spin_grid(stream: &impl LaunchStream, duration: Duration, blocks: u32, threads: u32) -> Result<()> {
+    // SAFETY: the launcher only reads its value arguments; the handle is the caller's live stream.
+    let code = unsafe { ffi::cs_launch_spin(stream.launch_handle(), nanos(duration), blocks, threads) };
+    check(code, "cs_launch_spin")
+}
+
+/// Launches one small block that spins for `duration`.
+///
+/// # Errors
+/// The launch error.
+pub fn spin(stream: &impl LaunchStream, duration: Duration) -> Result<()> {
+    spin_grid(stream, duration, 1, 32)
+}
+
+/// Launches a one-thread kernel that spins for `spin`, then appends `tag` to `log` with its start
+/// and end times.
+///
+/// # Errors
+/// The launch error.
+pub fn tag(stream: &impl LaunchStream, log: &TagLog, tag: u32, spin: Duration) -> Result<()> {
+    // SAFETY: `log.device_ptr()` is mapped memory that lives as long as `log`; callers
+    // synchronize before `log` drops (TagLog's drop also synchronizes the device).
+    let code = unsafe { ffi::cs_launch_tag(stream.launch_handle(), log.device_ptr(), tag, nanos(spin)) };
+    check(code, "cs_launch_tag")
+}
+
+/// Launches a one-thread kernel that waits until `flag` is set from the host, or `timeout`.
+///
+/// # Errors
+/// The launch error.
+pub fn wait_flag(stream: &impl LaunchStream, flag: &MappedFlag, timeout: Duration) -> Result<()> {
+    let (flag_ptr, outcome_ptr) = flag.device_ptrs();
+    // SAFETY: both pointers are mapped memory owned by `flag`, which outlives the kernel
+    // (MappedFlag's drop synchronizes the device first).
+    let code = unsafe { ffi::cs_launch_wait_flag(stream.launch_handle(), flag_ptr, nanos(timeout), outcome_ptr) };
+    check(code, "cs_launch_wait_flag")
+}
+
+/// Launches an empty kernel.
+///
+/// # Errors
+/// The launch error.
+pub fn empty(stream: &impl LaunchStream) -> Result<()> {
+    // SAFETY: no arguments but the stream.
+    check(unsafe { ffi::cs_launch_empty(stream.launch_handle()) }, "cs_launch_empty")
+}
+
+/// Launches a kernel that writes to an illegal address: it poisons the CUDA context of the
+/// whole process. Only ever in a child process.
+///
+/// # Errors
+/// The launch error (the fault itself arrives later, asynchronously).
+pub fn fault(stream: &impl LaunchStream) -> Result<()> {
+    // SAFETY: the kernel faults on the device; the host memory of this process is not touched.
+    check(unsafe { ffi::cs_launch_fault(stream.launch_handle()) }, "cs_launch_fault")
+}
+
+/// A stream created, used and destroyed by the C library in `kernels/foreign_stream.cu`.
+#[derive(Debug)]
+pub struct ForeignStream {
+    raw: sys::cudaStream_t,
+}
+
+impl ForeignStream {
+    /// Asks the C library for a new non-blocking stream on the current device.
+    ///
+    /// # Errors
+    /// Its creation error.
+    pub fn create() -> Result<ForeignStream> {
+        let mut raw: sys::cudaStream_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        check(unsafe { ffi::cs_foreign_stream_create(&mut raw) }, "cs_foreign_stream_create")?;
+        Ok(ForeignStream { raw })
+    }
+
+    /// The handle, for Rust to use (not to destroy).
+    pub fn raw(&self) -> sys::cudaStream_t {
+        self.raw
+    }
+
+    /// Has the C library enqueue a tag kernel on `stream` (any handle, ours included).
+    ///
+    /// # Errors
+    /// The launch error.
+    pub fn c_tag(stream: sys::cudaStream_t, log: &TagLog, tag: u32) -> Result<()> {
+        // SAFETY: as in [`tag`].
+        check(unsafe { ffi::cs_foreign_stream_tag(stream, log.device_ptr(), tag) }, "cs_foreign_stream_tag")
+    }
+
+    /// Has the C library destroy its stream.
+    ///
+    /// # Errors
+    /// The destroy error.
+    pub fn destroy(self) -> Result<()> {
+        // SAFETY: the C library created `raw`; nothing uses it after this.
+        check(unsafe { ffi::cs_foreign_stream_destroy(self.raw) }, "cs_foreign_stream_destroy")
+    }
+}
+
+/// Spin kernel duration that keeps a GPU busy long enough for host-side checks to be far from
+/// the edge, without making the suite slow.
+pub const LONG_SPIN: Duration = Duration::from_millis(200);
+
+/// The number of SMs of `device`, to size kernels that fill it.
+///
+/// # Errors
+/// CUDA's errors.
+pub fn sm_count(device: Device) -> Result<u32> {
+    let count = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMultiProcessorCount)?;
+    Ok(u32::try_from(count).unwrap_or(1))
+}
+
+/// Polls `done` until it returns true or `timeout` passes; returns how long it took.
+pub fn poll_until(timeout: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < timeout {
+        if done() {
+            return Some(start.elapsed());
+        }
+        std::hint::spin_loop();
+    }
+    None
+}
+
+/// Reads a value the host must see after the device wrote it.
+pub(crate) fn volatile_read<T: Copy>(ptr: *const T) -> T {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: callers pass pointers into live mapped allocations they own.
+    unsafe { std::ptr::read_volatile(ptr) }
+}
+
+/// A null `*mut c_void`, for allocation out-pointers.
+pub(crate) fn null() -> *mut c_void {
+    std::ptr::null_mut()
+}
+
+/// Starts this test binary again in a child process, running only the `#[ignore]`d test
+/// `test` with `env` set, its stdout piped: for what must not happen in the parent (a poisoned
+/// context) or needs a second process (IPC).
+///
+/// # Panics
+/// If the binary cannot be started.
+pub fn spawn_child_test(test: &str, env: &[(&str, String)]) -> std::process::Child {
+    let exe = std::env::current_exe().expect("the test binary knows its path");
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["--ignored", "--exact", test, "--nocapture", "--test-threads=1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.spawn().expect("the test binary can start itself")
+}
+
+/// Whether the suite runs under compute-sanitizer (`run.sh --sanitize` sets this): tests that
+/// fault on purpose skip themselves then, since the sanitizer rightly reports their fault.
+pub fn under_sanitizer() -> bool {
+    std::env::var_os("CUDA_STREAM_SANITIZER").is_some()
+}

@@ -165,9 +165,13 @@ impl Error {
     }
 }
 
-/// Turns a runtime return code into a `Result`, naming the API that returned it.
+/// Turns a runtime return code into a `Result`, naming the API that returned it: the one
+/// checker behind every call in this crate, public for launchers of your own kernels.
+///
+/// # Errors
+/// [`Error::Cuda`] for every code but `cudaSuccess`.
 #[inline(always)]
-pub(crate) fn check(code: sys::cudaError_t, api: &'static str) -> Result<()> {
+pub fn check(code: sys::cudaError_t, api: &'static str) -> Result<()> {
     if code == sys::cudaError::cudaSuccess {
         Ok(())
     } else {

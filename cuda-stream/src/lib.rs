@@ -44,7 +44,7 @@ mod priority;
 mod stream;
 
 pub use device::{Device, DeviceGuard, driver_version, runtime_version};
-pub use error::{CudaCode, Error, Result};
+pub use error::{CudaCode, Error, Result, check};
 pub use event::{Event, EventFlags};
 pub use priority::{Priority, PriorityRange};
 pub use stream::{Builtin, Ownership, Stream, StreamOptions, StreamRef};

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs every binary of the GPU bundle with CUDA_STREAM_REQUIRE_GPU=1 (a missing GPU fails).
+#   run.sh                        tests (both modes) and examples; benchmarks with --bench
+#   run.sh --sanitize TOOL        the same under compute-sanitizer --tool TOOL (memcheck,
+#                                 racecheck, synccheck, initcheck); its errors count as failures
+#   run.sh --bench                also the benchmarks (their JSON goes to $BENCH_OUT or ./)
+#   run.sh --only PATTERN         only binaries whose path matches PATTERN
+# Last line: "N passed, N failed" (tests, examples and benchmarks each count as one or more).
+cd "$(dirname "$0")"
+export CUDA_STREAM_REQUIRE_GPU=1
+sanitize="" benches=0 only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize=$2; shift 2 ;;
+    --bench) benches=1; shift ;;
+    --only) only=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+if [ -n "$sanitize" ]; then
+  export CUDA_STREAM_SANITIZER=$sanitize
+  wrapper=(compute-sanitizer --tool "$sanitize" --error-exitcode 86 --target-processes all)
+else
+  wrapper=()
+fi
+passed=0 failed=0
+logs=${LOG_DIR:-/tmp/cuda-stream-bundle-logs}
+mkdir -p "$logs"
+
+run_one() {
+  local bin=$1; shift
+  local name=${bin#bin/}; local log="$logs/${name//\//_}.log"
+  [ -n "$only" ] && [[ "$bin" != *$only* ]] && return
+  local start=$SECONDS
+  "${wrapper[@]}" "./$bin" "$@" >"$log" 2>&1
+  local rc=$?
+  local p f errors=0
+  p=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
+  f=$(grep -Eo '; [0-9]+ failed' "$log" | awk '{s+=$2} END {print s+0}')
+  if [ -n "$sanitize" ]; then
+    errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | awk '{s+=$3} END {print s+0}')
+  fi
+  if [ "$p" = 0 ] && [ "$f" = 0 ]; then
+    # Not a libtest binary (an example or a benchmark): one result by exit status.
+    if [ $rc = 0 ]; then p=1; else f=1; fi
+  elif [ $rc != 0 ] && [ "$f" = 0 ]; then
+    f=1  # crashed, or the sanitizer failed it, after the tests it reported
+  fi
+  if [ "$errors" != 0 ] && [ "$f" = 0 ]; then f=1; fi
+  passed=$((passed + p)); failed=$((failed + f))
+  local status=ok; [ "$f" != 0 ] && status=FAILED
+  printf '%-7s %-45s %4d passed %3d failed %s(%ds, exit %d)\n' "$status" "$name" "$p" "$f" \
+    "$([ -n "$sanitize" ] && echo "$errors sanitizer errors ")" $((SECONDS - start)) $rc
+  if [ "$status" = FAILED ]; then
+    grep -E 'panicked|FAILED|failed|ERROR|error' "$log" | head -20 | sed 's/^/    | /'
+  fi
+}
+
+for bin in bin/legacy/* bin/per-thread/*; do run_one "$bin" --test-threads=1; done
+for bin in bin/examples/*; do [ -e "$bin" ] && run_one "$bin"; done
+if [ $benches = 1 ]; then
+  for bin in bin/benches/*; do [ -e "$bin" ] && run_one "$bin"; done
+fi
+echo "logs: $logs"
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds every test, example and benchmark binary in release mode into target/gpu-bundle/, with
+# run.sh, for a GPU host that has a driver but no Rust and no toolkit (cudart is linked
+# statically). Tests are built in both default-stream modes: bin/legacy/ and bin/per-thread/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bundle=target/gpu-bundle
+rm -rf "$bundle"
+mkdir -p "$bundle/bin/legacy" "$bundle/bin/per-thread" "$bundle/bin/examples" "$bundle/bin/benches"
+
+# Copies the executables that a cargo --message-format=json build reports into $1.
+collect() {
+  python3 -c '
+import json, os, re, shutil, sys
+dest = sys.argv[1]
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    exe = msg.get("executable") if msg.get("reason") == "compiler-artifact" else None
+    if not exe:
+        continue
+    name = msg["target"]["name"].replace("-", "_")
+    if msg["target"]["kind"] == ["lib"] or "lib" in msg["target"]["kind"]:
+        name = "unit_" + name
+    shutil.copy2(exe, os.path.join(dest, name))
+    print("  " + os.path.join(dest, name))
+' "$1"
+}
+
+echo "building tests (legacy default stream)..."
+cargo test --workspace --release --no-run --message-format=json --quiet | collect "$bundle/bin/legacy"
+echo "building tests (per-thread default stream)..."
+cargo test --workspace --release --no-run --features per-thread-default-stream --message-format=json --quiet \
+  | collect "$bundle/bin/per-thread"
+echo "building examples and benchmarks..."
+cargo build --workspace --release --examples --message-format=json --quiet | collect "$bundle/bin/examples"
+cargo bench --workspace --no-run --message-format=json --quiet | collect "$bundle/bin/benches"
+cp scripts/bundle-run.sh "$bundle/run.sh"
+chmod +x "$bundle/run.sh"
+strip "$bundle"/bin/*/* 2>/dev/null || true
+echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1))"
