@@ -8,35 +8,36 @@ bundle=target/gpu-bundle
 rm -rf "$bundle"
 mkdir -p "$bundle/bin/legacy" "$bundle/bin/per-thread" "$bundle/bin/examples" "$bundle/bin/benches"
 
-# Copies the executables that a cargo --message-format=json build reports into $1.
+# Copies the executables of the target kinds $2 (comma-separated) that a cargo
+# --message-format=json build reports into $1.
 collect() {
   python3 -c '
 import json, os, re, shutil, sys
-dest = sys.argv[1]
+dest, kinds = sys.argv[1], set(sys.argv[2].split(","))
 for line in sys.stdin:
     try:
         msg = json.loads(line)
     except ValueError:
         continue
     exe = msg.get("executable") if msg.get("reason") == "compiler-artifact" else None
-    if not exe:
+    if not exe or not kinds.intersection(msg["target"]["kind"]):
         continue
     name = msg["target"]["name"].replace("-", "_")
-    if msg["target"]["kind"] == ["lib"] or "lib" in msg["target"]["kind"]:
+    if "lib" in msg["target"]["kind"]:
         name = "unit_" + name
     shutil.copy2(exe, os.path.join(dest, name))
     print("  " + os.path.join(dest, name))
-' "$1"
+' "$1" "$2"
 }
 
 echo "building tests (legacy default stream)..."
-cargo test --workspace --release --no-run --message-format=json --quiet | collect "$bundle/bin/legacy"
+cargo test --workspace --release --no-run --message-format=json --quiet | collect "$bundle/bin/legacy" lib,test
 echo "building tests (per-thread default stream)..."
 cargo test --workspace --release --no-run --features per-thread-default-stream --message-format=json --quiet \
-  | collect "$bundle/bin/per-thread"
+  | collect "$bundle/bin/per-thread" lib,test
 echo "building examples and benchmarks..."
-cargo build --workspace --release --examples --message-format=json --quiet | collect "$bundle/bin/examples"
-cargo bench --workspace --no-run --message-format=json --quiet | collect "$bundle/bin/benches"
+cargo build --workspace --release --examples --message-format=json --quiet | collect "$bundle/bin/examples" example
+cargo bench --workspace --no-run --message-format=json --quiet | collect "$bundle/bin/benches" bench
 cp scripts/bundle-run.sh "$bundle/run.sh"
 chmod +x "$bundle/run.sh"
 strip "$bundle"/bin/*/* 2>/dev/null || true

@@ -220,6 +220,15 @@ fn destroying_a_busy_stream_returns_at_once_and_its_work_completes() {
     assert_eq!(log.count(), 0, "the work had not run yet");
     device.synchronize().unwrap();
     assert_eq!(log.tags(), vec![7]);
+
+    // The same through Drop.
+    let stream = non_blocking(device);
+    cuda_stream_tests::tag(&stream, &log, 8, LONG_SPIN).unwrap();
+    let start = Instant::now();
+    drop(stream);
+    assert!(start.elapsed() < LONG_SPIN / 2, "drop blocked for {:?}", start.elapsed());
+    device.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![7, 8]);
 }
 
 #[test]
@@ -250,6 +259,11 @@ fn into_raw_and_from_raw_owned_hand_ownership_over() {
     let stream = non_blocking(device);
     let id = stream.id();
     let raw = stream.into_raw();
+    // into_raw destroyed nothing: the handle still runs kernels.
+    let log = TagLog::new(2).unwrap();
+    cuda_stream_tests::tag(&raw, &log, 3, Duration::ZERO).unwrap();
+    device.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![3]);
     // SAFETY: `raw` came from into_raw and nobody else owns it.
     let owned = unsafe { Stream::from_raw_owned(raw, device) }.unwrap();
     assert_eq!((owned.id(), owned.ownership()), (id, Ownership::Owned));
