@@ -22,10 +22,7 @@ fn main() {
     let include = var("DEP_CUDART_INCLUDE").expect("cuda-stream-sys publishes DEP_CUDART_INCLUDE");
     let per_thread = var("DEP_CUDART_PER_THREAD").as_deref() == Some("1");
 
-    cc::Build::new()
-        .file("kernels/header_values.c")
-        .include(&include)
-        .compile("cuda_stream_header_values");
+    cc::Build::new().file("kernels/header_values.c").include(&include).compile("cuda_stream_header_values");
 
     let Some(nvcc) = var("DEP_CUDART_NVCC") else {
         panic!(

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 fn main() {
     println!("cuda-stream tour");
     println!("  toolkit      CUDA {} at {}", version(sys::CUDART_VERSION as i32), sys::TOOLKIT_ROOT);
-    let mode = if cuda_stream::NULL_STREAM_IS_PER_THREAD { "per-thread default stream" } else { "legacy default stream" };
+    let mode =
+        if cuda_stream::NULL_STREAM_IS_PER_THREAD { "per-thread default stream" } else { "legacy default stream" };
     println!("  handle 0     {mode}");
     match cuda_stream::runtime_version() {
         Ok(runtime) => println!("  runtime      CUDA {} (linked statically)", version(runtime)),
@@ -22,7 +23,9 @@ fn main() {
     let count = match Device::count() {
         Ok(count) if count > 0 => count,
         Ok(_) => return println!("\nNo CUDA device: nothing more to show."),
-        Err(error) => return println!("\nNo usable CUDA GPU here ({error}).\nNothing more to show; this is not an error."),
+        Err(error) => {
+            return println!("\nNo usable CUDA GPU here ({error}).\nNothing more to show; this is not an error.");
+        }
     };
     for ordinal in 0..count {
         if let Err(error) = show_device(ordinal) {

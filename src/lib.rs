@@ -31,7 +31,12 @@ pub mod ffi {
     unsafe extern "C" {
         pub fn cs_launch_spin(stream: cudaStream_t, ns: u64, blocks: u32, threads: u32) -> cudaError_t;
         pub fn cs_launch_tag(stream: cudaStream_t, log: *mut cs_tag_log, tag: u32, spin_ns: u64) -> cudaError_t;
-        pub fn cs_launch_wait_flag(stream: cudaStream_t, flag: *const u32, timeout_ns: u64, outcome: *mut u32) -> cudaError_t;
+        pub fn cs_launch_wait_flag(
+            stream: cudaStream_t,
+            flag: *const u32,
+            timeout_ns: u64,
+            outcome: *mut u32,
+        ) -> cudaError_t;
         pub fn cs_launch_empty(stream: cudaStream_t) -> cudaError_t;
         pub fn cs_launch_fault(stream: cudaStream_t) -> cudaError_t;
         pub fn cs_foreign_stream_create(stream: *mut cudaStream_t) -> cudaError_t;
@@ -155,9 +160,12 @@ impl ForeignStream {
     ///
     /// # Errors
     /// The launch error.
-    pub fn c_tag(stream: sys::cudaStream_t, log: &TagLog, tag: u32) -> Result<()> {
+    pub fn c_tag(stream: &impl LaunchStream, log: &TagLog, tag: u32) -> Result<()> {
         // SAFETY: as in [`tag`].
-        check(unsafe { ffi::cs_foreign_stream_tag(stream, log.device_ptr(), tag) }, "cs_foreign_stream_tag")
+        check(
+            unsafe { ffi::cs_foreign_stream_tag(stream.launch_handle(), log.device_ptr(), tag) },
+            "cs_foreign_stream_tag",
+        )
     }
 
     /// Has the C library destroy its stream.

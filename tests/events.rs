@@ -14,7 +14,8 @@ fn stream(device: Device) -> Stream {
 fn elapsed_measures_the_kernel_between_two_timing_events() {
     let device = gpu_or_skip!();
     let stream = stream(device);
-    let (start, end) = (Event::new(device, EventFlags::timing()).unwrap(), Event::new(device, EventFlags::timing()).unwrap());
+    let (start, end) =
+        (Event::new(device, EventFlags::timing()).unwrap(), Event::new(device, EventFlags::timing()).unwrap());
     stream.record(&start).unwrap();
     cuda_stream_tests::spin(&stream, LONG_SPIN).unwrap();
     stream.record(&end).unwrap();
@@ -65,7 +66,11 @@ fn an_event_exported_over_ipc_is_waited_on_in_another_process() {
     let hex: String = handle.reserved.iter().map(|byte| format!("{:02x}", *byte as u8)).collect();
     let mut child = spawn_child_test("ipc_child", &[(IPC_HANDLE, hex)]);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.by_ref().map(Result::unwrap).find_map(|line| line.find("ipc:").map(|at| line[at..].to_string())).expect("the child reports");
+    let first = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find_map(|line| line.find("ipc:").map(|at| line[at..].to_string()))
+        .expect("the child reports");
     assert_eq!(first, "ipc: opened, pending", "the child saw the event before the kernel ended");
     flag.set();
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
@@ -106,7 +111,11 @@ fn a_sticky_error_poisons_the_process_and_is_reported_typed() {
     }
     let child = spawn_child_test("sticky_child", &[]).wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&child.stdout);
-    assert!(child.status.success(), "the child exits cleanly, no abort: {stdout}\n{}", String::from_utf8_lossy(&child.stderr));
+    assert!(
+        child.status.success(),
+        "the child exits cleanly, no abort: {stdout}\n{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
     for expected in [
         "sticky: synchronize: cudaStreamSynchronize failed: cudaErrorIllegalAddress (700)",
         "sticky: is_sticky true",

@@ -244,7 +244,7 @@ fn a_borrowed_stream_is_never_destroyed() {
         borrowed.synchronize().unwrap();
     }
     // The wrapper is gone; the C side still uses its stream, then destroys it itself.
-    ForeignStream::c_tag(foreign.raw(), &log, 2).unwrap();
+    ForeignStream::c_tag(&foreign.raw(), &log, 2).unwrap();
     // SAFETY: still alive.
     let again = unsafe { Stream::from_raw(foreign.raw(), device) }.unwrap();
     again.synchronize().unwrap();

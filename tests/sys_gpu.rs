@@ -58,10 +58,14 @@ fn query_is_not_ready_until_the_spin_kernel_ends() {
     // SAFETY: live stream.
     assert_eq!(unsafe { sys::cudaStreamQuery(stream) }, sys::cudaError::cudaErrorNotReady);
     // SAFETY: as above.
-    let became_ready = poll_until(Duration::from_secs(10), || unsafe { sys::cudaStreamQuery(stream) } == sys::cudaError::cudaSuccess);
+    let became_ready =
+        poll_until(Duration::from_secs(10), || unsafe { sys::cudaStreamQuery(stream) } == sys::cudaError::cudaSuccess);
     let waited = start.elapsed();
     assert!(became_ready.is_some(), "the stream never became ready");
-    assert!(waited >= LONG_SPIN - Duration::from_millis(5), "ready after {waited:?}, before the {LONG_SPIN:?} kernel ended");
+    assert!(
+        waited >= LONG_SPIN - Duration::from_millis(5),
+        "ready after {waited:?}, before the {LONG_SPIN:?} kernel ended"
+    );
     destroy(stream);
 }
 
@@ -133,9 +137,9 @@ fn a_stream_created_in_c_is_used_from_rust_and_destroyed_in_c() {
     let _device = gpu_or_skip!();
     let foreign = ForeignStream::create().unwrap();
     let log = TagLog::new(8).unwrap();
-    ForeignStream::c_tag(foreign.raw(), &log, 10).unwrap();
+    ForeignStream::c_tag(&foreign.raw(), &log, 10).unwrap();
     cuda_stream_tests::tag(&foreign.raw(), &log, 11, Duration::ZERO).unwrap();
-    ForeignStream::c_tag(foreign.raw(), &log, 12).unwrap();
+    ForeignStream::c_tag(&foreign.raw(), &log, 12).unwrap();
     synchronize(foreign.raw());
     assert_eq!(log.tags(), vec![10, 11, 12]);
     foreign.destroy().unwrap();

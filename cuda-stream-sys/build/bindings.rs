@@ -41,9 +41,7 @@ pub fn generate(toolkit: &Toolkit, per_thread: bool) {
         );
         std::process::exit(1);
     });
-    bindings
-        .write_to_file(out.join("bindings.rs"))
-        .expect("OUT_DIR is writable");
+    bindings.write_to_file(out.join("bindings.rs")).expect("OUT_DIR is writable");
 }
 
 /// Drops the `_ptsz`/`_ptds` suffix from per-thread function names; bindgen keeps the symbol
@@ -57,8 +55,6 @@ impl ParseCallbacks for PlainNames {
             return None;
         }
         let name = item.name;
-        name.strip_suffix("_ptsz")
-            .or_else(|| name.strip_suffix("_ptds"))
-            .map(str::to_string)
+        name.strip_suffix("_ptsz").or_else(|| name.strip_suffix("_ptds")).map(str::to_string)
     }
 }

@@ -132,9 +132,7 @@ fn read_cudart_version(header: &Path) -> Option<u32> {
 
 /// The first `nvcc` on `path`.
 fn find_nvcc(path: &std::ffi::OsStr) -> Option<PathBuf> {
-    std::env::split_paths(path)
-        .map(|dir| dir.join("nvcc"))
-        .find(|candidate| candidate.is_file())
+    std::env::split_paths(path).map(|dir| dir.join("nvcc")).find(|candidate| candidate.is_file())
 }
 
 /// The site-packages directories of `python`.
@@ -142,10 +140,8 @@ fn site_packages(python: &std::ffi::OsStr) -> Result<Vec<PathBuf>, String> {
     let script = "import site, sys\n\
                   dirs = list(site.getsitepackages()) + [site.getusersitepackages()] + sys.path\n\
                   print('\\n'.join(dirs))";
-    let output = Command::new(python)
-        .args(["-c", script])
-        .output()
-        .map_err(|error| format!("could not run it ({error})"))?;
+    let output =
+        Command::new(python).args(["-c", script]).output().map_err(|error| format!("could not run it ({error})"))?;
     if !output.status.success() {
         return Err(format!("it failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
     }

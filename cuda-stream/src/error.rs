@@ -172,11 +172,7 @@ impl Error {
 /// [`Error::Cuda`] for every code but `cudaSuccess`.
 #[inline(always)]
 pub fn check(code: sys::cudaError_t, api: &'static str) -> Result<()> {
-    if code == sys::cudaError::cudaSuccess {
-        Ok(())
-    } else {
-        Err(cuda_error(code, api))
-    }
+    if code == sys::cudaError::cudaSuccess { Ok(()) } else { Err(cuda_error(code, api)) }
 }
 
 /// Like [`check`], but `cudaErrorNotReady` is `Ok(false)` and success is `Ok(true)`.

@@ -191,7 +191,8 @@ impl Stream {
 
     fn builtin(device: Device, builtin: Builtin) -> Result<Stream> {
         let thread = builtin.is_thread_bound().then(thread_token);
-        let mut stream = Stream { raw: builtin.handle(), device, ownership: Ownership::Builtin(builtin), id: 0, thread };
+        let mut stream =
+            Stream { raw: builtin.handle(), device, ownership: Ownership::Builtin(builtin), id: 0, thread };
         stream.id = stream.read_id()?;
         Ok(stream)
     }
@@ -275,11 +276,7 @@ impl Stream {
     /// handles mean "the stream of the current device (and thread)".
     #[inline(always)]
     fn enter(&self) -> Result<Option<DeviceGuard>> {
-        if let Ownership::Builtin(_) = self.ownership {
-            self.enter_builtin().map(Some)
-        } else {
-            Ok(None)
-        }
+        if let Ownership::Builtin(_) = self.ownership { self.enter_builtin().map(Some) } else { Ok(None) }
     }
 
     #[inline(never)]
