@@ -239,3 +239,38 @@ pub fn spawn_child_test(test: &str, env: &[(&str, String)]) -> std::process::Chi
 pub fn under_sanitizer() -> bool {
     std::env::var_os("CUDA_STREAM_SANITIZER").is_some()
 }
+
+/// Launch on the calling thread's current stream of its current device
+/// ([`Stream::with_current`]): what the launchers use when not given a stream.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Current;
+
+impl LaunchStream for Current {
+    fn launch_handle(&self) -> sys::cudaStream_t {
+        Device::current()
+            .and_then(|device| Stream::with_current(device, Stream::as_raw))
+            .unwrap_or(std::ptr::null_mut())
+    }
+}
+
+/// Runs a future to completion on this thread: the smallest executor, for tests and examples
+/// of [`cuda_stream::Completion`] (the crate itself needs no runtime).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::park();
+    }
+}

@@ -113,6 +113,7 @@ impl Device {
     /// # Errors
     /// The errors of `cudaGetDevice` / `cudaSetDevice`.
     pub fn make_current(self) -> Result<DeviceGuard> {
+        crate::host_fn::refuse_inside_host_fn()?;
         let previous = current_ordinal()?;
         if previous != self.ordinal {
             set_current(self.ordinal)?;

@@ -142,6 +142,18 @@ pub enum Error {
     /// An interprocess handle was asked of an event without the interprocess flag.
     #[error("an IPC handle needs an event created with EventFlags::interprocess (and timing disabled)")]
     NotInterprocess,
+    /// A CUDA call from inside a host function, where CUDA forbids them (they may deadlock).
+    #[error("CUDA calls are not allowed inside a host function (CUDA may deadlock); do the work after it instead")]
+    InsideHostFn,
+    /// Graph capture used in a way CUDA cannot capture or this crate refuses.
+    #[error("capture misuse: {0}")]
+    CaptureMisuse(&'static str),
+    /// Every stream of a [`StreamPool`](crate::StreamPool) is leased.
+    #[error("all {capacity} streams of the pool are leased")]
+    PoolExhausted {
+        /// The pool's bound.
+        capacity: usize,
+    },
     /// A special handle (null, legacy, per-thread) offered as an owned stream.
     #[error("handle {handle:#x} is a built-in stream and cannot be owned or destroyed")]
     BuiltinNotOwnable {

@@ -2,6 +2,7 @@
 
 use crate::device::Device;
 use crate::error::{Error, Result, check, check_ready};
+use crate::host_fn::refuse_inside_host_fn;
 use crate::stream::Stream;
 use crate::sys;
 use std::ffi::c_uint;
@@ -105,6 +106,7 @@ impl Event {
     /// # Errors
     /// [`Error::NotInterprocess`] unless created with [`EventFlags::interprocess`].
     pub fn ipc_handle(&self) -> Result<sys::cudaIpcEventHandle_t> {
+        refuse_inside_host_fn()?;
         if self.flags.is_some_and(|flags| !flags.interprocess) {
             return Err(Error::NotInterprocess);
         }
@@ -134,6 +136,7 @@ impl Event {
     /// Errors of earlier asynchronous work.
     #[inline]
     pub fn query(&self) -> Result<bool> {
+        refuse_inside_host_fn()?;
         // SAFETY: `raw` is a live event.
         check_ready(unsafe { sys::cudaEventQuery(self.raw) }, "cudaEventQuery")
     }
@@ -144,6 +147,7 @@ impl Event {
     /// # Errors
     /// Errors of earlier asynchronous work.
     pub fn synchronize(&self) -> Result<()> {
+        refuse_inside_host_fn()?;
         // SAFETY: `raw` is a live event.
         check(unsafe { sys::cudaEventSynchronize(self.raw) }, "cudaEventSynchronize")
     }
@@ -162,6 +166,11 @@ impl Event {
             if event.flags.is_some() && !event.recorded.load(Ordering::Relaxed) {
                 return Err(Error::EventNotRecorded);
             }
+        }
+        // Ask first, so that an incomplete event is an answer rather than an error CUDA
+        // reports (and compute-sanitizer flags).
+        if !self.query()? || !start.query()? {
+            return Ok(None);
         }
         let mut ms: f32 = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.

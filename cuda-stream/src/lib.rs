@@ -24,6 +24,17 @@
 //! on an H100 or H200). A priority outside it is an [`Error::PriorityOutOfRange`], not CUDA's
 //! silent clamp; [`PriorityRange::clamp`] clamps for those who want it.
 //!
+//! # Beyond the stream itself
+//! * Host functions: [`Stream::launch_host_fn`] runs a `FnOnce` after the work before it; the
+//!   rules (boxing, panics, CUDA calls inside, capture) are in [`host_fn`].
+//! * [`Stream::completion`]: a `Future` that resolves when the work so far is done, with no
+//!   async runtime.
+//! * Graph capture: [`Stream::begin_capture`] → [`Capture::end`] → [`Graph::instantiate`] →
+//!   [`GraphExec::launch`] on any stream.
+//! * The current stream, per thread and device: [`Stream::make_current`] returns a nestable,
+//!   `!Send` guard; [`Stream::with_current`] reads it (default: the null stream).
+//! * [`StreamPool`]: exclusive leases, never one stream to two holders.
+//!
 //! # Errors
 //! Every CUDA failure is an [`Error::Cuda`] with the API's name and the [`CudaCode`] (name,
 //! description, [`CudaCode::is_sticky`]). `cudaErrorNotReady` is not an error: queries return
@@ -37,15 +48,25 @@
 
 pub use cuda_stream_sys as sys;
 
+mod completion;
+mod current;
 mod device;
 mod error;
 mod event;
+mod graph;
+pub mod host_fn;
+mod pool;
 mod priority;
 mod stream;
 
+pub use completion::Completion;
+pub use current::CurrentStreamGuard;
 pub use device::{Device, DeviceGuard, driver_version, runtime_version};
 pub use error::{CudaCode, Error, Result, check};
 pub use event::{Event, EventFlags};
+pub use graph::{Capture, CaptureInfo, CaptureMode, CaptureStatus, Graph, GraphExec};
+pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
+pub use pool::{StreamLease, StreamPool};
 pub use priority::{Priority, PriorityRange};
 pub use stream::{Builtin, Ownership, Stream, StreamOptions, StreamRef};
 

@@ -5,6 +5,7 @@
 use crate::device::{Device, DeviceGuard};
 use crate::error::{Error, Result, check, check_ready};
 use crate::event::{Event, EventFlags};
+use crate::host_fn::refuse_inside_host_fn;
 use crate::priority::Priority;
 use crate::sys;
 use std::cell::RefCell;
@@ -244,11 +245,16 @@ impl Stream {
 
     /// A borrowed view of this stream whose lifetime the compiler ties to `self`.
     pub fn borrow(&self) -> StreamRef<'_> {
+        StreamRef { stream: self.borrow_view(), _lifetime: PhantomData }
+    }
+
+    /// A non-owning copy (built-in streams stay built-in); the caller ties its lifetime.
+    pub(crate) fn borrow_view(&self) -> Stream {
         let ownership = match self.ownership {
             Ownership::Owned => Ownership::Borrowed,
             other => other,
         };
-        StreamRef { stream: Stream { ownership, ..*self }, _lifetime: PhantomData }
+        Stream { ownership, ..*self }
     }
 
     /// The raw handle, for FFI. It stays owned by this `Stream`.
@@ -275,7 +281,8 @@ impl Stream {
     /// Makes the device current and checks the thread, for the built-in streams only, whose
     /// handles mean "the stream of the current device (and thread)".
     #[inline(always)]
-    fn enter(&self) -> Result<Option<DeviceGuard>> {
+    pub(crate) fn enter(&self) -> Result<Option<DeviceGuard>> {
+        refuse_inside_host_fn()?;
         if let Ownership::Builtin(_) = self.ownership { self.enter_builtin().map(Some) } else { Ok(None) }
     }
 
@@ -515,6 +522,6 @@ impl Deref for StreamRef<'_> {
 
 impl Clone for StreamRef<'_> {
     fn clone(&self) -> Self {
-        StreamRef { stream: Stream { ..self.stream }, _lifetime: PhantomData }
+        StreamRef { stream: self.stream.borrow_view(), _lifetime: PhantomData }
     }
 }

@@ -1,0 +1,123 @@
+//! Host functions and completion futures on a GPU.
+
+use cuda_stream::{CaptureMode, Error, Stream, StreamOptions, live_host_fns, take_host_fn_panics};
+use cuda_stream_tests::{LONG_SPIN, TagLog, block_on, gpu_or_skip};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// Host-function tests share the process-wide live counter and panic queue: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[test]
+fn a_host_fn_runs_after_earlier_work_and_holds_back_later_work() {
+    let device = gpu_or_skip!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let log = Arc::new(TagLog::new(8).unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    cuda_stream_tests::tag(&stream, &log, 1, Duration::from_millis(30)).unwrap();
+    let (log_in_fn, seen_in_fn) = (Arc::clone(&log), Arc::clone(&seen));
+    stream
+        .launch_host_fn(move || {
+            seen_in_fn.lock().unwrap().push(log_in_fn.tags());
+            std::thread::sleep(Duration::from_millis(50));
+            seen_in_fn.lock().unwrap().push(log_in_fn.tags());
+        })
+        .unwrap();
+    cuda_stream_tests::tag(&stream, &log, 2, Duration::ZERO).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![vec![1], vec![1]], "ran after tag 1, and tag 2 waited for it");
+    assert_eq!(log.tags(), vec![1, 2]);
+    assert_eq!(live_host_fns(), 0);
+}
+
+#[test]
+fn a_panicking_host_fn_is_caught_reported_and_the_stream_goes_on() {
+    let device = gpu_or_skip!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = take_host_fn_panics();
+    let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let log = TagLog::new(4).unwrap();
+    stream.launch_host_fn(|| panic!("deliberate panic in a host function")).unwrap();
+    cuda_stream_tests::tag(&stream, &log, 9, Duration::ZERO).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![9], "the stream kept working after the panic");
+    let panics = take_host_fn_panics();
+    assert_eq!(panics.len(), 1, "{panics:?}");
+    assert_eq!(panics[0].stream_id, stream.id());
+    assert_eq!(panics[0].message, "deliberate panic in a host function");
+    assert_eq!(live_host_fns(), 0);
+}
+
+#[test]
+fn cuda_calls_inside_a_host_fn_are_refused() {
+    let device = gpu_or_skip!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let stream = Arc::new(Stream::new(device, StreamOptions::non_blocking()).unwrap());
+    let (send, receive) = mpsc::channel();
+    let inner = Arc::clone(&stream);
+    stream
+        .launch_host_fn(move || {
+            let results = (inner.query(), inner.synchronize(), Stream::legacy(device).map(drop), device.synchronize());
+            send.send(results).unwrap();
+        })
+        .unwrap();
+    let (query, sync, create, device_sync) = receive.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(query, Err(Error::InsideHostFn));
+    assert_eq!(sync, Err(Error::InsideHostFn));
+    assert_eq!(create, Err(Error::InsideHostFn));
+    assert_eq!(device_sync, Err(Error::InsideHostFn));
+    stream.synchronize().unwrap();
+    assert_eq!(stream.query(), Ok(true), "outside a host function the same calls work");
+}
+
+#[test]
+fn a_failed_enqueue_frees_the_closure_once_and_never_runs_it() {
+    let device = gpu_or_skip!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let before = live_host_fns();
+    let capturing = Stream::new(device, StreamOptions::default()).unwrap();
+    let legacy = Stream::legacy(device).unwrap();
+    let token = Arc::new(AtomicU32::new(0));
+    {
+        let capture = capturing.begin_capture(CaptureMode::Global).unwrap();
+        // The legacy stream cannot be used while a blocking stream captures globally.
+        let in_fn = Arc::clone(&token);
+        let error = legacy.launch_host_fn(move || in_fn.store(1, Ordering::SeqCst)).unwrap_err();
+        assert_eq!(error.cuda_code().map(|c| c.name()), Some("cudaErrorStreamCaptureImplicit"), "{error}");
+        // A FnOnce on the capturing stream itself is refused by the crate's rule.
+        let in_fn = Arc::clone(&token);
+        let refused = capturing.launch_host_fn(move || in_fn.store(2, Ordering::SeqCst)).unwrap_err();
+        assert!(matches!(refused, Error::CaptureMisuse(_)), "{refused}");
+        drop(capture);
+    }
+    assert_eq!(Arc::strong_count(&token), 1, "both closures were freed");
+    assert_eq!(live_host_fns(), before);
+    device.synchronize().unwrap();
+    assert_eq!(token.load(Ordering::SeqCst), 0, "neither closure ran");
+}
+
+#[test]
+fn completion_resolves_after_the_spin_kernel_and_not_before() {
+    let device = gpu_or_skip!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (a, b) = (
+        Stream::new(device, StreamOptions::non_blocking()).unwrap(),
+        Stream::new(device, StreamOptions::non_blocking()).unwrap(),
+    );
+    let start = Instant::now();
+    cuda_stream_tests::spin(&a, LONG_SPIN).unwrap();
+    cuda_stream_tests::spin(&b, LONG_SPIN / 2).unwrap();
+    let (done_a, done_b) = (a.completion(), b.completion());
+    assert!(!done_a.is_complete() && !done_b.is_complete());
+    block_on(async {
+        done_b.await.unwrap();
+        assert!(!a.query().unwrap(), "b finished first");
+        done_a.await.unwrap();
+    });
+    let took = start.elapsed();
+    assert!(took >= LONG_SPIN - Duration::from_millis(5), "resolved after {took:?}, before the kernel ended");
+    assert!(a.query().unwrap());
+    assert_eq!(live_host_fns(), 0);
+}
