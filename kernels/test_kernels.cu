@@ -60,28 +60,33 @@ __global__ void cs_fault_kernel() {
 
 extern "C" cudaError_t cs_launch_spin(cudaStream_t stream, uint64_t ns, uint32_t blocks,
                                       uint32_t threads) {
+  (void)cudaGetLastError();  // report this launch, not an earlier call\'s error
   cs_spin_kernel<<<blocks, threads, 0, stream>>>(ns);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t cs_launch_tag(cudaStream_t stream, cs_tag_log* log, uint32_t tag,
                                      uint64_t spin_ns) {
+  (void)cudaGetLastError();  // report this launch, not an earlier call\'s error
   cs_tag_kernel<<<1, 1, 0, stream>>>(log, tag, spin_ns);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t cs_launch_wait_flag(cudaStream_t stream, const uint32_t* flag,
                                            uint64_t timeout_ns, uint32_t* outcome) {
+  (void)cudaGetLastError();  // report this launch, not an earlier call\'s error
   cs_wait_flag_kernel<<<1, 1, 0, stream>>>(flag, timeout_ns, outcome);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t cs_launch_empty(cudaStream_t stream) {
+  (void)cudaGetLastError();  // report this launch, not an earlier call\'s error
   cs_empty_kernel<<<1, 1, 0, stream>>>();
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t cs_launch_fault(cudaStream_t stream) {
+  (void)cudaGetLastError();  // report this launch, not an earlier call\'s error
   cs_fault_kernel<<<1, 1, 0, stream>>>();
   return cudaGetLastError();
 }
