@@ -1,0 +1,487 @@
+//! The overhead benchmark: each stream operation measured three ways in this one process,
+//! interleaved: the raw C++ loop compiled by nvcc (`kernels/bench_floor.cu`, the floor), raw FFI
+//! from Rust through cuda-stream-sys, and the safe cuda-stream API. Prints a table (medians and
+//! min..max of 7 repetitions) and writes it as JSON to `$BENCH_OUT/bench-overhead.json`
+//! (default `target/`). `--quick` runs fewer operations, for smoke tests.
+
+use cuda_stream::{CaptureMode, Device, Event, EventFlags, Stream, StreamOptions, StreamPool, check, sys};
+use std::ffi::c_void;
+use std::hint::black_box;
+use std::time::Instant;
+
+unsafe extern "C" {
+    fn cs_floor(
+        op: i32,
+        iters: i32,
+        a: sys::cudaStream_t,
+        b: sys::cudaStream_t,
+        e: sys::cudaEvent_t,
+        priority: i32,
+    ) -> f64;
+    fn cs_bench_launch_empty(stream: sys::cudaStream_t) -> sys::cudaError_t;
+    fn cs_bench_noop_host_fn(data: *mut c_void);
+}
+
+/// The numbers of `enum FloorOp` in `kernels/bench_floor.cu`.
+#[derive(Copy, Clone)]
+enum FloorOp {
+    CreateDestroyDefault = 0,
+    CreateDestroyNonBlocking = 1,
+    CreateDestroyPriority = 2,
+    QueryIdle = 3,
+    SynchronizeIdle = 4,
+    GetPriority = 5,
+    EventCreateDestroy = 6,
+    EventRecord = 7,
+    RecordWaitEvent = 8,
+    EventQuery = 9,
+    LaunchEmpty = 10,
+    LaunchSync = 11,
+    HostFnRoundTrip = 12,
+    GraphReplay100 = 13,
+    DirectLaunch100 = 14,
+}
+
+const REPETITIONS: usize = 7;
+
+type Measure<'a> = Box<dyn FnMut(usize) -> f64 + 'a>;
+
+struct Op<'a> {
+    name: &'static str,
+    iters: usize,
+    cpp: Option<Measure<'a>>,
+    ffi: Option<Measure<'a>>,
+    safe: Measure<'a>,
+    /// Ops per iteration that the reported ns divide by (100 for the 100-kernel rows).
+    per_iter: f64,
+}
+
+/// ns per iteration of `body`, run `iters` times.
+fn time(iters: usize, mut body: impl FnMut()) -> f64 {
+    let start = Instant::now();
+    for _ in 0..iters {
+        body();
+    }
+    start.elapsed().as_nanos() as f64 / iters as f64
+}
+
+fn ok(code: sys::cudaError_t) {
+    assert_eq!(code, sys::cudaError::cudaSuccess, "{}", cuda_stream::CudaCode(code.0 as i32));
+}
+
+#[derive(Debug)]
+struct Stats {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+fn stats(mut samples: Vec<f64>) -> Stats {
+    samples.sort_by(f64::total_cmp);
+    Stats { median: samples[samples.len() / 2], min: samples[0], max: samples[samples.len() - 1] }
+}
+
+fn main() {
+    let quick = std::env::args().any(|arg| arg == "--quick");
+    let scale = if quick { 20 } else { 1 };
+    let device = match Device::count() {
+        Ok(count) if count > 0 => Device::new(0).unwrap(),
+        other => {
+            if std::env::var("CUDA_STREAM_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("a GPU is required (CUDA_STREAM_REQUIRE_GPU=1): {other:?}");
+            }
+            println!("SKIPPED overhead benchmark: no usable CUDA GPU ({other:?})");
+            return;
+        }
+    };
+    let range = device.priority_range().unwrap();
+    let high = range.highest();
+    let a = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let b = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let event = Event::new(device, EventFlags::default()).unwrap();
+    a.record(&event).unwrap();
+    a.synchronize().unwrap();
+    let pool = StreamPool::new(device, StreamOptions::non_blocking(), 64).unwrap();
+    let (ra, rb, re) = (a.as_raw(), b.as_raw(), event.as_raw());
+    // SAFETY (for every `unsafe` below): the raw handles are live for the whole benchmark, and
+    // out-pointers are locals.
+    let floor = |op: FloorOp| -> Measure<'_> {
+        Box::new(move |iters| {
+            // SAFETY: see above.
+            let ns = unsafe { cs_floor(op as i32, iters as i32, ra, rb, re, high.value()) };
+            assert!(ns >= 0.0, "the C++ floor failed");
+            ns
+        })
+    };
+    // The safe graph for the graph rows.
+    let graph_exec = {
+        let capture = a.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        for _ in 0..100 {
+            // SAFETY: see above.
+            check(unsafe { cs_bench_launch_empty(ra) }, "launch").unwrap();
+        }
+        capture.end().unwrap().instantiate().unwrap()
+    };
+    graph_exec.upload(&a).unwrap();
+    a.synchronize().unwrap();
+
+    let mut ops: Vec<Op<'_>> = vec![
+        Op {
+            name: "create+destroy (default)",
+            iters: 2_000,
+            cpp: Some(floor(FloorOp::CreateDestroyDefault)),
+            ffi: Some(Box::new(|n| {
+                time(n, || {
+                    let mut s = std::ptr::null_mut();
+                    // SAFETY: see above.
+                    unsafe {
+                        ok(sys::cudaStreamCreate(&mut s));
+                        ok(sys::cudaStreamDestroy(s));
+                    }
+                })
+            })),
+            safe: Box::new(|n| time(n, || drop(black_box(Stream::new(device, StreamOptions::default()).unwrap())))),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "create+destroy (non-blocking)",
+            iters: 2_000,
+            cpp: Some(floor(FloorOp::CreateDestroyNonBlocking)),
+            ffi: Some(Box::new(|n| {
+                time(n, || {
+                    let mut s = std::ptr::null_mut();
+                    // SAFETY: see above.
+                    unsafe {
+                        ok(sys::cudaStreamCreateWithFlags(&mut s, sys::cudaStreamNonBlocking));
+                        ok(sys::cudaStreamDestroy(s));
+                    }
+                })
+            })),
+            safe: Box::new(|n| {
+                time(n, || drop(black_box(Stream::new(device, StreamOptions::non_blocking()).unwrap())))
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "create+destroy (priority)",
+            iters: 2_000,
+            cpp: Some(floor(FloorOp::CreateDestroyPriority)),
+            ffi: Some(Box::new(|n| {
+                time(n, || {
+                    let mut s = std::ptr::null_mut();
+                    // SAFETY: see above.
+                    unsafe {
+                        ok(sys::cudaStreamCreateWithPriority(&mut s, sys::cudaStreamNonBlocking, high.value()));
+                        ok(sys::cudaStreamDestroy(s));
+                    }
+                })
+            })),
+            safe: Box::new(|n| {
+                let options = StreamOptions::non_blocking().with_priority(high);
+                time(n, || drop(black_box(Stream::new(device, options).unwrap())))
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "pool acquire+release",
+            iters: 100_000,
+            cpp: None,
+            ffi: None,
+            safe: Box::new(|n| time(n, || drop(black_box(pool.acquire().unwrap())))),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "query (idle)",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::QueryIdle)),
+            // SAFETY: see above.
+            ffi: Some(Box::new(|n| time(n, || ok(unsafe { sys::cudaStreamQuery(ra) })))),
+            safe: Box::new(|n| time(n, || assert!(a.query().unwrap()))),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "synchronize (idle)",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::SynchronizeIdle)),
+            // SAFETY: see above.
+            ffi: Some(Box::new(|n| time(n, || ok(unsafe { sys::cudaStreamSynchronize(ra) })))),
+            safe: Box::new(|n| time(n, || a.synchronize().unwrap())),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "get priority",
+            iters: 50_000,
+            cpp: Some(floor(FloorOp::GetPriority)),
+            ffi: Some(Box::new(|n| {
+                time(n, || {
+                    let mut p = 0;
+                    // SAFETY: see above.
+                    ok(unsafe { sys::cudaStreamGetPriority(ra, &mut p) });
+                    black_box(p);
+                })
+            })),
+            safe: Box::new(|n| {
+                time(n, || {
+                    black_box(a.priority().unwrap());
+                })
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "event create+destroy",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::EventCreateDestroy)),
+            ffi: Some(Box::new(|n| {
+                time(n, || {
+                    let mut e = std::ptr::null_mut();
+                    // SAFETY: see above.
+                    unsafe {
+                        ok(sys::cudaEventCreateWithFlags(&mut e, sys::cudaEventDisableTiming));
+                        ok(sys::cudaEventDestroy(e));
+                    }
+                })
+            })),
+            safe: Box::new(|n| time(n, || drop(black_box(Event::new(device, EventFlags::default()).unwrap())))),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "event record",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::EventRecord)),
+            ffi: Some(Box::new(|n| {
+                // SAFETY: see above.
+                let t = time(n, || ok(unsafe { sys::cudaEventRecord(re, ra) }));
+                a.synchronize().unwrap();
+                t
+            })),
+            safe: Box::new(|n| {
+                let t = time(n, || a.record(&event).unwrap());
+                a.synchronize().unwrap();
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "record + wait_event",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::RecordWaitEvent)),
+            ffi: Some(Box::new(|n| {
+                let t = time(n, || {
+                    // SAFETY: see above.
+                    unsafe {
+                        ok(sys::cudaEventRecord(re, ra));
+                        ok(sys::cudaStreamWaitEvent(rb, re, 0));
+                    }
+                });
+                device.synchronize().unwrap();
+                t
+            })),
+            safe: Box::new(|n| {
+                let t = time(n, || {
+                    a.record(&event).unwrap();
+                    b.wait_event(&event).unwrap();
+                });
+                device.synchronize().unwrap();
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "wait_stream (vs raw record+wait)",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::RecordWaitEvent)),
+            ffi: None,
+            safe: Box::new(|n| {
+                let t = time(n, || b.wait_stream(&a).unwrap());
+                device.synchronize().unwrap();
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "event query (done)",
+            iters: 50_000,
+            cpp: Some(floor(FloorOp::EventQuery)),
+            // SAFETY: see above.
+            ffi: Some(Box::new(|n| time(n, || ok(unsafe { sys::cudaEventQuery(re) })))),
+            safe: Box::new(|n| time(n, || assert!(event.query().unwrap()))),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "launch empty kernel (queue full)",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::LaunchEmpty)),
+            ffi: Some(Box::new(|n| {
+                // SAFETY: see above.
+                let t = time(n, || ok(unsafe { cs_bench_launch_empty(ra) }));
+                device.synchronize().unwrap();
+                t
+            })),
+            safe: Box::new(|n| {
+                // SAFETY: see above.
+                let t = time(n, || check(unsafe { cs_bench_launch_empty(a.as_raw()) }, "launch").unwrap());
+                device.synchronize().unwrap();
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "launch + synchronize",
+            iters: 5_000,
+            cpp: Some(floor(FloorOp::LaunchSync)),
+            ffi: Some(Box::new(|n| {
+                time(n, || {
+                    // SAFETY: see above.
+                    unsafe {
+                        ok(cs_bench_launch_empty(ra));
+                        ok(sys::cudaStreamSynchronize(ra));
+                    }
+                })
+            })),
+            safe: Box::new(|n| {
+                time(n, || {
+                    // SAFETY: see above.
+                    check(unsafe { cs_bench_launch_empty(a.as_raw()) }, "launch").unwrap();
+                    a.synchronize().unwrap();
+                })
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "host fn round trip (closure vs C fn)",
+            iters: 2_000,
+            cpp: Some(floor(FloorOp::HostFnRoundTrip)),
+            ffi: Some(Box::new(|n| {
+                time(n, || {
+                    // SAFETY: see above; the C function ignores its argument.
+                    unsafe {
+                        ok(sys::cudaLaunchHostFunc(ra, Some(cs_bench_noop_host_fn), std::ptr::null_mut()));
+                        ok(sys::cudaStreamSynchronize(ra));
+                    }
+                })
+            })),
+            safe: Box::new(|n| {
+                time(n, || {
+                    let token = black_box(7u64);
+                    a.launch_host_fn(move || {
+                        black_box(token);
+                    })
+                    .unwrap();
+                    a.synchronize().unwrap();
+                })
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "completion future round trip",
+            iters: 2_000,
+            cpp: Some(floor(FloorOp::HostFnRoundTrip)),
+            ffi: None,
+            safe: Box::new(|n| time(n, || cuda_stream_tests::block_on(a.completion()).unwrap())),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "current-stream guard enter+exit",
+            iters: 1_000_000,
+            cpp: None,
+            ffi: None,
+            safe: Box::new(|n| time(n, || drop(black_box(a.make_current())))),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "graph replay, per kernel of 100",
+            iters: 1_000,
+            cpp: Some(floor(FloorOp::GraphReplay100)),
+            ffi: None,
+            safe: Box::new(|n| {
+                time(n, || {
+                    graph_exec.launch(&a).unwrap();
+                    a.synchronize().unwrap();
+                })
+            }),
+            per_iter: 100.0,
+        },
+        Op {
+            name: "direct launch, per kernel of 100",
+            iters: 200,
+            cpp: Some(floor(FloorOp::DirectLaunch100)),
+            ffi: None,
+            safe: Box::new(|n| {
+                time(n, || {
+                    for _ in 0..100 {
+                        // SAFETY: see above.
+                        check(unsafe { cs_bench_launch_empty(a.as_raw()) }, "launch").unwrap();
+                    }
+                    a.synchronize().unwrap();
+                })
+            }),
+            per_iter: 100.0,
+        },
+    ];
+
+    println!(
+        "overhead benchmark on {} (driver {}), {REPETITIONS} repetitions, ns per operation",
+        device.name().unwrap(),
+        cuda_stream::driver_version().unwrap()
+    );
+    println!("{:<38} {:>8} {:>8} {:>8} {:>10}   spread safe (min..max)", "operation", "C++", "FFI", "safe", "safe/C++");
+    let mut json = Vec::new();
+    for op in &mut ops {
+        let iters = (op.iters / scale).max(10);
+        // Warm up every side once.
+        for measure in [op.cpp.as_mut(), op.ffi.as_mut(), Some(&mut op.safe)].into_iter().flatten() {
+            measure(iters / 10 + 1);
+        }
+        let (mut cpp, mut ffi, mut safe) = (Vec::new(), Vec::new(), Vec::new());
+        for rep in 0..REPETITIONS {
+            // Interleave, rotating who goes first.
+            for side in 0..3 {
+                match (rep + side) % 3 {
+                    0 => {
+                        if let Some(m) = op.cpp.as_mut() {
+                            cpp.push(m(iters) / op.per_iter)
+                        }
+                    }
+                    1 => {
+                        if let Some(m) = op.ffi.as_mut() {
+                            ffi.push(m(iters) / op.per_iter)
+                        }
+                    }
+                    _ => safe.push((op.safe)(iters) / op.per_iter),
+                }
+            }
+        }
+        let (cpp, ffi, safe) =
+            ((!cpp.is_empty()).then(|| stats(cpp)), (!ffi.is_empty()).then(|| stats(ffi)), stats(safe));
+        let show = |s: &Option<Stats>| s.as_ref().map_or("-".to_string(), |s| format!("{:.0}", s.median));
+        let ratio = cpp.as_ref().map(|c| safe.median / c.median);
+        println!(
+            "{:<38} {:>8} {:>8} {:>8.0} {:>10}   {:.0}..{:.0}",
+            op.name,
+            show(&cpp),
+            show(&ffi),
+            safe.median,
+            ratio.map_or("-".to_string(), |r| format!("{r:.3}")),
+            safe.min,
+            safe.max
+        );
+        let field = |s: &Option<Stats>| {
+            s.as_ref().map_or("null".to_string(), |s| {
+                format!("{{\"median\":{:.1},\"min\":{:.1},\"max\":{:.1}}}", s.median, s.min, s.max)
+            })
+        };
+        json.push(format!(
+            "{{\"op\":\"{}\",\"iterations\":{iters},\"cpp_ns\":{},\"ffi_ns\":{},\"safe_ns\":{},\"safe_over_cpp\":{}}}",
+            op.name,
+            field(&cpp),
+            field(&ffi),
+            field(&Some(safe)),
+            ratio.map_or("null".to_string(), |r| format!("{r:.4}"))
+        ));
+    }
+    let dir = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target".to_string());
+    let _ = std::fs::create_dir_all(&dir);
+    let path = std::path::Path::new(&dir).join("bench-overhead.json");
+    std::fs::write(&path, format!("[\n{}\n]\n", json.join(",\n"))).unwrap();
+    println!("json: {}", path.display());
+}
