@@ -5,6 +5,7 @@ use crate::priority::PriorityRange;
 use crate::sys;
 use std::ffi::{CStr, c_int};
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 
 /// A CUDA device, by ordinal. Cheap to copy; holds no resources.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -114,6 +115,10 @@ impl Device {
     /// The errors of `cudaGetDevice` / `cudaSetDevice`.
     pub fn make_current(self) -> Result<DeviceGuard> {
         crate::host_fn::refuse_inside_host_fn()?;
+        if single_device() {
+            // One device: it is current on every thread, and `self` (validated) is it.
+            return Ok(DeviceGuard { previous: self.ordinal, switched: false, _thread_bound: PhantomData });
+        }
         let previous = current_ordinal()?;
         if previous != self.ordinal {
             set_current(self.ordinal)?;
@@ -145,6 +150,13 @@ pub fn runtime_version() -> Result<i32> {
     // SAFETY: `version` is a valid out-pointer.
     check(unsafe { sys::cudaRuntimeGetVersion(&mut version) }, "cudaRuntimeGetVersion")?;
     Ok(version)
+}
+
+/// Whether the process sees exactly one device, so that no device is ever switched. Read once:
+/// the device count of a process does not change.
+fn single_device() -> bool {
+    static SINGLE: OnceLock<bool> = OnceLock::new();
+    *SINGLE.get_or_init(|| Device::count() == Ok(1))
 }
 
 fn current_ordinal() -> Result<i32> {
