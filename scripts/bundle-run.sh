@@ -41,7 +41,7 @@ run_one() {
   if [ -n "$sanitize" ]; then
     errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | awk '{s+=$3} END {print s+0}')
   fi
-  if [ "$p" = 0 ] && [ "$f" = 0 ]; then
+  if ! grep -q '^test result:' "$log"; then
     # Not a libtest binary (an example or a benchmark): one result by exit status.
     if [ $rc = 0 ]; then p=1; else f=1; fi
   elif [ $rc != 0 ] && [ "$f" = 0 ] && { [ -z "$sanitize" ] || [ $rc = 86 ]; }; then
