@@ -5,6 +5,7 @@
 #                                 racecheck, synccheck, initcheck); its errors count as failures
 #   run.sh --bench                also the benchmarks (their JSON goes to $BENCH_OUT or ./)
 #   run.sh --only PATTERN         only binaries whose path matches PATTERN
+#   run.sh --gpus N               multi-GPU tests fail instead of skipping with fewer than N GPUs
 # Last line: "N passed, N failed" (tests, examples and benchmarks each count as one or more).
 cd "$(dirname "$0")"
 export CUDA_STREAM_REQUIRE_GPU=1
@@ -14,6 +15,7 @@ while [ $# -gt 0 ]; do
     --sanitize) sanitize=$2; shift 2 ;;
     --bench) benches=1; shift ;;
     --only) only=$2; shift 2 ;;
+    --gpus) export CUDA_STREAM_REQUIRE_GPUS=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -33,3 +33,38 @@ macro_rules! gpu_or_skip {
         }
     };
 }
+
+/// Set to `N` on a host with N GPUs: multi-GPU tests then fail instead of skipping with fewer.
+pub const REQUIRE_GPUS: &str = "CUDA_STREAM_REQUIRE_GPUS";
+
+/// The first `count` devices, or `None` after printing why the test `name` is skipped. Panics
+/// instead of skipping when [`REQUIRE_GPUS`] asks for at least `count` devices.
+pub fn devices_or_skip(name: &str, count: i32) -> Option<Vec<Device>> {
+    let available = Device::count().unwrap_or(0);
+    if available >= count {
+        return Some((0..count).map(|ordinal| Device::new(ordinal).expect("ordinal below count")).collect());
+    }
+    let required = std::env::var(REQUIRE_GPUS).ok().and_then(|value| value.parse::<i32>().ok()).unwrap_or(0);
+    if required >= count {
+        panic!("{name}: {count} GPUs are required ({REQUIRE_GPUS}={required}) but {available} are usable");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: needs {count} CUDA GPUs, {available} usable");
+    None
+}
+
+/// Starts a multi-GPU test: the first N devices, or returns from the test after a loud skip.
+#[macro_export]
+macro_rules! gpus_or_skip {
+    ($count:expr) => {
+        match $crate::gpu::devices_or_skip(::std::thread::current().name().unwrap_or(module_path!()), $count) {
+            Some(devices) => devices,
+            None => return,
+        }
+    };
+}
+
+/// For examples: device 0, or `None` after saying plainly that there is no GPU (examples then
+/// exit 0, unless [`REQUIRE_GPU`] is `1`).
+pub fn example_device(example: &str) -> Option<Device> {
+    device_or_skip(example)
+}

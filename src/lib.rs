@@ -54,12 +54,33 @@ pub mod ffi {
 pub trait LaunchStream {
     /// The handle the launcher passes to the kernel launch.
     fn launch_handle(&self) -> sys::cudaStream_t;
+
+    /// The device to make current for the launch (a kernel launches into the current device's
+    /// context); `None` launches on whatever device is current.
+    fn launch_device(&self) -> Option<Device> {
+        None
+    }
 }
 
 impl LaunchStream for Stream {
     fn launch_handle(&self) -> sys::cudaStream_t {
         self.as_raw()
     }
+
+    fn launch_device(&self) -> Option<Device> {
+        Some(self.device())
+    }
+}
+
+/// Calls the C launcher `launch` with the stream's handle, its device current, and checks the
+/// returned launch error under the launcher's `name`.
+fn launch(
+    stream: &impl LaunchStream,
+    name: &'static str,
+    launch: impl FnOnce(sys::cudaStream_t) -> sys::cudaError_t,
+) -> Result<()> {
+    let _current = stream.launch_device().map(Device::make_current).transpose()?;
+    check(launch(stream.launch_handle()), name)
 }
 
 impl LaunchStream for sys::cudaStream_t {
@@ -78,8 +99,7 @@ fn nanos(duration: Duration) -> u64 {
 /// The launch error.
 pub fn spin_grid(stream: &impl LaunchStream, duration: Duration, blocks: u32, threads: u32) -> Result<()> {
     // SAFETY: the launcher only reads its value arguments; the handle is the caller's live stream.
-    let code = unsafe { ffi::cs_launch_spin(stream.launch_handle(), nanos(duration), blocks, threads) };
-    check(code, "cs_launch_spin")
+    launch(stream, "cs_launch_spin", |raw| unsafe { ffi::cs_launch_spin(raw, nanos(duration), blocks, threads) })
 }
 
 /// Launches one small block that spins for `duration`.
@@ -98,8 +118,7 @@ pub fn spin(stream: &impl LaunchStream, duration: Duration) -> Result<()> {
 pub fn tag(stream: &impl LaunchStream, log: &TagLog, tag: u32, spin: Duration) -> Result<()> {
     // SAFETY: `log.device_ptr()` is mapped memory that lives as long as `log`; callers
     // synchronize before `log` drops (TagLog's drop also synchronizes the device).
-    let code = unsafe { ffi::cs_launch_tag(stream.launch_handle(), log.device_ptr(), tag, nanos(spin)) };
-    check(code, "cs_launch_tag")
+    launch(stream, "cs_launch_tag", |raw| unsafe { ffi::cs_launch_tag(raw, log.device_ptr(), tag, nanos(spin)) })
 }
 
 /// Launches a one-thread kernel that waits until `flag` is set from the host, or `timeout`.
@@ -110,8 +129,9 @@ pub fn wait_flag(stream: &impl LaunchStream, flag: &MappedFlag, timeout: Duratio
     let (flag_ptr, outcome_ptr) = flag.device_ptrs();
     // SAFETY: both pointers are mapped memory owned by `flag`, which outlives the kernel
     // (MappedFlag's drop synchronizes the device first).
-    let code = unsafe { ffi::cs_launch_wait_flag(stream.launch_handle(), flag_ptr, nanos(timeout), outcome_ptr) };
-    check(code, "cs_launch_wait_flag")
+    launch(stream, "cs_launch_wait_flag", |raw| unsafe {
+        ffi::cs_launch_wait_flag(raw, flag_ptr, nanos(timeout), outcome_ptr)
+    })
 }
 
 /// Launches an empty kernel.
@@ -120,7 +140,7 @@ pub fn wait_flag(stream: &impl LaunchStream, flag: &MappedFlag, timeout: Duratio
 /// The launch error.
 pub fn empty(stream: &impl LaunchStream) -> Result<()> {
     // SAFETY: no arguments but the stream.
-    check(unsafe { ffi::cs_launch_empty(stream.launch_handle()) }, "cs_launch_empty")
+    launch(stream, "cs_launch_empty", |raw| unsafe { ffi::cs_launch_empty(raw) })
 }
 
 /// Launches a kernel that writes to an illegal address: it poisons the CUDA context of the
@@ -130,7 +150,7 @@ pub fn empty(stream: &impl LaunchStream) -> Result<()> {
 /// The launch error (the fault itself arrives later, asynchronously).
 pub fn fault(stream: &impl LaunchStream) -> Result<()> {
     // SAFETY: the kernel faults on the device; the host memory of this process is not touched.
-    check(unsafe { ffi::cs_launch_fault(stream.launch_handle()) }, "cs_launch_fault")
+    launch(stream, "cs_launch_fault", |raw| unsafe { ffi::cs_launch_fault(raw) })
 }
 
 /// A stream created, used and destroyed by the C library in `kernels/foreign_stream.cu`.

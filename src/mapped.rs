@@ -1,5 +1,6 @@
-//! Mapped pinned host memory (`cudaHostAlloc` with `cudaHostAllocMapped`) that kernels write and
-//! the host reads: the tag log and the host-written flag.
+//! Mapped pinned host memory (`cudaHostAlloc` with `cudaHostAllocMapped | cudaHostAllocPortable`,
+//! so kernels of every device can use it) that kernels write and the host reads: the tag log and
+//! the host-written flag.
 
 use crate::ffi::cs_tag_log;
 use crate::{null, volatile_read};
@@ -30,8 +31,9 @@ struct Mapped {
 impl Mapped {
     fn new(bytes: usize) -> Result<Mapped> {
         let mut host = null();
+        let flags = sys::cudaHostAllocMapped | sys::cudaHostAllocPortable;
         // SAFETY: `host` is a valid out-pointer.
-        check(unsafe { sys::cudaHostAlloc(&mut host, bytes, sys::cudaHostAllocMapped) }, "cudaHostAlloc")?;
+        check(unsafe { sys::cudaHostAlloc(&mut host, bytes, flags) }, "cudaHostAlloc")?;
         // SAFETY: `host` points to `bytes` writable bytes.
         unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
         let mut device = null();

@@ -5,7 +5,6 @@
 use crate::device::{Device, DeviceGuard};
 use crate::error::{Error, Result, check, check_ready};
 use crate::event::{Event, EventFlags};
-use crate::host_fn::refuse_inside_host_fn;
 use crate::priority::Priority;
 use crate::sys;
 use std::cell::RefCell;
@@ -278,16 +277,13 @@ impl Stream {
         self.id
     }
 
-    /// Makes the device current and checks the thread, for the built-in streams only, whose
-    /// handles mean "the stream of the current device (and thread)".
+    /// Makes the stream's device current for one call (a no-op when it already is, or when the
+    /// process has one device) and refuses the per-thread stream on other threads. The
+    /// built-in handles mean "the stream of the current device", so they need this; for the
+    /// others it keeps every operation working whatever device is current, and leaves the
+    /// current device as it was.
     #[inline(always)]
-    pub(crate) fn enter(&self) -> Result<Option<DeviceGuard>> {
-        refuse_inside_host_fn()?;
-        if let Ownership::Builtin(_) = self.ownership { self.enter_builtin().map(Some) } else { Ok(None) }
-    }
-
-    #[inline(never)]
-    fn enter_builtin(&self) -> Result<DeviceGuard> {
+    pub(crate) fn enter(&self) -> Result<DeviceGuard> {
         if self.thread.is_some_and(|thread| thread != thread_token()) {
             return Err(Error::WrongThread);
         }

@@ -1,0 +1,113 @@
+//! Several GPUs from one thread: every operation works on a stream of a device that is not
+//! current and leaves the current device as it was. Skips with fewer than two GPUs (fails under
+//! `CUDA_STREAM_REQUIRE_GPUS=2`).
+
+use cuda_stream::{CaptureMode, Device, Error, Event, EventFlags, Stream, StreamOptions, StreamPool};
+use cuda_stream_tests::{MappedFlag, TagLog, gpus_or_skip, poll_until};
+use std::time::Duration;
+
+fn stream(device: Device) -> Stream {
+    Stream::new(device, StreamOptions::non_blocking()).unwrap()
+}
+
+#[test]
+fn an_event_of_gpu_1_orders_a_stream_of_gpu_0() {
+    let devices = gpus_or_skip!(2);
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    let _current = gpu0.make_current().unwrap();
+    let (s0, s1) = (stream(gpu0), stream(gpu1));
+    let log = TagLog::new(8).unwrap();
+    let flag = MappedFlag::new().unwrap();
+    cuda_stream_tests::wait_flag(&s1, &flag, Duration::from_secs(10)).unwrap();
+    cuda_stream_tests::tag(&s1, &log, 1, Duration::ZERO).unwrap();
+    let event = s1.record_event().unwrap();
+    s0.wait_event(&event).unwrap();
+    cuda_stream_tests::tag(&s0, &log, 2, Duration::ZERO).unwrap();
+    assert!(poll_until(Duration::from_millis(100), || log.count() > 0).is_none(), "GPU 0 ran before GPU 1's event");
+    flag.set();
+    s0.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![1, 2]);
+    assert_eq!(Device::current().unwrap(), gpu0);
+}
+
+#[test]
+fn wait_stream_orders_across_devices() {
+    let devices = gpus_or_skip!(2);
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    let _current = gpu0.make_current().unwrap();
+    let (s0, s1) = (stream(gpu0), stream(gpu1));
+    let log = TagLog::new(8).unwrap();
+    cuda_stream_tests::tag(&s0, &log, 1, Duration::from_millis(50)).unwrap();
+    s1.wait_stream(&s0).unwrap();
+    cuda_stream_tests::tag(&s1, &log, 2, Duration::ZERO).unwrap();
+    s1.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![1, 2]);
+    assert_eq!(Device::current().unwrap(), gpu0);
+}
+
+#[test]
+fn recording_an_event_on_another_devices_stream_is_refused() {
+    let devices = gpus_or_skip!(2);
+    let event = Event::new(devices[1], EventFlags::default()).unwrap();
+    let on_gpu0 = stream(devices[0]);
+    let error = on_gpu0.record(&event).unwrap_err();
+    assert_eq!(
+        error,
+        Error::DeviceMismatch { what: "an event is recorded on a stream of its own device", expected: 0, found: 1 }
+    );
+}
+
+#[test]
+fn every_operation_works_on_a_device_that_is_not_current() {
+    let devices = gpus_or_skip!(2);
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    let _current = gpu0.make_current().unwrap();
+    let unchanged = || assert_eq!(Device::current().unwrap(), gpu0, "the current device changed");
+    let range = gpu1.priority_range().unwrap();
+    unchanged();
+    let s1 = Stream::new(gpu1, StreamOptions::non_blocking().with_priority(range.highest())).unwrap();
+    unchanged();
+    assert_eq!(s1.device(), gpu1);
+    assert_eq!(s1.priority().unwrap(), range.highest());
+    assert!(s1.is_non_blocking().unwrap());
+    let log = TagLog::new(16).unwrap();
+    cuda_stream_tests::tag(&s1, &log, 1, Duration::from_millis(20)).unwrap();
+    unchanged();
+    assert!(!s1.query().unwrap());
+    let (start, end) =
+        (Event::new(gpu1, EventFlags::timing()).unwrap(), Event::new(gpu1, EventFlags::timing()).unwrap());
+    s1.record(&start).unwrap();
+    cuda_stream_tests::spin(&s1, Duration::from_millis(5)).unwrap();
+    s1.record(&end).unwrap();
+    s1.synchronize().unwrap();
+    assert!(end.elapsed(&start).unwrap().unwrap() >= Duration::from_millis(4));
+    unchanged();
+    let child = s1.fork().unwrap();
+    assert_eq!(child.device(), gpu1);
+    child.launch_host_fn(|| ()).unwrap();
+    cuda_stream_tests::block_on(child.completion()).unwrap();
+    unchanged();
+    let legacy1 = Stream::legacy(gpu1).unwrap();
+    cuda_stream_tests::tag(&legacy1, &log, 2, Duration::ZERO).unwrap();
+    legacy1.synchronize().unwrap();
+    assert_ne!(legacy1, Stream::legacy(gpu0).unwrap(), "each device has its own legacy stream");
+    unchanged();
+    let pool = StreamPool::new(gpu1, StreamOptions::non_blocking(), 2).unwrap();
+    let lease = pool.acquire().unwrap();
+    assert_eq!(lease.device(), gpu1);
+    {
+        let _current_stream = lease.make_current();
+        assert_eq!(Stream::with_current(gpu1, |s| s.id()).unwrap(), lease.id());
+        assert_ne!(Stream::with_current(gpu0, |s| s.id()).unwrap(), lease.id(), "current streams are per device");
+    }
+    let capture = s1.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    cuda_stream_tests::tag(&s1, &log, 3, Duration::ZERO).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&lease).unwrap();
+    lease.synchronize().unwrap();
+    unchanged();
+    assert_eq!(log.tags(), vec![1, 2, 3]);
+    drop((lease, child));
+    s1.destroy().unwrap();
+    unchanged();
+}
