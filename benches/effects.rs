@@ -1,0 +1,135 @@
+//! The effects streams exist for, measured on the GPU: overlap of independent streams, priority
+//! under a saturating backlog, and the stream pool in a fork/join pipeline. Prints tables
+//! (medians and min..max of 7 repetitions) and writes `$BENCH_OUT/bench-effects.json`.
+//! `--quick` runs fewer repetitions.
+
+use cuda_stream::{Stream, StreamOptions, StreamPool};
+use cuda_stream_tests::{TagLog, poll_until};
+use std::time::{Duration, Instant};
+
+/// One summary: median, min, max, in milliseconds or microseconds as the row says.
+struct Stats {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+fn stats(mut samples: Vec<f64>) -> Stats {
+    samples.sort_by(f64::total_cmp);
+    Stats { median: samples[samples.len() / 2], min: samples[0], max: samples[samples.len() - 1] }
+}
+
+fn repeat(reps: usize, mut sample: impl FnMut() -> f64) -> Stats {
+    sample(); // warm-up
+    stats((0..reps).map(|_| sample()).collect())
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+fn main() -> cuda_stream::Result<()> {
+    let quick = std::env::args().any(|arg| arg == "--quick");
+    let reps = if quick { 3 } else { 7 };
+    let Some(device) = cuda_stream_tests::gpu::example_device("effects benchmark") else { return Ok(()) };
+    let sms = cuda_stream_tests::sm_count(device)?;
+    let range = device.priority_range()?;
+    println!("effects benchmark on {} ({sms} SMs), {reps} repetitions", device.name()?);
+    let mut json = Vec::new();
+    let mut row = |name: &str, unit: &str, s: &Stats| {
+        println!("  {name:<58} {:>9.3} {unit}  ({:.3}..{:.3})", s.median, s.min, s.max);
+        json.push(format!(
+            "{{\"name\":\"{name}\",\"unit\":\"{unit}\",\"median\":{:.4},\"min\":{:.4},\"max\":{:.4}}}",
+            s.median, s.min, s.max
+        ));
+    };
+
+    // Overlap: 8 kernels, each 1/8 of the GPU's thread slots (1024-thread blocks, 2 per SM),
+    // spinning 2 ms.
+    let spin = Duration::from_millis(2);
+    let blocks = (sms * 2).div_ceil(8);
+    let streams: Vec<Stream> =
+        (0..8).map(|_| Stream::new(device, StreamOptions::non_blocking())).collect::<Result<_, _>>()?;
+    let legacy = Stream::legacy(device)?;
+    let time_ms = |launch: &dyn Fn() -> cuda_stream::Result<()>| -> f64 {
+        device.synchronize().unwrap();
+        let start = Instant::now();
+        launch().unwrap();
+        device.synchronize().unwrap();
+        ms(start.elapsed())
+    };
+    println!("overlap: 8 kernels of {blocks} blocks x 1024 threads, {spin:?} each");
+    let one = repeat(reps, || time_ms(&|| cuda_stream_tests::spin_grid(&streams[0], spin, blocks, 1024)));
+    let eight = repeat(reps, || {
+        time_ms(&|| streams.iter().try_for_each(|s| cuda_stream_tests::spin_grid(s, spin, blocks, 1024)))
+    });
+    let serial = repeat(reps, || {
+        time_ms(&|| (0..8).try_for_each(|_| cuda_stream_tests::spin_grid(&legacy, spin, blocks, 1024)))
+    });
+    row("1 kernel on 1 stream (ms)", "ms", &one);
+    row("8 kernels on 8 non-blocking streams (ms)", "ms", &eight);
+    row("8 kernels on the legacy stream (ms)", "ms", &serial);
+    let factor =
+        Stats { median: serial.median / eight.median, min: serial.min / eight.max, max: serial.max / eight.min };
+    row("overlap factor (legacy / 8 streams)", "x", &factor);
+
+    // Priority: a 1-thread kernel's latency while the lowest-priority stream holds a backlog that
+    // fills every thread slot for 20 waves of 1 ms.
+    let low = Stream::new(device, StreamOptions::non_blocking().with_priority(range.lowest()))?;
+    let equal = Stream::new(device, StreamOptions::non_blocking().with_priority(range.lowest()))?;
+    let high = Stream::new(device, StreamOptions::non_blocking().with_priority(range.highest()))?;
+    let log = TagLog::new(4)?;
+    let latency_ms = |stream: &Stream, backlog: bool| -> f64 {
+        device.synchronize().unwrap();
+        log.clear();
+        if backlog {
+            cuda_stream_tests::spin_grid(&low, Duration::from_millis(1), sms * 2 * 20, 1024).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let start = Instant::now();
+        cuda_stream_tests::tag(stream, &log, 1, Duration::ZERO).unwrap();
+        poll_until(Duration::from_secs(10), || log.count() == 1).expect("the short kernel ran");
+        let latency = ms(start.elapsed());
+        device.synchronize().unwrap();
+        latency
+    };
+    println!("priority: range {range}; backlog {} blocks x 1024 threads x 1 ms on the lowest priority", sms * 2 * 20);
+    row("short kernel, idle GPU (ms)", "ms", &repeat(reps, || latency_ms(&high, false)));
+    row("short kernel, equal priority behind the backlog (ms)", "ms", &repeat(reps, || latency_ms(&equal, true)));
+    row("short kernel, highest priority beside the backlog (ms)", "ms", &repeat(reps, || latency_ms(&high, true)));
+
+    // Pool: 1,000 fork/join steps, each child stream created and destroyed, or leased.
+    let parent = Stream::new(device, StreamOptions::non_blocking())?;
+    let pool = StreamPool::new(device, StreamOptions::non_blocking(), 4)?;
+    let step = |child: &Stream| -> cuda_stream::Result<()> {
+        child.wait_stream(&parent)?;
+        cuda_stream_tests::empty(child)?;
+        parent.wait_stream(child)
+    };
+    let steps = 1_000;
+    let per_step_us = |leased: bool| -> f64 {
+        parent.synchronize().unwrap();
+        let start = Instant::now();
+        for _ in 0..steps {
+            if leased {
+                step(&pool.acquire().unwrap()).unwrap();
+            } else {
+                step(&Stream::new(device, StreamOptions::non_blocking()).unwrap()).unwrap();
+            }
+        }
+        parent.synchronize().unwrap();
+        start.elapsed().as_secs_f64() * 1e6 / steps as f64
+    };
+    println!("pool: {steps} fork/join steps (wait, empty kernel, join)");
+    let created = repeat(reps, || per_step_us(false));
+    let leased = repeat(reps, || per_step_us(true));
+    row("per step, child stream created + destroyed (us)", "us", &created);
+    row("per step, child stream leased from the pool (us)", "us", &leased);
+
+    let dir = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target".to_string());
+    let _ = std::fs::create_dir_all(&dir);
+    let path = std::path::Path::new(&dir).join("bench-effects.json");
+    std::fs::write(&path, format!("[\n{}\n]\n", json.join(",\n"))).expect("the JSON is writable");
+    println!("json: {}", path.display());
+    Ok(())
+}
