@@ -5,6 +5,7 @@
 use crate::device::{Device, DeviceGuard};
 use crate::error::{Error, Result, check, check_ready};
 use crate::event::{Event, EventFlags};
+use crate::host_fn::refuse_inside_host_fn;
 use crate::priority::Priority;
 use crate::sys;
 use std::cell::RefCell;
@@ -277,13 +278,22 @@ impl Stream {
         self.id
     }
 
-    /// Makes the stream's device current for one call (a no-op when it already is, or when the
-    /// process has one device) and refuses the per-thread stream on other threads. The
-    /// built-in handles mean "the stream of the current device", so they need this; for the
-    /// others it keeps every operation working whatever device is current, and leaves the
-    /// current device as it was.
+    /// Prepares one call on this stream. The built-in handles (0, 0x1, 0x2) mean "the stream of
+    /// the current device (and thread)", so for them the device is made current (a no-op when
+    /// it already is) and the per-thread stream is refused on other threads. Every other
+    /// handle carries its own context: the runtime's stream and event calls work on it whatever
+    /// device is current, so nothing is queried or switched (the multi-GPU tests prove it).
     #[inline(always)]
-    pub(crate) fn enter(&self) -> Result<DeviceGuard> {
+    pub(crate) fn enter(&self) -> Result<Option<DeviceGuard>> {
+        if let Ownership::Builtin(_) = self.ownership {
+            self.enter_builtin().map(Some)
+        } else {
+            refuse_inside_host_fn().map(|()| None)
+        }
+    }
+
+    #[inline(never)]
+    fn enter_builtin(&self) -> Result<DeviceGuard> {
         if self.thread.is_some_and(|thread| thread != thread_token()) {
             return Err(Error::WrongThread);
         }
