@@ -90,3 +90,19 @@ extern "C" cudaError_t cs_launch_fault(cudaStream_t stream) {
   cs_fault_kernel<<<1, 1, 0, stream>>>();
   return cudaGetLastError();
 }
+
+// Loads every test kernel into the current device's context now. With CUDA's lazy module
+// loading (the default since 12.2) the first launch of a kernel loads it, and that load can wait
+// for kernels already running on the device: a test that parks a device on the wait-flag kernel
+// and then launches a kernel never used there before would stall until the flag times out.
+extern "C" cudaError_t cs_preload_kernels(void) {
+  cudaFuncAttributes attributes;
+  const void* kernels[] = {(const void*)cs_spin_kernel, (const void*)cs_tag_kernel,
+                           (const void*)cs_wait_flag_kernel, (const void*)cs_empty_kernel,
+                           (const void*)cs_fault_kernel};
+  for (const void* kernel : kernels) {
+    cudaError_t error = cudaFuncGetAttributes(&attributes, kernel);
+    if (error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
+}

@@ -30,6 +30,7 @@ cudaError_t cs_launch_wait_flag(cudaStream_t stream, const uint32_t* flag, uint6
                                 uint32_t* outcome);
 cudaError_t cs_launch_empty(cudaStream_t stream);
 cudaError_t cs_launch_fault(cudaStream_t stream);
+cudaError_t cs_preload_kernels(void);
 
 cudaError_t cs_foreign_stream_create(cudaStream_t* stream);
 cudaError_t cs_foreign_stream_destroy(cudaStream_t stream);

@@ -11,7 +11,11 @@ pub const REQUIRE_GPU: &str = "CUDA_STREAM_REQUIRE_GPU";
 /// skipping when [`REQUIRE_GPU`] is `1`.
 pub fn device_or_skip(name: &str) -> Option<Device> {
     let why = match Device::count() {
-        Ok(count) if count > 0 => return Some(Device::new(0).expect("device 0 exists when count > 0")),
+        Ok(count) if count > 0 => {
+            let device = Device::new(0).expect("device 0 exists when count > 0");
+            crate::preload_kernels(device).expect("the test kernels load on device 0");
+            return Some(device);
+        }
         Ok(_) => "the driver reports 0 devices".to_string(),
         Err(error) => error.to_string(),
     };
@@ -42,7 +46,12 @@ pub const REQUIRE_GPUS: &str = "CUDA_STREAM_REQUIRE_GPUS";
 pub fn devices_or_skip(name: &str, count: i32) -> Option<Vec<Device>> {
     let available = Device::count().unwrap_or(0);
     if available >= count {
-        return Some((0..count).map(|ordinal| Device::new(ordinal).expect("ordinal below count")).collect());
+        let devices: Vec<Device> =
+            (0..count).map(|ordinal| Device::new(ordinal).expect("ordinal below count")).collect();
+        for device in &devices {
+            crate::preload_kernels(*device).expect("the test kernels load on every device");
+        }
+        return Some(devices);
     }
     let required = std::env::var(REQUIRE_GPUS).ok().and_then(|value| value.parse::<i32>().ok()).unwrap_or(0);
     if required >= count {

@@ -39,6 +39,7 @@ pub mod ffi {
         ) -> cudaError_t;
         pub fn cs_launch_empty(stream: cudaStream_t) -> cudaError_t;
         pub fn cs_launch_fault(stream: cudaStream_t) -> cudaError_t;
+        pub fn cs_preload_kernels() -> cudaError_t;
         pub fn cs_foreign_stream_create(stream: *mut cudaStream_t) -> cudaError_t;
         pub fn cs_foreign_stream_destroy(stream: cudaStream_t) -> cudaError_t;
         pub fn cs_foreign_stream_tag(stream: cudaStream_t, log: *mut cs_tag_log, tag: u32) -> cudaError_t;
@@ -151,6 +152,18 @@ pub fn empty(stream: &impl LaunchStream) -> Result<()> {
 pub fn fault(stream: &impl LaunchStream) -> Result<()> {
     // SAFETY: the kernel faults on the device; the host memory of this process is not touched.
     launch(stream, "cs_launch_fault", |raw| unsafe { ffi::cs_launch_fault(raw) })
+}
+
+/// Loads every test kernel on `device` now, so that no launch later has to load one lazily
+/// (which can wait for kernels already running there: see `kernels/test_kernels.cu`). The GPU
+/// gates call it for each device they hand out.
+///
+/// # Errors
+/// CUDA's errors.
+pub fn preload_kernels(device: Device) -> Result<()> {
+    let _current = device.make_current()?;
+    // SAFETY: no arguments; loads kernels into the current context.
+    check(unsafe { ffi::cs_preload_kernels() }, "cs_preload_kernels")
 }
 
 /// A stream created, used and destroyed by the C library in `kernels/foreign_stream.cu`.
