@@ -60,6 +60,9 @@ fn main() -> cuda_stream::Result<()> {
     };
     println!("overlap: 8 kernels of {blocks} blocks x 1024 threads, {spin:?} each");
     let one = repeat(reps, || time_ms(&|| cuda_stream_tests::spin_grid(&streams[0], spin, blocks, 1024)));
+    let one_stream = repeat(reps, || {
+        time_ms(&|| (0..8).try_for_each(|_| cuda_stream_tests::spin_grid(&streams[0], spin, blocks, 1024)))
+    });
     let eight = repeat(reps, || {
         time_ms(&|| streams.iter().try_for_each(|s| cuda_stream_tests::spin_grid(s, spin, blocks, 1024)))
     });
@@ -67,11 +70,18 @@ fn main() -> cuda_stream::Result<()> {
         time_ms(&|| (0..8).try_for_each(|_| cuda_stream_tests::spin_grid(&legacy, spin, blocks, 1024)))
     });
     row("1 kernel on 1 stream (ms)", "ms", &one);
+    row("8 kernels on 1 non-blocking stream (ms)", "ms", &one_stream);
     row("8 kernels on 8 non-blocking streams (ms)", "ms", &eight);
     row("8 kernels on the legacy stream (ms)", "ms", &serial);
     let factor =
         Stats { median: serial.median / eight.median, min: serial.min / eight.max, max: serial.max / eight.min };
     row("overlap factor (legacy / 8 streams)", "x", &factor);
+    let factor = Stats {
+        median: one_stream.median / eight.median,
+        min: one_stream.min / eight.max,
+        max: one_stream.max / eight.min,
+    };
+    row("overlap factor (1 stream / 8 streams)", "x", &factor);
 
     // Priority: a 1-thread kernel's latency while the lowest-priority stream holds a backlog that
     // fills every thread slot for 20 waves of 1 ms.
