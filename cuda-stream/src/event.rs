@@ -3,6 +3,7 @@
 use crate::device::Device;
 use crate::error::{Error, Result, check, check_ready};
 use crate::host_fn::refuse_inside_host_fn;
+use crate::live;
 use crate::stream::Stream;
 use crate::sys;
 use std::ffi::c_uint;
@@ -73,6 +74,7 @@ impl Event {
         // SAFETY: `raw` is a valid out-pointer.
         let code = unsafe { sys::cudaEventCreateWithFlags(&mut raw, flags.raw()) };
         check(code, "cudaEventCreateWithFlags")?;
+        live::event_created();
         Ok(Event { raw, device, owned: true, flags: Some(flags), recorded: AtomicBool::new(false) })
     }
 
@@ -97,6 +99,7 @@ impl Event {
         // SAFETY: `raw` is a valid out-pointer; the handle is plain bytes the driver checks.
         check(unsafe { sys::cudaIpcOpenEventHandle(&mut raw, handle) }, "cudaIpcOpenEventHandle")?;
         let flags = EventFlags { interprocess: true, ..EventFlags::default() };
+        live::event_created();
         Ok(Event { raw, device, owned: true, flags: Some(flags), recorded: AtomicBool::new(true) })
     }
 
@@ -188,6 +191,9 @@ impl Event {
 
     /// Gives up ownership: returns the handle without destroying it.
     pub fn into_raw(self) -> sys::cudaEvent_t {
+        if self.owned {
+            live::event_released();
+        }
         ManuallyDrop::new(self).raw
     }
 
@@ -210,6 +216,7 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         if self.owned {
+            live::event_released();
             // SAFETY: we own `raw` and nothing uses it after this. Errors cannot be reported
             // from drop and leave nothing behind.
             let _ = unsafe { sys::cudaEventDestroy(self.raw) };

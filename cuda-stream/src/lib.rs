@@ -40,6 +40,35 @@
 //! description, [`CudaCode::is_sticky`]). `cudaErrorNotReady` is not an error: queries return
 //! `Ok(false)`.
 //!
+//! # Bad input and what it gets
+//! Each row is a test in the workspace; in every case nothing leaks ([`live_streams`],
+//! [`live_events`], [`live_host_fns`] return to where they were) and nothing panics.
+//!
+//! | input | result |
+//! |---|---|
+//! | `Device::new(-1)`, `Device::new(count)`, `Device::new(i32::MAX)` | [`Error::InvalidDevice`] with the count |
+//! | a priority above the least or below the greatest of the device's range | [`Error::PriorityOutOfRange`] with the range |
+//! | recording an event of device 1 on a stream of device 0 | [`Error::DeviceMismatch`] |
+//! | `elapsed` with an event created without timing | [`Error::TimingDisabled`] |
+//! | `elapsed` with an event never recorded | [`Error::EventNotRecorded`] |
+//! | `elapsed` before the events completed | `Ok(None)` |
+//! | `ipc_handle` of an event without [`EventFlags::interprocess`] | [`Error::NotInterprocess`] |
+//! | interprocess together with timing | [`Error::Cuda`] `cudaErrorInvalidValue` |
+//! | `Stream::from_raw(null, device)` | the device's null stream, [`Ownership::Builtin`]`(`[`Builtin::Null`]`)`: handle 0 *is* a stream |
+//! | `Stream::from_raw_owned` of 0, 0x1 or 0x2 | [`Error::BuiltinNotOwnable`] |
+//! | the per-thread stream used from another thread | [`Error::WrongThread`] |
+//! | `begin_capture` on the legacy stream | [`Error::CaptureMisuse`] |
+//! | `begin_capture` on a stream already capturing | [`Error::Cuda`] `cudaErrorIllegalState` |
+//! | `synchronize` / `query` of a capturing stream | [`Error::Cuda`] `cudaErrorStreamCaptureUnsupported`; the capture is invalidated |
+//! | `end` of an invalidated capture | [`Error::Cuda`] `cudaErrorStreamCaptureInvalidated` |
+//! | a `FnOnce` host function on a capturing stream | [`Error::CaptureMisuse`]; the closure is dropped, never run |
+//! | a host function that cannot be enqueued | CUDA's error; the closure is dropped, never run |
+//! | any call of this crate inside a host function | [`Error::InsideHostFn`] |
+//! | a host function that panics | caught, printed, queued for [`take_host_fn_panics`]; the stream goes on |
+//! | [`StreamPool::acquire`] with every stream leased | [`Error::PoolExhausted`] (it never waits or shares) |
+//! | a kernel that faults (illegal address) | [`Error::Cuda`] with [`CudaCode::is_sticky`]; every later call reports the same code |
+//! | no driver, an old driver, no device | [`Error::Cuda`] from `Device::count`/`new`/`current`; [`Error::gpu_unavailable`] says which |
+//!
 //! # Features
 //! * `per-thread-default-stream`: handle 0 means the per-thread default stream.
 //! * `dynamic-linking`: link the shared `libcudart` instead of the static one.
@@ -55,6 +84,7 @@ mod error;
 mod event;
 mod graph;
 pub mod host_fn;
+mod live;
 mod pool;
 mod priority;
 mod stream;
@@ -62,10 +92,11 @@ mod stream;
 pub use completion::Completion;
 pub use current::CurrentStreamGuard;
 pub use device::{Device, DeviceGuard, driver_version, runtime_version};
-pub use error::{CudaCode, Error, Result, check};
+pub use error::{CudaCode, Error, GpuUnavailable, Result, check};
 pub use event::{Event, EventFlags};
 pub use graph::{Capture, CaptureInfo, CaptureMode, CaptureStatus, Graph, GraphExec};
 pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
+pub use live::{live_events, live_streams};
 pub use pool::{StreamLease, StreamPool};
 pub use priority::{Priority, PriorityRange};
 pub use stream::{Builtin, Ownership, Stream, StreamOptions, StreamRef};

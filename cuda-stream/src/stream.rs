@@ -6,6 +6,7 @@ use crate::device::{Device, DeviceGuard};
 use crate::error::{Error, Result, check, check_ready};
 use crate::event::{Event, EventFlags};
 use crate::host_fn::refuse_inside_host_fn;
+use crate::live;
 use crate::priority::Priority;
 use crate::sys;
 use std::cell::RefCell;
@@ -157,6 +158,7 @@ impl Stream {
         // SAFETY: `raw` is a valid out-pointer; flags and priority are plain values.
         let code = unsafe { sys::cudaStreamCreateWithPriority(&mut raw, flags as c_uint, priority) };
         check(code, "cudaStreamCreateWithPriority")?;
+        live::stream_created();
         let mut stream = Stream { raw, device, ownership: Ownership::Owned, id: 0, thread: None };
         // If this fails, dropping `stream` destroys the new handle: nothing leaks.
         stream.id = stream.read_id()?;
@@ -234,12 +236,16 @@ impl Stream {
         // Read the id while borrowed, so a rejected handle is not destroyed by our drop.
         // SAFETY: the caller guarantees `handle` is a valid stream of `device`.
         let borrowed = unsafe { Stream::from_raw(handle, device) }?;
+        live::stream_created();
         Ok(Stream { ownership: Ownership::Owned, ..borrowed })
     }
 
     /// Gives up ownership: returns the handle without destroying it. The caller now owns an
     /// owned stream (for others, this just returns the handle).
     pub fn into_raw(self) -> sys::cudaStream_t {
+        if self.ownership == Ownership::Owned {
+            live::stream_released();
+        }
         ManuallyDrop::new(self).raw
     }
 
@@ -459,8 +465,11 @@ impl Stream {
         let this = ManuallyDrop::new(self);
         let pending = this.query().map(drop);
         let destroyed = match this.ownership {
-            // SAFETY: we own `raw`; ManuallyDrop keeps Drop from destroying it twice.
-            Ownership::Owned => check(unsafe { sys::cudaStreamDestroy(this.raw) }, "cudaStreamDestroy"),
+            Ownership::Owned => {
+                live::stream_released();
+                // SAFETY: we own `raw`; ManuallyDrop keeps Drop from destroying it twice.
+                check(unsafe { sys::cudaStreamDestroy(this.raw) }, "cudaStreamDestroy")
+            }
             Ownership::Borrowed | Ownership::Builtin(_) => Ok(()),
         };
         pending.and(destroyed)
@@ -474,6 +483,7 @@ fn mismatch(what: &'static str, expected: Device, found: Device) -> Error {
 impl Drop for Stream {
     fn drop(&mut self) {
         if self.ownership == Ownership::Owned {
+            live::stream_released();
             // Drop cannot report: errors of earlier work reach the next call that can, or
             // `destroy` for those who ask. The handle belongs to its context, so no device
             // switch is needed.
