@@ -121,3 +121,26 @@ fn completion_resolves_after_the_spin_kernel_and_not_before() {
     assert!(a.query().unwrap());
     assert_eq!(live_host_fns(), 0);
 }
+
+#[test]
+fn dropping_the_last_handle_inside_a_host_fn_does_not_deadlock() {
+    let device = gpu_or_skip!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let before = (cuda_stream::live_streams(), cuda_stream::live_events());
+    let runner = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let doomed = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let event = doomed.record_event().unwrap();
+    runner
+        .launch_host_fn(move || {
+            // The last owners of a stream and an event, dropped where CUDA calls are forbidden.
+            drop((doomed, event));
+        })
+        .unwrap();
+    runner.synchronize().unwrap();
+    let settled = cuda_stream_tests::poll_until(Duration::from_secs(5), || {
+        (cuda_stream::live_streams(), cuda_stream::live_events()) == (before.0 + 1, before.1)
+    });
+    assert!(settled.is_some(), "the stream and event were released");
+    drop(runner);
+    assert_eq!(cuda_stream::live_streams(), before.0);
+}

@@ -217,9 +217,13 @@ impl Drop for Event {
     fn drop(&mut self) {
         if self.owned {
             live::event_released();
-            // SAFETY: we own `raw` and nothing uses it after this. Errors cannot be reported
-            // from drop and leave nothing behind.
-            let _ = unsafe { sys::cudaEventDestroy(self.raw) };
+            let raw = self.raw as usize;
+            // Errors cannot be reported from drop and leave nothing behind. Inside a host
+            // function the destroy is made outside it.
+            crate::host_fn::call_outside_host_fn(move || {
+                // SAFETY: we own the handle and nothing uses it after this.
+                let _ = unsafe { sys::cudaEventDestroy(raw as sys::cudaEvent_t) };
+            });
         }
     }
 }

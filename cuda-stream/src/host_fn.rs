@@ -60,6 +60,17 @@ pub(crate) fn refuse_inside_host_fn() -> Result<()> {
     if IN_HOST_FN.get() { Err(Error::InsideHostFn) } else { Ok(()) }
 }
 
+/// Runs `f` (a CUDA call that cannot fail loudly, such as a destroy in `Drop`) now, or, inside
+/// a host function where CUDA calls are forbidden, on a new thread that may make it once the
+/// host function has returned.
+pub(crate) fn call_outside_host_fn(f: impl FnOnce() + Send + 'static) {
+    if IN_HOST_FN.get() {
+        std::thread::spawn(f);
+    } else {
+        f();
+    }
+}
+
 /// Runs `f` as a host function would: flagged, panics caught and queued. Never unwinds.
 pub(crate) fn run_guarded(stream_id: u64, f: impl FnOnce()) {
     IN_HOST_FN.set(true);

@@ -486,9 +486,13 @@ impl Drop for Stream {
             live::stream_released();
             // Drop cannot report: errors of earlier work reach the next call that can, or
             // `destroy` for those who ask. The handle belongs to its context, so no device
-            // switch is needed.
-            // SAFETY: we own `raw` and nothing uses it after this.
-            let _ = unsafe { sys::cudaStreamDestroy(self.raw) };
+            // switch is needed. Dropped inside a host function (the last `Arc` of a stream moved
+            // into one), the destroy is made outside it.
+            let raw = self.raw as usize;
+            crate::host_fn::call_outside_host_fn(move || {
+                // SAFETY: we own the handle and nothing uses it after this.
+                let _ = unsafe { sys::cudaStreamDestroy(raw as sys::cudaStream_t) };
+            });
         }
     }
 }
