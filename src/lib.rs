@@ -307,3 +307,26 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
         std::thread::park();
     }
 }
+
+pub mod ordering_model;
+
+/// Whether kernels of different streams can be seen running at the same time. compute-sanitizer
+/// serializes kernel execution, so under it (see [`under_sanitizer`]) the assertions that need
+/// concurrency (a non-blocking stream not waiting, two per-thread streams overlapping, priority
+/// scheduling, timings) are skipped, loudly; everything else in those tests still runs.
+pub fn concurrency_visible(test: &str) -> bool {
+    if under_sanitizer() {
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("SKIPPED {test}: compute-sanitizer serializes kernels, so concurrency cannot be observed\n")
+                .as_bytes(),
+        );
+        return false;
+    }
+    true
+}
+
+/// `normal`, or `reduced` under compute-sanitizer (whose instrumentation is slow).
+pub fn scaled(normal: usize, reduced: usize) -> usize {
+    if under_sanitizer() { reduced } else { normal }
+}

@@ -32,6 +32,10 @@ fn log_reaches(log: &TagLog, count: u32, within: Duration) -> bool {
 #[test]
 fn legacy_stream_waits_for_blocking_streams_and_not_for_non_blocking_ones() {
     let device = gpu_or_skip!();
+    if !cuda_stream_tests::concurrency_visible("legacy_stream_waits_for_blocking_streams_and_not_for_non_blocking_ones")
+    {
+        return;
+    }
     let legacy = Stream::legacy(device).unwrap();
     let log = TagLog::new(8).unwrap();
 
@@ -58,6 +62,11 @@ fn legacy_stream_waits_for_blocking_streams_and_not_for_non_blocking_ones() {
 #[test]
 fn blocking_streams_wait_for_the_legacy_stream_and_non_blocking_ones_do_not() {
     let device = gpu_or_skip!();
+    if !cuda_stream_tests::concurrency_visible(
+        "blocking_streams_wait_for_the_legacy_stream_and_non_blocking_ones_do_not",
+    ) {
+        return;
+    }
     let legacy = Stream::legacy(device).unwrap();
     let (blocking_stream, free) = (blocking(device), non_blocking(device));
     let log = TagLog::new(8).unwrap();
@@ -74,6 +83,9 @@ fn blocking_streams_wait_for_the_legacy_stream_and_non_blocking_ones_do_not() {
 #[test]
 fn per_thread_streams_are_distinct_and_synchronize_with_legacy() {
     let device = gpu_or_skip!();
+    if !cuda_stream_tests::concurrency_visible("per_thread_streams_are_distinct_and_synchronize_with_legacy") {
+        return;
+    }
     let log = TagLog::new(8).unwrap();
     let mine = Stream::per_thread(device).unwrap();
     let flag = park(&mine);
@@ -132,6 +144,9 @@ fn priorities_are_checked_read_back_and_scheduled_first() {
     assert_eq!(low.priority().unwrap(), range.lowest());
     assert_eq!(range.clamp(range.greatest - 10), range.highest());
 
+    if !cuda_stream_tests::concurrency_visible("priorities_are_checked_read_back_and_scheduled_first") {
+        return;
+    }
     // A backlog that fills every thread slot for many waves: 1024-thread blocks, 2 per SM.
     let sms = cuda_stream_tests::sm_count(device).unwrap();
     let latency_on = |stream: &Stream| {
@@ -210,6 +225,9 @@ fn fork_waits_for_the_parent_and_join_waits_for_the_child() {
 #[test]
 fn destroying_a_busy_stream_returns_at_once_and_its_work_completes() {
     let device = gpu_or_skip!();
+    if !cuda_stream_tests::concurrency_visible("destroying_a_busy_stream_returns_at_once_and_its_work_completes") {
+        return;
+    }
     let stream = non_blocking(device);
     let log = TagLog::new(4).unwrap();
     cuda_stream_tests::tag(&stream, &log, 7, LONG_SPIN).unwrap();
