@@ -71,6 +71,20 @@ impl Device {
     /// # Errors
     /// As [`Device::count`] when the device is unusable.
     pub fn priority_range(self) -> Result<PriorityRange> {
+        // A device's range never changes: read it once per device.
+        static RANGES: OnceLock<Box<[OnceLock<PriorityRange>]>> = OnceLock::new();
+        let ranges = RANGES.get_or_init(|| (0..Device::count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
+        if let Some(range) = ranges.get(self.ordinal as usize).and_then(OnceLock::get) {
+            return Ok(*range);
+        }
+        let range = self.read_priority_range()?;
+        if let Some(slot) = ranges.get(self.ordinal as usize) {
+            let _ = slot.set(range);
+        }
+        Ok(range)
+    }
+
+    fn read_priority_range(self) -> Result<PriorityRange> {
         let _current = self.make_current()?;
         let (mut least, mut greatest): (c_int, c_int) = (0, 0);
         // SAFETY: both out-pointers are valid for the call; the device is current.
