@@ -12,7 +12,10 @@ const THREADS: usize = 16;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn ops_per_thread() -> usize {
-    std::env::var("CUDA_STREAM_STRESS_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000)
+    std::env::var("CUDA_STREAM_STRESS_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cuda_stream_tests::scaled(100_000, 100))
 }
 
 /// A small deterministic generator (splitmix64), one per thread.
