@@ -190,6 +190,9 @@ impl Program {
     /// Checks the GPU's log of a run against [`Program::happens_before`]: every kernel ran once,
     /// and each kernel that must come after another appended its tag later and started after
     /// the other ended.
+    ///
+    /// # Errors
+    /// The first violation, described.
     pub fn check(&self, log: &[TagEntry]) -> Result<(), String> {
         let kernels: Vec<usize> =
             self.ops.iter().enumerate().filter(|(_, op)| matches!(op, Op::Kernel { .. })).map(|(i, _)| i).collect();

@@ -1,0 +1,113 @@
+//! Interop on a GPU: a cuda-stream stream handed to cudarc and to C, and cudarc's and C's
+//! streams borrowed by cuda-stream; the order of work is proven with our events and kernels.
+//! `cudaStream_t` (runtime) and `CUstream` (driver, cudarc) are the same `CUstream_st*`.
+
+use cuda_stream::{Ownership, Stream, StreamOptions};
+use cuda_stream_tests::{ForeignStream, MappedFlag, TagLog, gpu_or_skip};
+use cudarc::driver::{CudaContext, result, sys as driver};
+use std::time::Duration;
+
+const BYTES: usize = 1 << 20;
+
+/// A device buffer allocated through cudarc's driver API, freed on drop.
+struct DeviceBuffer(driver::CUdeviceptr);
+
+impl DeviceBuffer {
+    fn zeroed() -> DeviceBuffer {
+        // SAFETY: plain allocation and fill of our own buffer.
+        unsafe {
+            let ptr = result::malloc_sync(BYTES).unwrap();
+            result::memset_d8_sync(ptr, 0, BYTES).unwrap();
+            DeviceBuffer(ptr)
+        }
+    }
+
+    fn read(&self) -> Vec<u8> {
+        let mut host = vec![0u8; BYTES];
+        // SAFETY: `host` holds BYTES bytes; the buffer is live.
+        unsafe { result::memcpy_dtoh_sync(&mut host, self.0) }.unwrap();
+        host
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `zeroed`, freed once.
+        let _ = unsafe { result::free_sync(self.0) };
+    }
+}
+
+fn all(bytes: &[u8], value: u8) -> bool {
+    bytes.iter().all(|b| *b == value)
+}
+
+#[test]
+fn our_stream_carries_a_cudarc_memset_ordered_by_our_event() {
+    let device = gpu_or_skip!();
+    let context = CudaContext::new(0).unwrap();
+    context.bind_to_thread().unwrap();
+    let buffer = DeviceBuffer::zeroed();
+    let ours = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let flag = MappedFlag::new().unwrap();
+    cuda_stream_tests::wait_flag(&ours, &flag, Duration::from_secs(10)).unwrap();
+    // SAFETY: our live stream, as the driver's handle type; the buffer outlives the work.
+    unsafe { result::memset_d8_async(buffer.0, 7, BYTES, ours.as_raw().cast()) }.unwrap();
+    let done = ours.record_event().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!done.query().unwrap(), "our event waits for our kernel and cudarc's memset");
+    assert!(all(&buffer.read(), 0), "cudarc's memset waited behind our kernel");
+    flag.set();
+    done.synchronize().unwrap();
+    assert!(all(&buffer.read(), 7));
+}
+
+#[test]
+fn a_cudarc_stream_borrowed_by_us_orders_its_own_work_and_survives_our_drop() {
+    let device = gpu_or_skip!();
+    let context = CudaContext::new(0).unwrap();
+    let theirs = context.new_stream().unwrap();
+    let buffer = DeviceBuffer::zeroed();
+    let flag = MappedFlag::new().unwrap();
+    {
+        // SAFETY: cudarc keeps its stream alive longer than this borrowed wrapper.
+        let borrowed = unsafe { Stream::from_raw(theirs.cu_stream().cast(), device) }.unwrap();
+        assert_eq!(borrowed.ownership(), Ownership::Borrowed);
+        cuda_stream_tests::wait_flag(&borrowed, &flag, Duration::from_secs(10)).unwrap();
+        // SAFETY: cudarc's own live stream; the buffer outlives the work.
+        unsafe { result::memset_d8_async(buffer.0, 9, BYTES, theirs.cu_stream()) }.unwrap();
+        let done = borrowed.record_event().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!done.query().unwrap());
+        assert!(all(&buffer.read(), 0), "cudarc's memset waited behind our kernel on its stream");
+        flag.set();
+        done.synchronize().unwrap();
+    }
+    assert!(all(&buffer.read(), 9));
+    // Our wrapper is gone; cudarc's stream is not.
+    // SAFETY: as above.
+    unsafe { result::memset_d8_async(buffer.0, 3, BYTES, theirs.cu_stream()) }.unwrap();
+    theirs.synchronize().expect("cudarc's stream is still alive");
+    assert!(all(&buffer.read(), 3));
+}
+
+#[test]
+fn c_code_enqueues_on_our_stream_and_we_borrow_its_stream() {
+    let device = gpu_or_skip!();
+    let log = TagLog::new(8).unwrap();
+    // Ours, handed to C.
+    let ours = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    cuda_stream_tests::tag(&ours, &log, 1, Duration::from_millis(10)).unwrap();
+    ForeignStream::c_tag(&ours.as_raw(), &log, 2).unwrap();
+    ours.synchronize().unwrap();
+    // C's, borrowed by us.
+    let foreign = ForeignStream::create().unwrap();
+    {
+        // SAFETY: the C library keeps its stream until `destroy` below.
+        let borrowed = unsafe { Stream::from_raw(foreign.raw(), device) }.unwrap();
+        ForeignStream::c_tag(&foreign.raw(), &log, 3).unwrap();
+        cuda_stream_tests::tag(&borrowed, &log, 4, Duration::ZERO).unwrap();
+        borrowed.synchronize().unwrap();
+    }
+    foreign.destroy().unwrap();
+    assert_eq!(log.tags(), vec![1, 2, 3, 4]);
+}
