@@ -59,7 +59,7 @@ run_one() {
   fi
 }
 
-for bin in bin/legacy/* bin/per-thread/*; do run_one "$bin" --test-threads=1 --nocapture; done
+for bin in bin/legacy/* bin/per-thread/* bin/cuda12/*; do [ -e "$bin" ] && run_one "$bin" --test-threads=1 --nocapture; done
 for bin in bin/examples/*; do [ -e "$bin" ] && run_one "$bin"; done
 if [ $benches = 1 ]; then
   for bin in bin/benches/*; do [ -e "$bin" ] && run_one "$bin"; done

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=target/gpu-bundle
 rm -rf "$bundle"
-mkdir -p "$bundle/bin/legacy" "$bundle/bin/per-thread" "$bundle/bin/examples" "$bundle/bin/benches"
+mkdir -p "$bundle/bin/legacy" "$bundle/bin/per-thread" "$bundle/bin/cuda12" "$bundle/bin/examples" "$bundle/bin/benches"
 
 # Copies the executables of the target kinds $2 (comma-separated) that a cargo
 # --message-format=json build reports into $1.
@@ -35,6 +35,11 @@ cargo test --workspace --release --no-run --message-format=json --quiet | collec
 echo "building tests (per-thread default stream)..."
 cargo test --workspace --release --no-run --features per-thread-default-stream --message-format=json --quiet \
   | collect "$bundle/bin/per-thread" lib,test
+if [ -n "${CUDA12_ROOT:-}" ]; then
+  echo "building cuda-stream's own tests against CUDA 12 ($CUDA12_ROOT)..."
+  CUDA_PATH="$CUDA12_ROOT" CARGO_TARGET_DIR=target/cuda12 cargo test -p cuda-stream -p cuda-stream-sys --release \
+    --no-run --message-format=json --quiet | collect "$bundle/bin/cuda12" lib,test
+fi
 echo "building examples and benchmarks..."
 cargo build --workspace --release --examples --message-format=json --quiet | collect "$bundle/bin/examples" example
 cargo bench --workspace --no-run --message-format=json --quiet | collect "$bundle/bin/benches" bench

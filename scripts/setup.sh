@@ -43,6 +43,20 @@ ensure_toolkit() {
   export CUDA_PATH="$root"
 }
 
+# NVIDIA's CUDA 12 wheels, for the build that proves CUDA 12 support: the runtime in its own
+# root, the crt/ headers in the nvcc wheel (which has no nvcc).
+CUDA12_WHEELS=('nvidia-cuda-runtime-cu12==12.9.*' 'nvidia-cuda-nvcc-cu12==12.9.*')
+
+ensure_cuda12() {
+  local site="$repo/.toolkit/cu12"
+  if [ ! -e "$site/nvidia/cuda_runtime/include/cuda_runtime_api.h" ] || [ ! -d "$site/nvidia/cuda_nvcc/include/crt" ]; then
+    echo "installing the CUDA 12.9 runtime wheels into .toolkit/cu12 ..." >&2
+    python3 -m pip install -q --disable-pip-version-check --no-warn-script-location \
+      --target "$site" --upgrade "${CUDA12_WHEELS[@]}" >&2
+  fi
+  CUDA12_ROOT="$site/nvidia/cuda_runtime"
+}
+
 cuda_lib_dir() {
   local root=${CUDA_PATH:-${CUDA_HOME:-${CUDA_ROOT:-${CUDA_TOOLKIT_ROOT_DIR:-/usr/local/cuda}}}}
   if [ -d "$root/lib64" ]; then echo "$root/lib64"; else echo "$root/lib"; fi

@@ -11,19 +11,20 @@ pub const REQUIRE_GPU: &str = "CUDA_STREAM_REQUIRE_GPU";
 /// skipping when [`REQUIRE_GPU`] is `1`.
 pub fn device_or_skip(name: &str) -> Option<Device> {
     let why = match Device::count() {
+        _ if !crate::KERNELS_BUILT => "the test kernels were not built (the toolkit has no nvcc)".to_string(),
         Ok(count) if count > 0 => {
             let device = Device::new(0).expect("device 0 exists when count > 0");
             crate::preload_kernels(device).expect("the test kernels load on device 0");
             return Some(device);
         }
-        Ok(_) => "the driver reports 0 devices".to_string(),
-        Err(error) => error.to_string(),
+        Ok(_) => "no usable CUDA GPU (the driver reports 0 devices)".to_string(),
+        Err(error) => format!("no usable CUDA GPU ({error})"),
     };
     if std::env::var(REQUIRE_GPU).as_deref() == Ok("1") {
-        panic!("{name}: a GPU is required ({REQUIRE_GPU}=1) but none is usable: {why}");
+        panic!("{name}: a GPU and the test kernels are required ({REQUIRE_GPU}=1): {why}");
     }
     // Written to stderr directly: the test harness captures `eprintln!` of passing tests.
-    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: no usable CUDA GPU ({why})");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {why}");
     None
 }
 
@@ -45,6 +46,10 @@ pub const REQUIRE_GPUS: &str = "CUDA_STREAM_REQUIRE_GPUS";
 /// instead of skipping when [`REQUIRE_GPUS`] asks for at least `count` devices.
 pub fn devices_or_skip(name: &str, count: i32) -> Option<Vec<Device>> {
     let available = Device::count().unwrap_or(0);
+    if !crate::KERNELS_BUILT {
+        device_or_skip(name);
+        return None;
+    }
     if available >= count {
         let devices: Vec<Device> =
             (0..count).map(|ordinal| Device::new(ordinal).expect("ordinal below count")).collect();

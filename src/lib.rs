@@ -8,6 +8,10 @@ use std::ffi::c_void;
 use std::time::Duration;
 
 pub mod gpu;
+
+/// Whether `kernels/*.cu` were compiled (the toolkit had nvcc). Without them every GPU test
+/// skips, saying why.
+pub const KERNELS_BUILT: bool = !cfg!(kernels_missing);
 pub mod mapped;
 
 pub use mapped::{FlagOutcome, MappedFlag, TagEntry, TagLog};

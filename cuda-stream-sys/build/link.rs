@@ -32,7 +32,8 @@ pub fn emit(toolkit: &Toolkit, per_thread: bool) {
         }
     }
     println!("cargo:root={}", toolkit.root.display());
-    println!("cargo:include={}", toolkit.include().display());
+    let includes: Vec<String> = toolkit.includes().iter().map(|dir| dir.display().to_string()).collect();
+    println!("cargo:include={}", includes.join(if cfg!(windows) { ";" } else { ":" }));
     println!("cargo:version={}", toolkit.version);
     println!("cargo:per_thread={}", u8::from(per_thread));
     let nvcc = toolkit.root.join("bin/nvcc");

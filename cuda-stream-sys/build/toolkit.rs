@@ -36,6 +36,24 @@ impl Toolkit {
         self.root.join("include")
     }
 
+    /// Every header directory: the root's, and for NVIDIA's split CUDA 12 wheels the sibling
+    /// wheels' (`nvidia/cuda_nvcc/include` holds the `crt/` headers the runtime's include).
+    pub fn includes(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.include()];
+        let parent = self.root.parent();
+        if let Some(nvidia) = parent.filter(|dir| dir.file_name().is_some_and(|name| name == "nvidia")) {
+            if let Ok(entries) = std::fs::read_dir(nvidia) {
+                let mut siblings: Vec<PathBuf> = entries
+                    .filter_map(|entry| entry.ok().map(|entry| entry.path().join("include")))
+                    .filter(|dir| dir.is_dir() && *dir != self.include())
+                    .collect();
+                siblings.sort();
+                dirs.extend(siblings);
+            }
+        }
+        dirs
+    }
+
     /// The directories that may hold cudart, existing ones only.
     pub fn lib_dirs(&self) -> Vec<PathBuf> {
         ["lib64", "lib", "lib/x64", "targets/x86_64-linux/lib"]

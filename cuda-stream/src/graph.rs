@@ -118,13 +118,26 @@ impl Stream {
         let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
         let mut id: c_ulonglong = 0;
         // SAFETY: a live stream; `status` and `id` are valid out-pointers; the outputs we do not
-        // want are null, which the API allows.
+        // want are null, which the API allows. CUDA 13 added the edge-data output.
+        #[cfg(cudart_13)]
         let code = unsafe {
             sys::cudaStreamGetCaptureInfo(
                 self.as_raw(),
                 &mut status,
                 &mut id,
                 std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        // SAFETY: as above, with CUDA 12's signature.
+        #[cfg(not(cudart_13))]
+        let code = unsafe {
+            sys::cudaStreamGetCaptureInfo(
+                self.as_raw(),
+                &mut status,
+                &mut id,
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),

@@ -1,0 +1,35 @@
+/* Built instead of the .cu files when the toolkit has no nvcc (NVIDIA's CUDA 12 runtime wheel,
+ * say): every launcher reports cudaErrorNotSupported, and the GPU tests that need kernels say
+ * they are skipped (src/gpu.rs checks KERNELS_BUILT) before any of these is called. */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "../test_kernels.h"
+
+cudaError_t cs_launch_spin(cudaStream_t s, uint64_t ns, uint32_t b, uint32_t t) {
+  (void)s; (void)ns; (void)b; (void)t;
+  return cudaErrorNotSupported;
+}
+cudaError_t cs_launch_tag(cudaStream_t s, cs_tag_log* log, uint32_t tag, uint64_t ns) {
+  (void)s; (void)log; (void)tag; (void)ns;
+  return cudaErrorNotSupported;
+}
+cudaError_t cs_launch_wait_flag(cudaStream_t s, const uint32_t* f, uint64_t ns, uint32_t* o) {
+  (void)s; (void)f; (void)ns; (void)o;
+  return cudaErrorNotSupported;
+}
+cudaError_t cs_launch_empty(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
+cudaError_t cs_launch_fault(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
+cudaError_t cs_preload_kernels(void) { return cudaErrorNotSupported; }
+cudaError_t cs_foreign_stream_create(cudaStream_t* s) { (void)s; return cudaErrorNotSupported; }
+cudaError_t cs_foreign_stream_destroy(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
+cudaError_t cs_foreign_stream_tag(cudaStream_t s, cs_tag_log* log, uint32_t tag) {
+  (void)s; (void)log; (void)tag;
+  return cudaErrorNotSupported;
+}
+double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEvent_t e, int p) {
+  (void)op; (void)iters; (void)a; (void)b; (void)e; (void)p;
+  return -1.0;
+}
+cudaError_t cs_bench_launch_empty(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
+void cs_bench_noop_host_fn(void* data) { (void)data; }
