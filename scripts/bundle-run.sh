@@ -8,6 +8,13 @@
 #   run.sh --gpus N               multi-GPU tests fail instead of skipping with fewer than N GPUs
 # Last line: "N passed, N failed" (tests, examples and benchmarks each count as one or more).
 cd "$(dirname "$0")"
+if [ ! -d bin ]; then
+  # The binaries travel packed; unpack them next to a copy of this script.
+  unpacked=${BUNDLE_DIR:-/tmp/cuda-stream-bundle}
+  rm -rf "$unpacked" && mkdir -p "$unpacked"
+  xz -dc bin.tar.xz | tar -C "$unpacked" -xf -
+  cd "$unpacked" || exit 2
+fi
 export CUDA_STREAM_REQUIRE_GPU=1
 sanitize="" benches=0 only=""
 while [ $# -gt 0 ]; do

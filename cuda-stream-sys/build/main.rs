@@ -1,5 +1,7 @@
 //! Build script of `cuda-stream-sys`, split by concern:
 //!
+//! 0. [`prebuilt`]: without a toolkit (docs.rs, or the `prebuilt-bindings` feature), use the
+//!    committed bindings and stop there;
 //! 1. [`toolkit`]: find the CUDA toolkit (or stop with one message saying where we looked);
 //! 2. [`bindings`]: run bindgen on the toolkit's `cuda_runtime_api.h` into `OUT_DIR`;
 //! 3. [`link`]: link cudart (static by default) and publish the toolkit's location as
@@ -8,9 +10,15 @@
 mod bindings;
 mod env;
 mod link;
+mod prebuilt;
 mod toolkit;
 
 fn main() {
+    let per_thread = env::feature("PER_THREAD_DEFAULT_STREAM");
+    if prebuilt::wanted() {
+        prebuilt::install(per_thread);
+        return;
+    }
     let toolkit = match toolkit::find() {
         Ok(toolkit) => toolkit,
         Err(message) => {
@@ -25,7 +33,6 @@ fn main() {
         toolkit.root.display(),
         toolkit.found_by
     );
-    let per_thread = env::feature("PER_THREAD_DEFAULT_STREAM");
     bindings::generate(&toolkit, per_thread);
     link::emit(&toolkit, per_thread);
 }
