@@ -1,5 +1,21 @@
 //! Safe CUDA streams for Rust.
 //!
+//! ```no_run
+//! use cuda_stream::{Device, Stream, StreamOptions};
+//!
+//! # fn main() -> cuda_stream::Result<()> {
+//! let device = Device::new(0)?;
+//! let range = device.priority_range()?;
+//! let urgent = Stream::new(device, StreamOptions::non_blocking().with_priority(range.highest()))?;
+//! let batch = Stream::new(device, StreamOptions::non_blocking())?;
+//! // ... enqueue work on `batch` (kernels take `batch.as_raw()`) ...
+//! urgent.wait_stream(&batch)?; // later work on `urgent` waits for `batch`'s work so far
+//! urgent.launch_host_fn(|| println!("both streams' work so far is done"))?;
+//! urgent.synchronize()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Ownership
 //! Every [`Stream`] knows its [`Device`] and who owns its handle ([`Stream::ownership`]):
 //!

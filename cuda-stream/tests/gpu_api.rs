@@ -3,9 +3,7 @@
 //! such as NVIDIA's CUDA 12 runtime wheel. Without a GPU they say they are skipped; with
 //! `CUDA_STREAM_REQUIRE_GPU=1` a missing GPU fails them.
 
-use cuda_stream::{
-    CaptureMode, Device, Event, EventFlags, Ownership, Stream, StreamOptions, StreamPool,
-};
+use cuda_stream::{CaptureMode, Device, Event, EventFlags, Ownership, Stream, StreamOptions, StreamPool};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, mpsc};
