@@ -110,10 +110,17 @@ fn destroy_returns_at_once_and_the_pending_host_fn_still_runs() {
     let flag = Arc::clone(&ran);
     stream.launch_host_fn(move || flag.store(true, Ordering::SeqCst)).unwrap();
     let start = Instant::now();
-    stream.destroy().unwrap();
-    assert!(start.elapsed() < Duration::from_millis(500));
-    assert!(!ran.load(Ordering::SeqCst));
-    release.send(()).unwrap();
+    if std::env::var_os("CUDA_STREAM_SANITIZER").is_some() {
+        // compute-sanitizer makes cudaStreamDestroy wait for the stream: release it first.
+        let _ = writeln!(std::io::stderr(), "SKIPPED the timing half: destroy blocks under compute-sanitizer");
+        release.send(()).unwrap();
+        stream.destroy().unwrap();
+    } else {
+        stream.destroy().unwrap();
+        assert!(start.elapsed() < Duration::from_millis(500), "destroy waited {:?}", start.elapsed());
+        assert!(!ran.load(Ordering::SeqCst));
+        release.send(()).unwrap();
+    }
     device.synchronize().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while !ran.load(Ordering::SeqCst) && Instant::now() < deadline {
