@@ -4,24 +4,12 @@
 //! `--quick` runs fewer repetitions.
 
 use cuda_stream::{Stream, StreamOptions, StreamPool};
-use cuda_stream_tests::{TagLog, poll_until};
+use cuda_stream_tests::{Stats, TagLog, poll_until};
 use std::time::{Duration, Instant};
-
-/// One summary: median, min, max, in milliseconds or microseconds as the row says.
-struct Stats {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-fn stats(mut samples: Vec<f64>) -> Stats {
-    samples.sort_by(f64::total_cmp);
-    Stats { median: samples[samples.len() / 2], min: samples[0], max: samples[samples.len() - 1] }
-}
 
 fn repeat(reps: usize, mut sample: impl FnMut() -> f64) -> Stats {
     sample(); // warm-up
-    stats((0..reps).map(|_| sample()).collect())
+    Stats::of((0..reps).map(|_| sample()).collect())
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -73,15 +61,8 @@ fn main() -> cuda_stream::Result<()> {
     row("8 kernels on 1 non-blocking stream (ms)", "ms", &one_stream);
     row("8 kernels on 8 non-blocking streams (ms)", "ms", &eight);
     row("8 kernels on the legacy stream (ms)", "ms", &serial);
-    let factor =
-        Stats { median: serial.median / eight.median, min: serial.min / eight.max, max: serial.max / eight.min };
-    row("overlap factor (legacy / 8 streams)", "x", &factor);
-    let factor = Stats {
-        median: one_stream.median / eight.median,
-        min: one_stream.min / eight.max,
-        max: one_stream.max / eight.min,
-    };
-    row("overlap factor (1 stream / 8 streams)", "x", &factor);
+    row("overlap factor (legacy / 8 streams)", "x", &serial.ratio(&eight));
+    row("overlap factor (1 stream / 8 streams)", "x", &one_stream.ratio(&eight));
 
     // Priority: a 1-thread kernel's latency while the lowest-priority stream holds a backlog that
     // fills every thread slot for 20 waves of 1 ms.

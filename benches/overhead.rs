@@ -5,6 +5,7 @@
 //! (default `target/`). `--quick` runs fewer operations, for smoke tests.
 
 use cuda_stream::{CaptureMode, Device, Event, EventFlags, Stream, StreamOptions, StreamPool, check, sys};
+use cuda_stream_tests::Stats;
 use std::ffi::c_void;
 use std::hint::black_box;
 use std::time::Instant;
@@ -67,18 +68,6 @@ fn time(iters: usize, mut body: impl FnMut()) -> f64 {
 
 fn ok(code: sys::cudaError_t) {
     assert_eq!(code, sys::cudaError::cudaSuccess, "{}", cuda_stream::CudaCode(code.0 as i32));
-}
-
-#[derive(Debug)]
-struct Stats {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-fn stats(mut samples: Vec<f64>) -> Stats {
-    samples.sort_by(f64::total_cmp);
-    Stats { median: samples[samples.len() / 2], min: samples[0], max: samples[samples.len() - 1] }
 }
 
 fn main() {
@@ -452,7 +441,7 @@ fn main() {
             }
         }
         let (cpp, ffi, safe) =
-            ((!cpp.is_empty()).then(|| stats(cpp)), (!ffi.is_empty()).then(|| stats(ffi)), stats(safe));
+            ((!cpp.is_empty()).then(|| Stats::of(cpp)), (!ffi.is_empty()).then(|| Stats::of(ffi)), Stats::of(safe));
         let show = |s: &Option<Stats>| s.as_ref().map_or("-".to_string(), |s| format!("{:.0}", s.median));
         let ratio = cpp.as_ref().map(|c| safe.median / c.median);
         println!(

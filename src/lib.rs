@@ -8,6 +8,8 @@ use std::ffi::c_void;
 use std::time::Duration;
 
 pub mod gpu;
+mod rng;
+mod stats;
 
 /// Whether `kernels/*.cu` were compiled (the toolkit had nvcc). Without them every GPU test
 /// skips, saying why.
@@ -15,6 +17,8 @@ pub const KERNELS_BUILT: bool = !cfg!(kernels_missing);
 pub mod mapped;
 
 pub use mapped::{FlagOutcome, MappedFlag, TagEntry, TagLog};
+pub use rng::Rng;
+pub use stats::Stats;
 
 /// The raw C ABI of `kernels/`.
 pub mod ffi {

@@ -13,7 +13,7 @@
 //! * `synchronize` blocks the host, so everything enqueued after it comes after the stream's
 //!   earlier work.
 
-use crate::{TagEntry, TagLog};
+use crate::{Rng, TagEntry, TagLog};
 use cuda_stream::{Device, Event, EventFlags, Result, Stream, StreamOptions};
 use std::fmt;
 use std::time::Duration;
@@ -63,28 +63,11 @@ pub struct Program {
     pub ops: Vec<Op>,
 }
 
-/// splitmix64: small, deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 impl Program {
     /// The program of `seed`: 2 to 8 streams (blocking and non-blocking, often with the legacy
     /// and the per-thread stream among them), 1 to 4 events, 10 to 40 steps.
     pub fn generate(seed: u64) -> Program {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let count = 2 + rng.below(7);
         let mut streams: Vec<StreamKind> = (0..count)
             .map(|_| if rng.below(2) == 0 { StreamKind::Blocking } else { StreamKind::NonBlocking })

@@ -3,7 +3,7 @@
 //! `CUDA_STREAM_STRESS_OPS` sets the operations per thread (default 100,000).
 
 use cuda_stream::{Device, Event, EventFlags, Stream, StreamOptions, StreamPool, sys};
-use cuda_stream_tests::gpu_or_skip;
+use cuda_stream_tests::{Rng, gpu_or_skip};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -16,19 +16,6 @@ fn ops_per_thread() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(cuda_stream_tests::scaled(100_000, 100))
-}
-
-/// A small deterministic generator (splitmix64), one per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 fn free_device_memory(device: Device) -> usize {
@@ -57,11 +44,11 @@ fn sixteen_threads_of_mixed_operations_leave_nothing_behind() {
                 let (streams, events, pool, failures) = (&streams, &events, &pool, &failures);
                 let (host_fns_run, host_fns_sent) = (&host_fns_run, &host_fns_sent);
                 scope.spawn(move || {
-                    let mut rng = Rng(me as u64 + 1);
+                    let mut rng = Rng::new(me as u64 + 1);
                     let mine = &streams[me];
                     for i in 0..ops {
-                        let other = (rng.next() as usize) % THREADS;
-                        let result = match rng.next() % 8 {
+                        let other = (rng.next_u64() as usize) % THREADS;
+                        let result = match rng.next_u64() % 8 {
                             0 => Stream::new(device, StreamOptions::non_blocking()).map(drop),
                             1 => pool.acquire().and_then(|lease| cuda_stream_tests::empty(&*lease)),
                             2 => mine.record(&events[me]).and_then(|()| streams[other].wait_event(&events[me])),
