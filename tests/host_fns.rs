@@ -147,3 +147,24 @@ fn dropping_the_last_handle_inside_a_host_fn_does_not_deadlock() {
     drop(runner);
     assert_eq!(cuda_stream::live_streams(), before.0);
 }
+
+#[test]
+fn an_event_completion_resolves_after_the_work_before_the_event() {
+    let device = gpu_or_skip!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let log = TagLog::new(4).unwrap();
+    let start = Instant::now();
+    cuda_stream_tests::tag(&stream, &log, 1, LONG_SPIN).unwrap();
+    let event = stream.record_event().unwrap();
+    cuda_stream_tests::tag(&stream, &log, 2, LONG_SPIN).unwrap();
+    let done = event.completion();
+    // (compute-sanitizer makes the waiter stream's destroy wait, so there it is complete already.)
+    assert!(cuda_stream_tests::under_sanitizer() || !done.is_complete());
+    block_on(done).unwrap();
+    let took = start.elapsed();
+    assert!(took >= LONG_SPIN - Duration::from_millis(5), "resolved after {took:?}, before the kernel ended");
+    assert_eq!(log.tags(), vec![1], "resolved at the event, not at the end of the stream");
+    stream.synchronize().unwrap();
+    assert_eq!(live_host_fns(), 0);
+}

@@ -2,7 +2,8 @@
 //! has completed. Woken by a host function; no async runtime is needed or assumed.
 
 use crate::error::Result;
-use crate::stream::Stream;
+use crate::event::Event;
+use crate::stream::{Stream, StreamOptions};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,6 +51,20 @@ impl Stream {
             Err(error) => State::Failed(Some(error)),
         };
         Completion { state }
+    }
+}
+
+impl Event {
+    /// A future that resolves when the work before this event's last record has completed.
+    /// It waits on a new non-blocking stream of the event's device, created for this call and
+    /// released at once (CUDA finishes its pending work): about one stream creation, and no
+    /// stream of the caller is held up.
+    pub fn completion(&self) -> Completion {
+        let waiter = Stream::new(self.device(), StreamOptions::non_blocking());
+        match waiter.and_then(|waiter| waiter.wait_event(self).map(|()| waiter)) {
+            Ok(waiter) => waiter.completion(),
+            Err(error) => Completion { state: State::Failed(Some(error)) },
+        }
     }
 }
 
