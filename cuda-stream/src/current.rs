@@ -15,6 +15,10 @@ thread_local! {
 
 /// Keeps a stream current on this thread for its device until dropped. Created by
 /// [`Stream::make_current`]; borrows the stream, so the stream outlives it.
+///
+/// Leaking a guard (`std::mem::forget`) leaves its stream current after the borrow ends; if the
+/// stream is then destroyed, calls through [`Stream::with_current`] get CUDA's error for a
+/// destroyed handle. Drop guards; do not forget them.
 #[derive(Debug)]
 #[must_use = "the stream is current only while the guard lives"]
 pub struct CurrentStreamGuard<'a> {
