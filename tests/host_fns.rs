@@ -101,7 +101,7 @@ fn a_failed_enqueue_frees_the_closure_once_and_never_runs_it() {
 #[test]
 fn completion_resolves_after_the_spin_kernel_and_not_before() {
     let device = gpu_or_skip!();
-    if !cuda_stream_tests::concurrency_visible("completion_resolves_after_the_spin_kernel_and_not_before") {
+    if !cuda_stream_tests::concurrency_visible() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -32,8 +32,7 @@ fn log_reaches(log: &TagLog, count: u32, within: Duration) -> bool {
 #[test]
 fn legacy_stream_waits_for_blocking_streams_and_not_for_non_blocking_ones() {
     let device = gpu_or_skip!();
-    if !cuda_stream_tests::concurrency_visible("legacy_stream_waits_for_blocking_streams_and_not_for_non_blocking_ones")
-    {
+    if !cuda_stream_tests::concurrency_visible() {
         return;
     }
     let legacy = Stream::legacy(device).unwrap();
@@ -62,9 +61,7 @@ fn legacy_stream_waits_for_blocking_streams_and_not_for_non_blocking_ones() {
 #[test]
 fn blocking_streams_wait_for_the_legacy_stream_and_non_blocking_ones_do_not() {
     let device = gpu_or_skip!();
-    if !cuda_stream_tests::concurrency_visible(
-        "blocking_streams_wait_for_the_legacy_stream_and_non_blocking_ones_do_not",
-    ) {
+    if !cuda_stream_tests::concurrency_visible() {
         return;
     }
     let legacy = Stream::legacy(device).unwrap();
@@ -83,7 +80,7 @@ fn blocking_streams_wait_for_the_legacy_stream_and_non_blocking_ones_do_not() {
 #[test]
 fn per_thread_streams_are_distinct_and_synchronize_with_legacy() {
     let device = gpu_or_skip!();
-    if !cuda_stream_tests::concurrency_visible("per_thread_streams_are_distinct_and_synchronize_with_legacy") {
+    if !cuda_stream_tests::concurrency_visible() {
         return;
     }
     let log = TagLog::new(8).unwrap();
@@ -144,7 +141,7 @@ fn priorities_are_checked_read_back_and_scheduled_first() {
     assert_eq!(low.priority().unwrap(), range.lowest());
     assert_eq!(range.clamp(range.greatest - 10), range.highest());
 
-    if !cuda_stream_tests::concurrency_visible("priorities_are_checked_read_back_and_scheduled_first") {
+    if !cuda_stream_tests::concurrency_visible() {
         return;
     }
     // A backlog that fills every thread slot for many waves: 1024-thread blocks, 2 per SM.
@@ -225,7 +222,7 @@ fn fork_waits_for_the_parent_and_join_waits_for_the_child() {
 #[test]
 fn destroying_a_busy_stream_returns_at_once_and_its_work_completes() {
     let device = gpu_or_skip!();
-    if !cuda_stream_tests::concurrency_visible("destroying_a_busy_stream_returns_at_once_and_its_work_completes") {
+    if !cuda_stream_tests::concurrency_visible() {
         return;
     }
     let stream = non_blocking(device);

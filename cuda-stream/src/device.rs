@@ -1,7 +1,7 @@
 //! CUDA devices, and the scoped guard that makes one current and restores the previous one.
 
 use crate::error::{Error, Result, check};
-use crate::priority::PriorityRange;
+use crate::priority::{Priority, PriorityRange};
 use crate::sys;
 use std::ffi::{CStr, c_int};
 use std::marker::PhantomData;
@@ -82,6 +82,19 @@ impl Device {
             let _ = slot.set(range);
         }
         Ok(range)
+    }
+
+    /// `priority` if it is inside this device's range.
+    ///
+    /// # Errors
+    /// [`Error::PriorityOutOfRange`] (with the range) otherwise, where CUDA would clamp in silence.
+    pub fn check_priority(self, priority: Priority) -> Result<Priority> {
+        let range = self.priority_range()?;
+        if range.contains(priority) {
+            Ok(priority)
+        } else {
+            Err(Error::PriorityOutOfRange { requested: priority.value(), device: self.ordinal, range })
+        }
     }
 
     fn read_priority_range(self) -> Result<PriorityRange> {

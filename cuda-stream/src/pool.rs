@@ -35,10 +35,7 @@ impl StreamPool {
     /// [`Error::PriorityOutOfRange`] if `options` has a priority outside the device's range.
     pub fn new(device: Device, options: StreamOptions, capacity: usize) -> Result<StreamPool> {
         if let Some(priority) = options.priority {
-            let range = device.priority_range()?;
-            if !range.contains(priority) {
-                return Err(Error::PriorityOutOfRange { requested: priority.value(), device: device.ordinal(), range });
-            }
+            device.check_priority(priority)?;
         }
         let slots = (0..capacity).map(|_| Slot::default()).collect();
         Ok(StreamPool { device, options, slots })

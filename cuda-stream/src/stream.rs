@@ -141,17 +141,7 @@ impl Stream {
         let _current = device.make_current()?;
         let priority = match options.priority {
             None => 0,
-            Some(priority) => {
-                let range = device.priority_range()?;
-                if !range.contains(priority) {
-                    return Err(Error::PriorityOutOfRange {
-                        requested: priority.value(),
-                        device: device.ordinal(),
-                        range,
-                    });
-                }
-                priority.value()
-            }
+            Some(priority) => device.check_priority(priority)?.value(),
         };
         let flags = if options.non_blocking { sys::cudaStreamNonBlocking } else { sys::cudaStreamDefault };
         let mut raw: sys::cudaStream_t = std::ptr::null_mut();
@@ -159,10 +149,8 @@ impl Stream {
         let code = unsafe { sys::cudaStreamCreateWithPriority(&mut raw, flags as c_uint, priority) };
         check(code, "cudaStreamCreateWithPriority")?;
         live::stream_created();
-        let mut stream = Stream { raw, device, ownership: Ownership::Owned, id: 0, thread: None };
-        // If this fails, dropping `stream` destroys the new handle: nothing leaks.
-        stream.id = stream.read_id()?;
-        Ok(stream)
+        // If reading the id fails, the new owned stream drops and is destroyed: nothing leaks.
+        Stream::identified(raw, device, Ownership::Owned, None)
     }
 
     /// The device's null stream, handle 0: the legacy stream, or the calling thread's
@@ -194,8 +182,17 @@ impl Stream {
 
     fn builtin(device: Device, builtin: Builtin) -> Result<Stream> {
         let thread = builtin.is_thread_bound().then(thread_token);
-        let mut stream =
-            Stream { raw: builtin.handle(), device, ownership: Ownership::Builtin(builtin), id: 0, thread };
+        Stream::identified(builtin.handle(), device, Ownership::Builtin(builtin), thread)
+    }
+
+    /// A `Stream` of `raw` with CUDA's id read (`cudaStreamGetId`).
+    fn identified(
+        raw: sys::cudaStream_t,
+        device: Device,
+        ownership: Ownership,
+        thread: Option<usize>,
+    ) -> Result<Stream> {
+        let mut stream = Stream { raw, device, ownership, id: 0, thread };
         stream.id = stream.read_id()?;
         Ok(stream)
     }
@@ -215,9 +212,7 @@ impl Stream {
         if let Some(builtin) = Builtin::of_handle(handle) {
             return Stream::builtin(device, builtin);
         }
-        let mut stream = Stream { raw: handle, device, ownership: Ownership::Borrowed, id: 0, thread: None };
-        stream.id = stream.read_id()?;
-        Ok(stream)
+        Stream::identified(handle, device, Ownership::Borrowed, None)
     }
 
     /// Takes ownership of a stream handle: dropping the `Stream` destroys it.
