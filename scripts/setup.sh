@@ -21,7 +21,10 @@ ensure_rust() {
 
 ensure_libclang() {
   [ -n "${LIBCLANG_PATH:-}" ] && return
-  ldconfig -p 2>/dev/null | grep -q 'libclang.*\.so' && return
+  # libclang itself (libclang.so or libclang-14.so), not libclang-cpp; ldconfig lives in /sbin,
+  # which a non-root PATH lacks.
+  local ldconfig; ldconfig=$(PATH="$PATH:/sbin:/usr/sbin" command -v ldconfig || true)
+  [ -n "$ldconfig" ] && "$ldconfig" -p 2>/dev/null | grep -Eq 'libclang(-[0-9.]+)?\.so' && return
   echo "installing libclang (bindgen needs it)..." >&2
   as_root apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libclang-dev >/dev/null

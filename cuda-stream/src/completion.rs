@@ -1,56 +1,65 @@
 //! Completion futures: `stream.completion().await` resolves once the work enqueued before it
-//! has completed. Woken by a host function; no async runtime is needed or assumed.
+//! has completed, with `Ok(())`, or with the sticky error after a fault. Woken by a host
+//! callback; no async runtime is needed or assumed.
 
 use crate::error::Result;
 use crate::event::Event;
-use crate::stream::{Stream, StreamOptions};
+use crate::stream::{Stream, StreamOptions, StreamRef};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-/// Resolves when the work enqueued on a stream before [`Stream::completion`] has completed.
-/// Its output is the enqueue's error, if the host function could not be enqueued.
+/// Resolves when the work enqueued on a stream before [`StreamRef::completion`] has completed:
+/// `Ok(())`, the stream's error after a fault, or the enqueue's error.
 #[derive(Debug)]
 #[must_use = "a future does nothing unless polled"]
 pub struct Completion {
-    state: State,
+    state: Arc<Mutex<State>>,
 }
 
 #[derive(Debug)]
 enum State {
-    Waiting(Arc<Signal>),
-    Failed(Option<crate::Error>),
+    Waiting(Option<Waker>),
+    Done(Option<Result<()>>),
 }
 
-#[derive(Debug, Default)]
-struct Signal {
-    done: AtomicBool,
-    waker: Mutex<Option<Waker>>,
-}
+impl Completion {
+    fn done(outcome: Result<()>) -> Completion {
+        Completion { state: Arc::new(Mutex::new(State::Done(Some(outcome)))) }
+    }
 
-impl Signal {
-    fn fire(&self) {
-        self.done.store(true, Ordering::Release);
-        let waker = self.waker.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the work has completed (without registering a waker).
+    pub fn is_complete(&self) -> bool {
+        matches!(*self.lock(), State::Done(_))
     }
 }
 
-impl Stream {
+fn fire(state: &Mutex<State>, outcome: Result<()>) {
+    let previous = std::mem::replace(
+        &mut *state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()),
+        State::Done(Some(outcome)),
+    );
+    if let State::Waiting(Some(waker)) = previous {
+        waker.wake();
+    }
+}
+
+impl StreamRef {
     /// A future that resolves when the work enqueued here so far has completed. Costs one host
-    /// function; later work on the stream waits for it (it only sets a flag and wakes a task).
+    /// callback ([`StreamRef::launch_host_callback`]); later work on the stream waits for it (it
+    /// only stores the outcome and wakes a task). After a fault it resolves with the error.
     pub fn completion(&self) -> Completion {
-        let signal = Arc::new(Signal::default());
-        let fired = Arc::clone(&signal);
-        let state = match self.launch_host_fn(move || fired.fire()) {
-            Ok(()) => State::Waiting(signal),
-            Err(error) => State::Failed(Some(error)),
-        };
-        Completion { state }
+        let state = Arc::new(Mutex::new(State::Waiting(None)));
+        let fired = Arc::clone(&state);
+        match self.launch_host_callback(move |outcome| fire(&fired, outcome)) {
+            Ok(()) => Completion { state },
+            Err(error) => Completion::done(Err(error)),
+        }
     }
 }
 
@@ -63,17 +72,7 @@ impl Event {
         let waiter = Stream::new(self.device(), StreamOptions::non_blocking());
         match waiter.and_then(|waiter| waiter.wait_event(self).map(|()| waiter)) {
             Ok(waiter) => waiter.completion(),
-            Err(error) => Completion { state: State::Failed(Some(error)) },
-        }
-    }
-}
-
-impl Completion {
-    /// Whether the work has completed (without registering a waker).
-    pub fn is_complete(&self) -> bool {
-        match &self.state {
-            State::Waiting(signal) => signal.done.load(Ordering::Acquire),
-            State::Failed(_) => true,
+            Err(error) => Completion::done(Err(error)),
         }
     }
 }
@@ -81,16 +80,13 @@ impl Completion {
 impl Future for Completion {
     type Output = Result<()>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        match &mut self.state {
-            State::Failed(error) => Poll::Ready(error.take().map_or(Ok(()), Err)),
-            State::Waiting(signal) => {
-                if signal.done.load(Ordering::Acquire) {
-                    return Poll::Ready(Ok(()));
-                }
-                *signal.waker.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(cx.waker().clone());
-                // Fired between the first check and storing the waker: do not sleep forever.
-                if signal.done.load(Ordering::Acquire) { Poll::Ready(Ok(())) } else { Poll::Pending }
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let mut state = self.lock();
+        match &mut *state {
+            State::Done(outcome) => Poll::Ready(outcome.take().unwrap_or(Ok(()))),
+            State::Waiting(waker) => {
+                *waker = Some(cx.waker().clone());
+                Poll::Pending
             }
         }
     }

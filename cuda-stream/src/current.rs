@@ -1,74 +1,68 @@
-//! The current stream: per thread and per device, the null stream unless a
-//! [`CurrentStreamGuard`] from [`Stream::make_current`] says otherwise. Guards nest, restore the
-//! previous current stream when they drop (also when unwinding), and are `!Send`.
+//! The current stream: per thread and per device, the null stream unless a closure passed to
+//! [`StreamRef::as_current`] is running.
+//!
+//! The current stream is scoped by a closure, not by a guard: a guard can be leaked
+//! (`std::mem::forget` is safe), and a leaked guard would leave a stream "current" after it was
+//! destroyed, where CUDA may already have handed its handle value to an unrelated stream. A
+//! closure cannot be leaked: the stream is current exactly while the closure runs, which is
+//! while the borrow that made it current lasts, and it stops being current when the closure
+//! returns or unwinds.
 
 use crate::device::Device;
-use crate::error::Result;
-use crate::stream::Stream;
+use crate::stream::{BuiltinStream, StreamRef};
 use std::cell::RefCell;
-use std::marker::PhantomData;
 
 thread_local! {
-    /// Per device ordinal, the stack of streams made current on this thread (borrowed views).
-    static CURRENT: RefCell<Vec<Vec<Stream>>> = const { RefCell::new(Vec::new()) };
+    /// Per device ordinal, the streams made current on this thread, innermost last. Each entry
+    /// lives exactly as long as the `as_current` call that pushed it, which borrows the stream.
+    static CURRENT: RefCell<Vec<Vec<StreamRef>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Keeps a stream current on this thread for its device until dropped. Created by
-/// [`Stream::make_current`]; borrows the stream, so the stream outlives it.
-///
-/// Leaking a guard (`std::mem::forget`) leaves its stream current after the borrow ends; if the
-/// stream is then destroyed, calls through [`Stream::with_current`] get CUDA's error for a
-/// destroyed handle. Drop guards; do not forget them.
-#[derive(Debug)]
-#[must_use = "the stream is current only while the guard lives"]
-pub struct CurrentStreamGuard<'a> {
+/// Pops what `as_current` pushed, when the closure returns or unwinds.
+struct Pop {
     device: usize,
-    depth: usize,
-    _stream: PhantomData<&'a Stream>,
-    _thread_bound: PhantomData<*const ()>,
 }
 
-impl Stream {
-    /// Makes this stream the current stream of its device on this thread until the guard drops.
-    pub fn make_current(&self) -> CurrentStreamGuard<'_> {
+impl Drop for Pop {
+    fn drop(&mut self) {
+        let _ = CURRENT.try_with(|current| current.borrow_mut()[self.device].pop());
+    }
+}
+
+impl StreamRef {
+    /// Runs `f` with this stream as the current stream of its device on this thread
+    /// ([`StreamRef::with_current`] returns it), then makes the previous one current again,
+    /// also when `f` panics. Nests.
+    pub fn as_current<R>(&self, f: impl FnOnce() -> R) -> R {
         let device = self.device().ordinal() as usize;
-        let depth = CURRENT.with(|current| {
+        let pushed = CURRENT.try_with(|current| {
             let mut current = current.borrow_mut();
             if current.len() <= device {
                 current.resize_with(device + 1, Vec::new);
             }
-            let stack = &mut current[device];
-            stack.push(self.borrow_view());
-            stack.len() - 1
+            current[device].push(self.view());
         });
-        CurrentStreamGuard { device, depth, _stream: PhantomData, _thread_bound: PhantomData }
+        // During thread exit there is no current-stream stack left: run `f` as it is.
+        let _pop = pushed.is_ok().then_some(Pop { device });
+        f()
     }
 
-    /// Runs `f` with `device`'s current stream on this thread: the innermost live
-    /// [`Stream::make_current`], else the device's null stream.
-    ///
-    /// # Errors
-    /// Creating the null stream's view fails only when the device is unusable.
-    pub fn with_current<R>(device: Device, f: impl FnOnce(&Stream) -> R) -> Result<R> {
-        let innermost = CURRENT.with(|current| {
-            let current = current.borrow();
-            current.get(device.ordinal() as usize).and_then(|stack| stack.last()).map(Stream::borrow_view)
-        });
+    /// Runs `f` with `device`'s current stream on this thread: the innermost
+    /// [`StreamRef::as_current`] still running, else the device's null stream. Makes no CUDA
+    /// call.
+    pub fn with_current<R>(device: Device, f: impl FnOnce(&StreamRef) -> R) -> R {
+        let innermost = CURRENT
+            .try_with(|current| {
+                let current = current.borrow();
+                current.get(device.ordinal() as usize).and_then(|stack| stack.last()).map(StreamRef::view)
+            })
+            .ok()
+            .flatten();
+        // The copy is handed out only by reference, for the duration of `f`, which runs inside
+        // the `as_current` call that keeps the stream borrowed.
         match innermost {
-            Some(stream) => Ok(f(&stream)),
-            None => Ok(f(&Stream::null(device)?)),
+            Some(stream) => f(&stream),
+            None => f(&BuiltinStream::null(device)),
         }
-    }
-}
-
-impl Drop for CurrentStreamGuard<'_> {
-    fn drop(&mut self) {
-        // Truncating (not popping) keeps the stack right even when guards drop out of order:
-        // an outer guard's drop also ends the inner ones.
-        let _ = CURRENT.try_with(|current| {
-            if let Ok(mut current) = current.try_borrow_mut() {
-                current[self.device].truncate(self.depth);
-            }
-        });
     }
 }

@@ -1,5 +1,7 @@
-//! CUDA devices, and the scoped guard that makes one current and restores the previous one.
+//! CUDA devices, and the scoped guard that makes one current and restores what was current
+//! before: the context, or nothing when nothing was.
 
+use crate::driver;
 use crate::error::{Error, Result, check};
 use crate::priority::{Priority, PriorityRange};
 use crate::sys;
@@ -21,6 +23,7 @@ impl Device {
     /// Without a driver: `cudaErrorInsufficientDriver`; with a driver but no GPU:
     /// `cudaErrorNoDevice`.
     pub fn count() -> Result<i32> {
+        crate::host_fn::refuse_inside_host_fn()?;
         let mut count: c_int = 0;
         // SAFETY: `count` is a valid out-pointer for the duration of the call.
         check(unsafe { sys::cudaGetDeviceCount(&mut count) }, "cudaGetDeviceCount")?;
@@ -46,6 +49,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`] when there is no usable device.
     pub fn current() -> Result<Device> {
+        crate::host_fn::refuse_inside_host_fn()?;
         Ok(Device { ordinal: current_ordinal()? })
     }
 
@@ -59,6 +63,8 @@ impl Device {
     ///
     /// # Errors
     /// Errors of earlier asynchronous work on the device.
+    /// While a stream of the device is being captured this fails with
+    /// `cudaErrorStreamCaptureUnsupported` and CUDA invalidates that capture.
     pub fn synchronize(self) -> Result<()> {
         let _current = self.make_current()?;
         // SAFETY: no arguments; the device is current.
@@ -71,6 +77,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`] when the device is unusable.
     pub fn priority_range(self) -> Result<PriorityRange> {
+        crate::host_fn::refuse_inside_host_fn()?;
         // A device's range never changes: read it once per device.
         static RANGES: OnceLock<Box<[OnceLock<PriorityRange>]>> = OnceLock::new();
         let ranges = RANGES.get_or_init(|| (0..Device::count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
@@ -112,6 +119,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`].
     pub fn name(self) -> Result<String> {
+        crate::host_fn::refuse_inside_host_fn()?;
         let mut properties = sys::cudaDeviceProp::default();
         // SAFETY: `properties` is a valid, writable cudaDeviceProp.
         let code = unsafe { sys::cudaGetDeviceProperties(&mut properties, self.ordinal) };
@@ -128,6 +136,7 @@ impl Device {
     /// # Errors
     /// `cudaErrorInvalidValue` for an attribute this driver does not know.
     pub fn attribute(self, attribute: sys::cudaDeviceAttr) -> Result<i32> {
+        crate::host_fn::refuse_inside_host_fn()?;
         let mut value: c_int = 0;
         // SAFETY: `value` is a valid out-pointer.
         let code = unsafe { sys::cudaDeviceGetAttribute(&mut value, attribute, self.ordinal) };
@@ -135,22 +144,34 @@ impl Device {
         Ok(value)
     }
 
-    /// Makes this device current on the calling thread until the guard drops, which restores
-    /// the previous device (also when unwinding). Switches nothing if it already is current.
+    /// Whether the device's primary context is active: whether anything in this process has
+    /// initialized the device (`cuDevicePrimaryCtxGetState`, through the runtime's driver entry
+    /// points). Initializes nothing.
     ///
     /// # Errors
-    /// The errors of `cudaGetDevice` / `cudaSetDevice`.
+    /// CUDA's errors.
+    pub fn has_primary_context(self) -> Result<bool> {
+        crate::host_fn::refuse_inside_host_fn()?;
+        driver::primary_context_active(self.ordinal)
+    }
+
+    /// Makes this device current on the calling thread until the guard drops, which restores
+    /// what was current before (also when unwinding): the previous context, primary or not, and
+    /// no context when the thread had none. It never "restores" a device the thread had not
+    /// used: `cudaSetDevice` would create that device's primary context (hundreds of MiB).
+    /// Switches nothing if the device already is current.
+    ///
+    /// # Errors
+    /// The errors of `cudaGetDevice`, `cuCtxGetCurrent` and `cudaSetDevice`.
     pub fn make_current(self) -> Result<DeviceGuard> {
         crate::host_fn::refuse_inside_host_fn()?;
-        if single_device() {
-            // One device: it is current on every thread, and `self` (validated) is it.
-            return Ok(DeviceGuard { previous: self.ordinal, switched: false, _thread_bound: PhantomData });
+        // One device: it is current on every thread, and `self` (validated) is it.
+        if single_device() || current_ordinal()? == self.ordinal {
+            return Ok(DeviceGuard { restore: None, _thread_bound: PhantomData });
         }
-        let previous = current_ordinal()?;
-        if previous != self.ordinal {
-            set_current(self.ordinal)?;
-        }
-        Ok(DeviceGuard { previous, switched: previous != self.ordinal, _thread_bound: PhantomData })
+        let previous = driver::current_context()?;
+        set_current(self.ordinal)?;
+        Ok(DeviceGuard { restore: Some(previous), _thread_bound: PhantomData })
     }
 }
 
@@ -161,6 +182,7 @@ impl Device {
 /// # Errors
 /// Hardly ever: the call needs no device.
 pub fn driver_version() -> Result<i32> {
+    crate::host_fn::refuse_inside_host_fn()?;
     let mut version: c_int = 0;
     // SAFETY: `version` is a valid out-pointer.
     check(unsafe { sys::cudaDriverGetVersion(&mut version) }, "cudaDriverGetVersion")?;
@@ -173,6 +195,7 @@ pub fn driver_version() -> Result<i32> {
 /// # Errors
 /// Hardly ever: the call needs no device.
 pub fn runtime_version() -> Result<i32> {
+    crate::host_fn::refuse_inside_host_fn()?;
     let mut version: c_int = 0;
     // SAFETY: `version` is a valid out-pointer.
     check(unsafe { sys::cudaRuntimeGetVersion(&mut version) }, "cudaRuntimeGetVersion")?;
@@ -198,29 +221,29 @@ fn set_current(ordinal: i32) -> Result<()> {
     check(unsafe { sys::cudaSetDevice(ordinal) }, "cudaSetDevice")
 }
 
-/// Keeps a device current on this thread; restores the previous one on drop. `!Send`: the
-/// current device is a property of the thread that made the guard.
+/// Keeps a device current on this thread; restores what was current before on drop. `!Send`:
+/// the current context is a property of the thread that made the guard.
 #[derive(Debug)]
-#[must_use = "the previous device is restored when the guard drops"]
+#[must_use = "the previous context is restored when the guard drops"]
 pub struct DeviceGuard {
-    previous: i32,
-    switched: bool,
+    /// The context to make current again (possibly none), when this guard switched.
+    restore: Option<driver::Context>,
     _thread_bound: PhantomData<*const ()>,
 }
 
 impl DeviceGuard {
-    /// The device that was current before and will be again.
-    pub fn previous(&self) -> Device {
-        Device { ordinal: self.previous }
+    /// Whether making the device current switched anything (it was not current already).
+    pub fn switched(&self) -> bool {
+        self.restore.is_some()
     }
 }
 
 impl Drop for DeviceGuard {
     fn drop(&mut self) {
-        if self.switched {
-            // Drop cannot report; the previous device was valid when it was read, so this
+        if let Some(previous) = self.restore {
+            // Drop cannot report; the previous context was current a moment ago, so this
             // fails only if the context is already poisoned, which every later call reports.
-            let _ = set_current(self.previous);
+            let _ = driver::set_current_context(previous);
         }
     }
 }

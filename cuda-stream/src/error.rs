@@ -136,6 +136,12 @@ pub enum Error {
     /// `elapsed` on an event created without timing.
     #[error("elapsed time needs both events created with timing enabled (EventFlags::timing)")]
     TimingDisabled,
+    /// `elapsed` where the end event completed before the start event (CUDA's value, negative).
+    #[error("the end event completed {before:?} before the start event")]
+    NegativeElapsed {
+        /// How much earlier (what `cudaEventElapsedTime` returned, negated).
+        before: std::time::Duration,
+    },
     /// `elapsed` on an event that was never recorded.
     #[error("elapsed time needs both events recorded on a stream first")]
     EventNotRecorded,

@@ -4,7 +4,7 @@ use crate::device::Device;
 use crate::error::{Error, Result, check, check_ready};
 use crate::host_fn::refuse_inside_host_fn;
 use crate::live;
-use crate::stream::Stream;
+use crate::stream::StreamRef;
 use crate::sys;
 use std::ffi::c_uint;
 use std::fmt;
@@ -52,10 +52,21 @@ impl EventFlags {
 pub struct Event {
     raw: sys::cudaEvent_t,
     device: Device,
-    owned: bool,
+    ownership: EventOwnership,
     /// `None` for a borrowed event, whose flags we cannot know.
     flags: Option<EventFlags>,
     recorded: AtomicBool,
+}
+
+/// Who destroys an event's handle.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum EventOwnership {
+    /// Ours, counted in [`crate::live_events`].
+    Owned,
+    /// Ours, for the crate's own bookkeeping (markers, graph-owned events): not counted.
+    Internal,
+    /// Someone else's.
+    Borrowed,
 }
 
 // SAFETY: a cudaEvent_t is a handle the CUDA runtime lets any thread use.
@@ -69,13 +80,23 @@ impl Event {
     /// # Errors
     /// `cudaErrorInvalidValue` for interprocess with timing; CUDA's errors (no device).
     pub fn new(device: Device, flags: EventFlags) -> Result<Event> {
+        let event = Event::create(device, flags, EventOwnership::Owned)?;
+        live::event_created();
+        Ok(event)
+    }
+
+    /// An event without timing for the crate's own use, not counted in `live_events`.
+    pub(crate) fn internal(device: Device) -> Result<Event> {
+        Event::create(device, EventFlags::default(), EventOwnership::Internal)
+    }
+
+    fn create(device: Device, flags: EventFlags, ownership: EventOwnership) -> Result<Event> {
         let _current = device.make_current()?;
         let mut raw: sys::cudaEvent_t = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         let code = unsafe { sys::cudaEventCreateWithFlags(&mut raw, flags.raw()) };
         check(code, "cudaEventCreateWithFlags")?;
-        live::event_created();
-        Ok(Event { raw, device, owned: true, flags: Some(flags), recorded: AtomicBool::new(false) })
+        Ok(Event { raw, device, ownership, flags: Some(flags), recorded: AtomicBool::new(false) })
     }
 
     /// Wraps an event handle someone else owns; dropping the `Event` never destroys it.
@@ -83,24 +104,29 @@ impl Event {
     /// # Safety
     /// `raw` must be a valid event of `device`, and stay valid while this `Event` is in use.
     pub unsafe fn from_raw(raw: sys::cudaEvent_t, device: Device) -> Event {
-        Event { raw, device, owned: false, flags: None, recorded: AtomicBool::new(false) }
+        Event { raw, device, ownership: EventOwnership::Borrowed, flags: None, recorded: AtomicBool::new(false) }
     }
 
     /// Opens an event that another process exported with [`Event::ipc_handle`]
     /// ([`cudaIpcOpenEventHandle`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
     /// The result is owned (closed on drop) and can be waited on, queried and synchronized.
     ///
+    /// # Safety
+    /// The exporting process must keep the event alive while this one uses it: by NVIDIA's
+    /// contract, using an imported event after its exporter destroyed it is undefined
+    /// behaviour, and nothing in this process can detect it.
+    ///
     /// # Errors
     /// `cudaErrorInvalidResourceHandle` or `cudaErrorMapBufferObjectFailed` for a handle that
     /// is not live; `cudaErrorInvalidValue` inside the exporting process.
-    pub fn from_ipc_handle(device: Device, handle: sys::cudaIpcEventHandle_t) -> Result<Event> {
+    pub unsafe fn from_ipc_handle(device: Device, handle: sys::cudaIpcEventHandle_t) -> Result<Event> {
         let _current = device.make_current()?;
         let mut raw: sys::cudaEvent_t = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the handle is plain bytes the driver checks.
         check(unsafe { sys::cudaIpcOpenEventHandle(&mut raw, handle) }, "cudaIpcOpenEventHandle")?;
         let flags = EventFlags { interprocess: true, ..EventFlags::default() };
         live::event_created();
-        Ok(Event { raw, device, owned: true, flags: Some(flags), recorded: AtomicBool::new(true) })
+        Ok(Event { raw, device, ownership: EventOwnership::Owned, flags: Some(flags), recorded: AtomicBool::new(true) })
     }
 
     /// The handle another process opens with [`Event::from_ipc_handle`]
@@ -119,12 +145,12 @@ impl Event {
         Ok(handle)
     }
 
-    /// Records this event on `stream` (the same as [`Stream::record`]).
+    /// Records this event on `stream` (the same as [`StreamRef::record`]).
     ///
     /// # Errors
-    /// As [`Stream::record`].
+    /// As [`StreamRef::record`].
     #[inline]
-    pub fn record(&self, stream: &Stream) -> Result<()> {
+    pub fn record(&self, stream: &StreamRef) -> Result<()> {
         stream.record(self)
     }
 
@@ -160,7 +186,9 @@ impl Event {
     ///
     /// # Errors
     /// [`Error::TimingDisabled`] if either event was created without timing,
-    /// [`Error::EventNotRecorded`] if either was never recorded; CUDA's errors.
+    /// [`Error::EventNotRecorded`] if either was never recorded; [`Error::NegativeElapsed`]
+    /// (with CUDA's value) if this event completed before `start` (events recorded on two
+    /// streams); CUDA's errors.
     pub fn elapsed(&self, start: &Event) -> Result<Option<Duration>> {
         for event in [start, self] {
             if event.flags.is_some_and(|flags| !flags.timing) {
@@ -181,7 +209,10 @@ impl Event {
         if !check_ready(code, "cudaEventElapsedTime")? {
             return Ok(None);
         }
-        Ok(Some(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0)))
+        if ms < 0.0 {
+            return Err(Error::NegativeElapsed { before: Duration::from_secs_f64(f64::from(-ms) / 1000.0) });
+        }
+        Ok(Some(Duration::from_secs_f64(f64::from(ms) / 1000.0)))
     }
 
     /// The raw handle, for FFI. It stays owned by this `Event`.
@@ -191,7 +222,7 @@ impl Event {
 
     /// Gives up ownership: returns the handle without destroying it.
     pub fn into_raw(self) -> sys::cudaEvent_t {
-        if self.owned {
+        if self.ownership == EventOwnership::Owned {
             live::event_released();
         }
         ManuallyDrop::new(self).raw
@@ -209,14 +240,16 @@ impl Event {
 
     /// Whether dropping this `Event` destroys the handle.
     pub fn is_owned(&self) -> bool {
-        self.owned
+        self.ownership != EventOwnership::Borrowed
     }
 }
 
 impl Drop for Event {
     fn drop(&mut self) {
-        if self.owned {
+        if self.ownership == EventOwnership::Owned {
             live::event_released();
+        }
+        if self.ownership != EventOwnership::Borrowed {
             let raw = self.raw as usize;
             // Errors cannot be reported from drop and leave nothing behind. Inside a host
             // function the destroy is made outside it.
@@ -233,7 +266,7 @@ impl fmt::Debug for Event {
         f.debug_struct("Event")
             .field("raw", &self.raw)
             .field("device", &self.device.ordinal())
-            .field("owned", &self.owned)
+            .field("ownership", &self.ownership)
             .field("flags", &self.flags)
             .finish()
     }

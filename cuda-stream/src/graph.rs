@@ -1,215 +1,62 @@
-//! Graph capture: record a stream's work into a [`Graph`] once, then replay it as a
-//! [`GraphExec`] on any stream
-//! ([stream capture](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html),
-//! [graphs](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+//! Graphs: a captured [`Graph`], instantiated into a [`GraphExec`] that replays it on any stream
+//! of its device ([graphs](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+//!
+//! What a graph needs at run time (the closures of its host nodes, the events of its external
+//! waits) is owned by the graph itself, as CUDA user objects: CUDA releases them once no graph,
+//! clone or executable needs them and every launch that used them has completed. So dropping a
+//! `Graph` or a `GraphExec` never waits for the device and never frees what a pending launch
+//! still uses.
 
 use crate::device::Device;
-use crate::error::{Error, Result, check};
-use crate::host_fn::run_repeatable;
-use crate::stream::{Builtin, Ownership, Stream};
+use crate::error::{Result, check};
+use crate::host_fn::{call_outside_host_fn, refuse_inside_host_fn, run_guarded};
+use crate::stream::StreamRef;
 use crate::sys;
-use std::any::Any;
-use std::ffi::c_ulonglong;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ffi::c_void;
 
-/// How a capture interacts with unsafe calls on other threads (`cudaStreamCaptureMode`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CaptureMode {
-    /// Unsafe calls (like a legacy-stream synchronize) are refused on every thread.
-    Global,
-    /// Refused on this thread only.
-    ThreadLocal,
-    /// Not refused.
-    Relaxed,
+/// Hands `value` to `graph` as a CUDA user object that the graph owns (moved, not retained
+/// twice): CUDA drops it when the graph and everything made from it are done with it. Returns
+/// where it lives until then.
+pub(crate) fn keep_alive<T: Send + 'static>(graph: sys::cudaGraph_t, value: Box<T>) -> Result<*const T> {
+    refuse_inside_host_fn()?;
+    let data = Box::into_raw(value);
+    let mut object: sys::cudaUserObject_t = std::ptr::null_mut();
+    // SAFETY: `release::<T>` takes back exactly this box, once, when CUDA drops the object.
+    // The flag is the one CUDA requires.
+    let code = unsafe {
+        sys::cudaUserObjectCreate(
+            &mut object,
+            data.cast(),
+            Some(release::<T>),
+            1,
+            sys::cudaUserObjectFlags::cudaUserObjectNoDestructorSync.0 as _,
+        )
+    };
+    if let Err(error) = check(code, "cudaUserObjectCreate") {
+        // SAFETY: CUDA did not take `data`: we still own the box, freed once here.
+        drop(unsafe { Box::from_raw(data) });
+        return Err(error);
+    }
+    // SAFETY: `graph` is the live graph of a capture in progress; our one reference moves to it.
+    let code = unsafe {
+        sys::cudaGraphRetainUserObject(graph, object, 1, sys::cudaUserObjectRetainFlags::cudaGraphUserObjectMove.0 as _)
+    };
+    if let Err(error) = check(code, "cudaGraphRetainUserObject") {
+        // SAFETY: we still hold the one reference; releasing it makes CUDA run `release`.
+        let _ = unsafe { sys::cudaUserObjectRelease(object, 1) };
+        return Err(error);
+    }
+    Ok(data)
 }
 
-impl CaptureMode {
-    fn raw(self) -> sys::cudaStreamCaptureMode {
-        match self {
-            CaptureMode::Global => sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal,
-            CaptureMode::ThreadLocal => sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
-            CaptureMode::Relaxed => sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed,
-        }
-    }
-}
-
-/// Whether a stream is being captured.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CaptureStatus {
-    /// Not capturing: work runs.
-    None,
-    /// Capturing: work is recorded into a graph.
-    Active,
-    /// The capture broke (for example by a synchronize); ending it returns an error.
-    Invalidated,
-}
-
-/// What `cudaStreamGetCaptureInfo` reports.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CaptureInfo {
-    /// The status.
-    pub status: CaptureStatus,
-    /// The capture's unique id (meaningful while not [`CaptureStatus::None`]).
-    pub id: u64,
-}
-
-fn status_of(raw: sys::cudaStreamCaptureStatus) -> CaptureStatus {
-    match raw {
-        sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone => CaptureStatus::None,
-        sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusActive => CaptureStatus::Active,
-        _ => CaptureStatus::Invalidated,
-    }
-}
-
-/// Closures a graph's host nodes call: kept alive as long as any graph or executable uses them.
-type KeepAlive = Vec<Arc<dyn Any + Send + Sync>>;
-
-impl Stream {
-    /// Starts capturing this stream's work into a graph
-    /// ([`cudaStreamBeginCapture`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
-    /// Work enqueued until [`Capture::end`] is recorded, not run; streams that wait on this
-    /// one join the capture. Dropping the guard without `end` ends the capture and discards
-    /// the graph.
-    ///
-    /// # Errors
-    /// [`Error::CaptureMisuse`] on the legacy stream (CUDA cannot capture it); CUDA's
-    /// `cudaErrorIllegalState` when the stream is already capturing.
-    pub fn begin_capture(&self, mode: CaptureMode) -> Result<Capture<'_>> {
-        let legacy = match self.ownership() {
-            Ownership::Builtin(Builtin::Legacy) => true,
-            Ownership::Builtin(Builtin::Null) => !crate::NULL_STREAM_IS_PER_THREAD,
-            _ => false,
-        };
-        if legacy {
-            return Err(Error::CaptureMisuse("the legacy default stream cannot be captured"));
-        }
-        let _current = self.enter()?;
-        // SAFETY: a live stream; the mode is a valid constant.
-        check(unsafe { sys::cudaStreamBeginCapture(self.as_raw(), mode.raw()) }, "cudaStreamBeginCapture")?;
-        Ok(Capture { stream: self, keep_alive: Vec::new(), ended: false })
-    }
-
-    /// Whether this stream is being captured
-    /// ([`cudaStreamIsCapturing`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
-    ///
-    /// # Errors
-    /// `cudaErrorStreamCaptureImplicit` for the legacy stream while another stream captures in
-    /// global mode.
-    pub fn capture_status(&self) -> Result<CaptureStatus> {
-        let _current = self.enter()?;
-        let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
-        // SAFETY: a live stream; `status` is a valid out-pointer.
-        check(unsafe { sys::cudaStreamIsCapturing(self.as_raw(), &mut status) }, "cudaStreamIsCapturing")?;
-        Ok(status_of(status))
-    }
-
-    pub(crate) fn is_capturing(&self) -> Result<bool> {
-        Ok(self.capture_status()? != CaptureStatus::None)
-    }
-
-    /// The capture status and the capture's unique id
-    /// ([`cudaStreamGetCaptureInfo`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
-    ///
-    /// # Errors
-    /// As [`Stream::capture_status`].
-    pub fn capture_info(&self) -> Result<CaptureInfo> {
-        let _current = self.enter()?;
-        let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
-        let mut id: c_ulonglong = 0;
-        // SAFETY: a live stream; `status` and `id` are valid out-pointers; the outputs we do not
-        // want are null, which the API allows. CUDA 13 added the edge-data output.
-        #[cfg(cudart_13)]
-        let code = unsafe {
-            sys::cudaStreamGetCaptureInfo(
-                self.as_raw(),
-                &mut status,
-                &mut id,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        // SAFETY: as above, with CUDA 12's signature.
-        #[cfg(not(cudart_13))]
-        let code = unsafe {
-            sys::cudaStreamGetCaptureInfo(
-                self.as_raw(),
-                &mut status,
-                &mut id,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        check(code, "cudaStreamGetCaptureInfo")?;
-        Ok(CaptureInfo { status: status_of(status), id })
-    }
-}
-
-/// An active capture of one stream. [`Capture::end`] returns the graph; dropping the guard
-/// ends the capture and discards it.
-#[derive(Debug)]
-#[must_use = "dropping the capture discards the graph"]
-pub struct Capture<'a> {
-    stream: &'a Stream,
-    keep_alive: KeepAlive,
-    ended: bool,
-}
-
-impl Capture<'_> {
-    /// Adds a host function to the graph on `stream` (the captured stream, or one that joined
-    /// the capture). It runs at every replay, so it is `Fn`, and the graph and its executables
-    /// keep it alive.
-    ///
-    /// # Errors
-    /// CUDA's errors (for example `cudaErrorStreamCaptureIsolation` for a stream that has not
-    /// joined this capture: then nothing is kept).
-    pub fn launch_host_fn<F: Fn() + Send + Sync + 'static>(&mut self, stream: &Stream, f: F) -> Result<()> {
-        let f = Arc::new(f);
-        let data = Arc::as_ptr(&f).cast_mut().cast();
-        stream.enqueue_host_fn(run_repeatable::<F>, data)?;
-        self.keep_alive.push(f);
-        Ok(())
-    }
-
-    /// Ends the capture and returns the graph
-    /// ([`cudaStreamEndCapture`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
-    ///
-    /// # Errors
-    /// `cudaErrorStreamCaptureInvalidated` if the capture broke; `cudaErrorStreamCaptureUnjoined`
-    /// if a forked stream was not joined back.
-    pub fn end(mut self) -> Result<Graph> {
-        self.ended = true;
-        let raw = end_capture(self.stream)?;
-        let device = self.stream.device();
-        Ok(Graph { raw, device, keep_alive: Arc::new(std::mem::take(&mut self.keep_alive)) })
-    }
-}
-
-fn end_capture(stream: &Stream) -> Result<sys::cudaGraph_t> {
-    let _current = stream.enter()?;
-    let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
-    // SAFETY: a live, capturing stream; `graph` is a valid out-pointer.
-    let code = unsafe { sys::cudaStreamEndCapture(stream.as_raw(), &mut graph) };
-    if code != sys::cudaError::cudaSuccess && !graph.is_null() {
-        // SAFETY: a graph the failed end still handed us; destroyed once.
-        let _ = unsafe { sys::cudaGraphDestroy(graph) };
-    }
-    check(code, "cudaStreamEndCapture")?;
-    Ok(graph)
-}
-
-impl Drop for Capture<'_> {
-    fn drop(&mut self) {
-        if !self.ended {
-            if let Ok(graph) = end_capture(self.stream) {
-                // SAFETY: the graph we just received; destroyed once.
-                let _ = unsafe { sys::cudaGraphDestroy(graph) };
-            }
-        }
-    }
+/// A user object's destructor: drops the box on CUDA's thread, as a host function would run.
+///
+/// # Safety
+/// `data` must come from `Box::into_raw(Box<T>)` in [`keep_alive`], and be passed here once.
+unsafe extern "C" fn release<T>(data: *mut c_void) {
+    // SAFETY: the caller's contract.
+    let value = unsafe { Box::from_raw(data.cast::<T>()) };
+    run_guarded(None, move || drop(value));
 }
 
 /// A captured graph (`cudaGraph_t`), destroyed on drop.
@@ -217,72 +64,81 @@ impl Drop for Capture<'_> {
 pub struct Graph {
     raw: sys::cudaGraph_t,
     device: Device,
-    keep_alive: Arc<KeepAlive>,
 }
 
-// SAFETY: graph handles may be used from any thread, one call at a time; every method that
-// touches the graph takes `&self` and CUDA's graph APIs on one graph are not called concurrently
-// by this type (instantiate reads it).
+// SAFETY: a graph handle may be used from any thread, one call at a time.
 unsafe impl Send for Graph {}
-// SAFETY: `instantiate` only reads the graph.
-unsafe impl Sync for Graph {}
+// Not Sync, by NVIDIA's graph thread-safety rule: "Graph objects (cudaGraph_t, CUgraph) are not
+// internally synchronized and must not be accessed concurrently from multiple threads",
+// including calls that look read-only, such as cudaGraphInstantiate and cudaGraphClone.
 
 impl Graph {
+    pub(crate) fn from_captured(raw: sys::cudaGraph_t, device: Device) -> Graph {
+        Graph { raw, device }
+    }
+
     /// Instantiates the graph for launching
     /// ([`cudaGraphInstantiate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+    /// The executable shares what the graph owns (host-function closures): both keep it alive.
     ///
     /// # Errors
     /// CUDA's errors.
     pub fn instantiate(&self) -> Result<GraphExec> {
+        refuse_inside_host_fn()?;
         let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
-        // SAFETY: a live graph; `exec` is a valid out-pointer.
+        // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type); `exec` is a
+        // valid out-pointer.
         check(unsafe { sys::cudaGraphInstantiate(&mut exec, self.raw, 0) }, "cudaGraphInstantiate")?;
-        Ok(GraphExec {
-            raw: exec,
-            device: self.device,
-            keep_alive: Arc::clone(&self.keep_alive),
-            launched: AtomicBool::new(false),
-        })
+        Ok(GraphExec { raw: exec, device: self.device })
     }
 
     /// The raw handle.
     pub fn as_raw(&self) -> sys::cudaGraph_t {
         self.raw
     }
+
+    /// The device the graph was captured on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
 }
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        // SAFETY: we own the graph; executables made from it do not need it.
-        let _ = unsafe { sys::cudaGraphDestroy(self.raw) };
+        let raw = self.raw as usize;
+        call_outside_host_fn(move || {
+            // SAFETY: we own the graph and destroy it once; executables made from it do not
+            // need it, and what its nodes use is owned by user objects CUDA releases.
+            let _ = unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) };
+        });
     }
 }
 
-/// An executable graph, launched on any stream of its device; destroyed on drop.
+/// An executable graph, launched on streams of its device; destroyed on drop (CUDA frees an
+/// executable that is still running once it completes).
 #[derive(Debug)]
 pub struct GraphExec {
     raw: sys::cudaGraphExec_t,
     device: Device,
-    keep_alive: Arc<KeepAlive>,
-    launched: AtomicBool,
 }
 
-// SAFETY: executable graphs may be launched from any thread.
+// SAFETY: an executable graph handle may be used from any thread, one call at a time.
 unsafe impl Send for GraphExec {}
-// SAFETY: launching takes `&self`; CUDA orders launches of one executable itself.
-unsafe impl Sync for GraphExec {}
+// Not Sync: cudaGraphLaunch and cudaGraphUpload carry NVIDIA's graph thread-safety note, so
+// calls on one executable must be serialized; `&GraphExec` therefore stays on one thread. (To
+// replay a graph from several threads, instantiate it once per thread.)
 
 impl GraphExec {
     /// Launches the whole graph on `stream`
     /// ([`cudaGraphLaunch`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+    /// Each launch is ordered after the previous launch of this executable.
     ///
     /// # Errors
     /// CUDA's errors.
     #[inline]
-    pub fn launch(&self, stream: &Stream) -> Result<()> {
+    pub fn launch(&self, stream: &StreamRef) -> Result<()> {
         let _current = stream.enter()?;
-        self.launched.store(true, Ordering::Relaxed);
-        // SAFETY: a live executable and stream.
+        // SAFETY: a live executable used by this thread only, and a live stream.
         check(unsafe { sys::cudaGraphLaunch(self.raw, stream.as_raw()) }, "cudaGraphLaunch")
     }
 
@@ -291,27 +147,31 @@ impl GraphExec {
     ///
     /// # Errors
     /// CUDA's errors.
-    pub fn upload(&self, stream: &Stream) -> Result<()> {
+    pub fn upload(&self, stream: &StreamRef) -> Result<()> {
         let _current = stream.enter()?;
-        // SAFETY: a live executable and stream.
+        // SAFETY: a live executable used by this thread only, and a live stream.
         check(unsafe { sys::cudaGraphUpload(self.raw, stream.as_raw()) }, "cudaGraphUpload")
     }
 
-    /// How many host-function closures this executable keeps alive.
-    pub fn host_fns(&self) -> usize {
-        self.keep_alive.len()
+    /// The raw handle.
+    pub fn as_raw(&self) -> sys::cudaGraphExec_t {
+        self.raw
+    }
+
+    /// The device the graph was captured on.
+    pub fn device(&self) -> Device {
+        self.device
     }
 }
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        // CUDA frees an executable that is still running once it finishes, but the closures of
-        // its host nodes are ours: if there are any and it ever ran, wait for the device before
-        // they can be freed. (Only then does this drop block.)
-        if self.launched.load(Ordering::Relaxed) && !self.keep_alive.is_empty() {
-            let _ = self.device.synchronize();
-        }
-        // SAFETY: we own the executable and destroy it once.
-        let _ = unsafe { sys::cudaGraphExecDestroy(self.raw) };
+        let raw = self.raw as usize;
+        call_outside_host_fn(move || {
+            // SAFETY: we own the executable and destroy it once. CUDA frees it after launches
+            // in flight complete, and releases the user objects they use only then: no wait
+            // for the device is needed here, and nothing is freed early.
+            let _ = unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) };
+        });
     }
 }

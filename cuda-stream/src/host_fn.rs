@@ -1,44 +1,57 @@
 //! Host functions: Rust closures that a stream runs on a CUDA-owned host thread once the work
-//! before them has completed, holding back the work after them
-//! ([`cudaLaunchHostFunc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EXECUTION.html)).
+//! before them has completed, holding back the work after them.
 //!
 //! The rules, each tested:
-//! * A [`Stream::launch_host_fn`] closure is `FnOnce() + Send + 'static`, boxed once and freed
-//!   exactly once: after it runs, or at once when the enqueue fails (it then never runs).
-//! * A stream being captured into a graph refuses a `FnOnce` ([`Error::CaptureMisuse`]): a graph
-//!   may replay it many times. Captured host functions go through
-//!   [`Capture::launch_host_fn`](crate::Capture::launch_host_fn), which takes an
-//!   `Fn() + Send + Sync` that the graph and its executables keep alive.
+//! * [`StreamRef::launch_host_fn`] takes a `FnOnce() + Send + 'static`, boxed once and freed
+//!   exactly once on every path: after it runs; at once when the enqueue fails; and after a
+//!   fault (a sticky error), when it is dropped without running. It is enqueued with
+//!   [`cudaStreamAddCallback`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html),
+//!   which CUDA refuses atomically on a capturing stream (so the box can never become a graph
+//!   node that replays and frees it again) and which, unlike `cudaLaunchHostFunc`, still runs
+//!   after a fault, with the error.
+//! * [`StreamRef::launch_host_callback`] gives the closure the stream's status instead: it
+//!   runs after a fault too, with the sticky error. [`StreamRef::completion`] is built on it.
+//! * A capturing stream refuses both ([`Error::CaptureMisuse`]); graphs take repeatable host
+//!   functions through [`Capture::launch_host_fn`](crate::Capture::launch_host_fn), which the
+//!   graph itself keeps alive (CUDA user objects).
 //! * A panic inside the closure is caught (it never unwinds into the driver), printed to stderr,
 //!   and queued: [`take_host_fn_panics`] returns it. The stream goes on working.
 //! * CUDA forbids CUDA calls inside a host function (they may deadlock). Every call of this
-//!   crate made there returns [`Error::InsideHostFn`] instead.
+//!   crate that reaches the CUDA runtime returns [`Error::InsideHostFn`] there instead; drops
+//!   that must destroy a handle (streams, events, graphs) do it on another thread after the
+//!   host function returns. Not refused, because they touch no device: [`CudaCode::name`] and
+//!   [`CudaCode::description`](crate::CudaCode::description) (string tables). The same holds
+//!   while a closure is dropped by CUDA (user-object destructors) and while a panic's payload
+//!   is dropped.
+//!
+//! [`CudaCode::name`]: crate::CudaCode::name
 
 use crate::error::{Error, Result, check};
-use crate::stream::Stream;
+use crate::stream::StreamRef;
 use crate::sys;
 use std::any::Any;
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, Ordering};
 
 thread_local! {
-    /// Set while this thread runs one of our host functions.
+    /// Set while this thread runs (or drops) one of our host functions.
     static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Boxed closures not yet run nor freed.
-static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Boxed closures not yet run nor freed: `FnOnce` host functions in flight, and the repeatable
+/// host functions graphs keep.
+static LIVE: AtomicIsize = AtomicIsize::new(0);
 /// Panics caught in host functions, oldest first.
 static PANICS: Mutex<Vec<HostFnPanic>> = Mutex::new(Vec::new());
 
 /// A panic caught inside a host function.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostFnPanic {
-    /// The [`Stream::id`] of the stream that ran it.
-    pub stream_id: u64,
+    /// The handle of the stream that ran it, as CUDA passed it; `None` for a graph's host node.
+    pub stream: Option<usize>,
     /// The panic's message, when it was a string.
     pub message: String,
 }
@@ -48,9 +61,12 @@ pub fn take_host_fn_panics() -> Vec<HostFnPanic> {
     std::mem::take(&mut *PANICS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
-/// How many host-function closures are enqueued but not yet run or freed: 0 once every stream
-/// is idle, whatever failed or panicked.
-pub fn live_host_fns() -> usize {
+/// How many host-function closures are alive: enqueued `FnOnce`s not yet run or dropped, and
+/// the closures of graph host nodes that a graph, or an executable made from one, still holds.
+/// It returns to its earlier value once the streams are idle and the graphs are dropped, fault
+/// included; CUDA drops graph closures on a thread of its own, shortly after the last user is
+/// gone. A negative value would mean a closure freed twice.
+pub fn live_host_fns() -> isize {
     LIVE.load(Ordering::SeqCst)
 }
 
@@ -71,103 +87,113 @@ pub(crate) fn call_outside_host_fn(f: impl FnOnce() + Send + 'static) {
     }
 }
 
-/// Runs `f` as a host function would: flagged, panics caught and queued. Never unwinds.
-pub(crate) fn run_guarded(stream_id: u64, f: impl FnOnce()) {
-    IN_HOST_FN.set(true);
-    let outcome = catch_unwind(AssertUnwindSafe(f));
-    IN_HOST_FN.set(false);
-    if let Err(payload) = outcome {
-        record_panic(stream_id, payload.as_ref());
+/// Runs `f` on a thread of CUDA's (a host function, or a user object's destructor): flagged as
+/// inside a host function, panics caught and queued, the payload dropped while still flagged.
+/// Never unwinds.
+pub(crate) fn run_guarded(stream: Option<usize>, f: impl FnOnce()) {
+    let outer = IN_HOST_FN.replace(true);
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+        record_panic(stream, payload.as_ref());
         // Dropping a payload can itself panic; never let that unwind into the driver.
         let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
     }
+    IN_HOST_FN.set(outer);
 }
 
-fn record_panic(stream_id: u64, payload: &(dyn Any + Send)) {
+fn record_panic(stream: Option<usize>, payload: &(dyn Any + Send)) {
     let message = payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-string panic payload".to_string());
+    let place = stream.map_or_else(|| "a graph host node".to_string(), |stream| format!("stream {stream:#x}"));
     let _ = std::io::Write::write_all(
         &mut std::io::stderr(),
-        format!("cuda-stream: a host function on stream {stream_id} panicked: {message}\n").as_bytes(),
+        format!("cuda-stream: a host function on {place} panicked: {message}\n").as_bytes(),
     );
-    PANICS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(HostFnPanic { stream_id, message });
+    PANICS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(HostFnPanic { stream, message });
 }
 
-/// A boxed `FnOnce` on its way through the driver; counted in [`LIVE`] until dropped.
-struct Once<F> {
-    f: Option<F>,
-    stream_id: u64,
+/// A closure on its way through the driver, counted in [`LIVE`] until this box is freed.
+pub(crate) struct Counted<F> {
+    pub(crate) f: Option<F>,
 }
 
-impl<F> Once<F> {
-    fn new(f: F, stream_id: u64) -> Once<F> {
+impl<F> Counted<F> {
+    pub(crate) fn boxed(f: F) -> Box<Counted<F>> {
         LIVE.fetch_add(1, Ordering::SeqCst);
-        Once { f: Some(f), stream_id }
+        Box::new(Counted { f: Some(f) })
     }
 }
 
-impl<F> Drop for Once<F> {
+impl<F> Drop for Counted<F> {
     fn drop(&mut self) {
         LIVE.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-/// The C entry point the driver calls for a `FnOnce`.
+/// The C entry point `cudaStreamAddCallback` calls, once, with the stream's status.
 ///
 /// # Safety
-/// `data` must come from `Box::into_raw(Box<Once<F>>)` and be passed here once.
-unsafe extern "C" fn run_once<F: FnOnce() + Send + 'static>(data: *mut c_void) {
+/// `data` must come from `Box::into_raw(Counted::<F>::boxed(..))` and be passed here once.
+unsafe extern "C" fn run_callback<F: FnOnce(Result<()>) + Send + 'static>(
+    stream: sys::cudaStream_t,
+    status: sys::cudaError_t,
+    data: *mut c_void,
+) {
     // SAFETY: the caller's contract: this box was leaked for this one call.
-    let mut once = unsafe { Box::from_raw(data.cast::<Once<F>>()) };
-    if let Some(f) = once.f.take() {
-        run_guarded(once.stream_id, f);
-    }
-    // Dropping `once` frees the box and uncounts it; `f` was taken, so nothing here can panic.
+    let mut counted = unsafe { Box::from_raw(data.cast::<Counted<F>>()) };
+    let f = counted.f.take();
+    run_guarded(Some(stream as usize), move || {
+        if let Some(f) = f {
+            f(check(status, "cudaStreamAddCallback"));
+        }
+    });
+    // Dropping `counted` frees the box and uncounts it; `f` was taken, so this cannot panic.
 }
 
-/// The C entry point for a repeatable host function of a graph.
-///
-/// # Safety
-/// `data` must point to an `F` that outlives every run (a graph keeps it in an `Arc`).
-pub(crate) unsafe extern "C" fn run_repeatable<F: Fn() + Send + Sync + 'static>(data: *mut c_void) {
-    // SAFETY: the caller's contract: `data` points to a live F.
-    let f = unsafe { &*data.cast::<F>().cast_const() };
-    run_guarded(0, f);
-}
-
-impl Stream {
+impl StreamRef {
     /// Enqueues `f` to run on a CUDA host thread after the work enqueued here so far; work
-    /// enqueued later waits for it. See the [module docs](crate::host_fn) for the rules.
+    /// enqueued later waits for it
+    /// ([`cudaStreamAddCallback`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    /// After a fault in the stream's context `f` is dropped without running. See the
+    /// [module docs](crate::host_fn) for the rules.
     ///
     /// # Errors
     /// [`Error::CaptureMisuse`] while the stream is being captured; CUDA's enqueue errors. In
     /// every error case `f` is dropped at once and never runs.
     pub fn launch_host_fn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
-        let data = Box::into_raw(Box::new(Once::new(f, self.id())));
-        let enqueued = self.launch_host_fn_raw(run_once::<F>, data.cast());
+        self.launch_host_callback(move |status| {
+            if status.is_ok() {
+                f();
+            }
+        })
+    }
+
+    /// Enqueues `f` like [`StreamRef::launch_host_fn`], but `f` always runs, with the stream's
+    /// status: `Ok(())`, or after a fault the sticky error (CuPy's `add_callback`).
+    ///
+    /// # Errors
+    /// As [`StreamRef::launch_host_fn`]; in every error case `f` is dropped and never runs.
+    pub fn launch_host_callback<F: FnOnce(Result<()>) + Send + 'static>(&self, f: F) -> Result<()> {
+        // Refuse a capturing stream before CUDA sees it: cudaStreamAddCallback would refuse it
+        // too (atomically, even if a capture begins between here and there), but only after
+        // invalidating the capture.
+        if self.capture_status()? != crate::CaptureStatus::None {
+            return Err(Error::CaptureMisuse(
+                "a FnOnce host function cannot be captured (a graph may replay it); use Capture::launch_host_fn",
+            ));
+        }
+        let _current = self.enter()?;
+        let data = Box::into_raw(Counted::boxed(f));
+        // SAFETY: `run_callback::<F>` honours the contract of `data`: a leaked box it takes
+        // back once. Flags must be 0.
+        let code = unsafe { sys::cudaStreamAddCallback(self.as_raw(), Some(run_callback::<F>), data.cast(), 0) };
+        let enqueued = check(code, "cudaStreamAddCallback");
         if enqueued.is_err() {
             // SAFETY: the driver did not take `data`: we still own the box, freed once here.
             drop(unsafe { Box::from_raw(data) });
         }
         enqueued
-    }
-
-    fn launch_host_fn_raw(&self, entry: unsafe extern "C" fn(*mut c_void), data: *mut c_void) -> Result<()> {
-        if self.is_capturing()? {
-            return Err(Error::CaptureMisuse(
-                "a FnOnce host function cannot be captured (a graph may replay it); use Capture::launch_host_fn",
-            ));
-        }
-        self.enqueue_host_fn(entry, data)
-    }
-
-    /// `cudaLaunchHostFunc` with the crate's checks, for graphs too.
-    pub(crate) fn enqueue_host_fn(&self, entry: unsafe extern "C" fn(*mut c_void), data: *mut c_void) -> Result<()> {
-        let _current = self.enter()?;
-        // SAFETY: `entry` honours the contract of `data` (see `run_once` / `run_repeatable`).
-        check(unsafe { sys::cudaLaunchHostFunc(self.as_raw(), Some(entry), data) }, "cudaLaunchHostFunc")
     }
 }

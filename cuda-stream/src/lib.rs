@@ -17,23 +17,30 @@
 //! ```
 //!
 //! # Ownership
-//! Every [`Stream`] knows its [`Device`] and who owns its handle ([`Stream::ownership`]):
+//! Ownership is in the types, the way std models file descriptors (`OwnedFd`, `BorrowedFd<'fd>`):
 //!
-//! * [`Ownership::Owned`]: created by [`Stream::new`] (or handed over with the unsafe
-//!   [`Stream::from_raw_owned`]); destroyed when the `Stream` drops. [`Stream::into_raw`] gives
-//!   the handle away without destroying it; [`Stream::destroy`] reports the errors drop hides.
-//! * [`Ownership::Borrowed`]: a foreign handle (C, cudarc, PyTorch) wrapped with the unsafe
-//!   [`Stream::from_raw`]; never destroyed here. [`Stream::borrow`] gives a [`StreamRef`] of one
-//!   of our own streams whose lifetime the compiler checks.
-//! * [`Ownership::Builtin`]: CUDA's default streams, never destroyed: [`Stream::null`]
-//!   (handle 0), [`Stream::legacy`] (0x1) and [`Stream::per_thread`] (0x2).
+//! * [`Stream`]: created by [`Stream::new`] (or handed over with the unsafe
+//!   [`Stream::from_raw`]); destroyed when it drops. [`Stream::into_raw`] gives the handle away
+//!   without destroying it; [`Stream::destroy`] reports the errors drop hides.
+//! * [`BorrowedStream<'a>`](BorrowedStream): a foreign handle (C, cudarc, PyTorch) wrapped with
+//!   the unsafe [`BorrowedStream::borrow_raw`] for a lifetime the caller picks; never destroyed
+//!   here. Wrapping makes no CUDA call, so a stream someone is capturing stays captured.
+//! * [`BuiltinStream`]: CUDA's default streams, never destroyed: [`BuiltinStream::null`]
+//!   (handle 0), [`BuiltinStream::legacy`] (0x1) and [`BuiltinStream::per_thread`] (0x2).
+//!
+//! All three deref to [`StreamRef`], which carries every operation; functions that take a
+//! stream take `&StreamRef`. A `StreamRef` is never handed out by value, so nothing reachable
+//! from safe code holds a stream without a lifetime or an ownership that keeps it alive: not a
+//! thread-local, not a guard that `mem::forget` could leak.
 //!
 //! # Legacy and per-thread default streams
 //! The legacy stream waits for all earlier work on its device's blocking streams, and they wait
 //! for it; non-blocking streams ([`StreamOptions::non_blocking`]) do neither. The per-thread
-//! default stream is a different, ordinary stream on each host thread. Which one handle 0 means
-//! is fixed when `cuda-stream-sys` is built: the legacy stream, or with the
-//! `per-thread-default-stream` feature the per-thread stream ([`NULL_STREAM_IS_PER_THREAD`]).
+//! default stream is a different, ordinary stream on each host thread; a `BuiltinStream` of it
+//! works only on the thread that made it ([`Error::WrongThread`] elsewhere, by a thread identity
+//! that is never reused). Which one handle 0 means is fixed when `cuda-stream-sys` is built:
+//! the legacy stream, or with the `per-thread-default-stream` feature the per-thread stream
+//! ([`NULL_STREAM_IS_PER_THREAD`]).
 //!
 //! # Priorities
 //! Lower numbers are more urgent; [`Device::priority_range`] says the device's range (0 to -5
@@ -41,15 +48,19 @@
 //! silent clamp; [`PriorityRange::clamp`] clamps for those who want it.
 //!
 //! # Beyond the stream itself
-//! * Host functions: [`Stream::launch_host_fn`] runs a `FnOnce` after the work before it; the
-//!   rules (boxing, panics, CUDA calls inside, capture) are in [`host_fn`].
-//! * [`Stream::completion`]: a `Future` that resolves when the work so far is done, with no
-//!   async runtime.
-//! * Graph capture: [`Stream::begin_capture`] → [`Capture::end`] → [`Graph::instantiate`] →
-//!   [`GraphExec::launch`] on any stream.
-//! * The current stream, per thread and device: [`Stream::make_current`] returns a nestable,
-//!   `!Send` guard; [`Stream::with_current`] reads it (default: the null stream).
+//! * Host functions: [`StreamRef::launch_host_fn`] runs a `FnOnce` after the work before it,
+//!   [`StreamRef::launch_host_callback`] one that gets the stream's status; the rules (boxing,
+//!   faults, panics, CUDA calls inside, capture) are in [`host_fn`].
+//! * [`StreamRef::completion`]: a `Future` that resolves when the work so far is done (or with
+//!   the sticky error after a fault), with no async runtime.
+//! * Graph capture: [`StreamRef::begin_capture`] → [`Capture::end`] → [`Graph::instantiate`] →
+//!   [`GraphExec::launch`] on any stream. The mode is a type ([`capture::Global`],
+//!   [`capture::ThreadLocal`], [`capture::Relaxed`]); only a Relaxed capture may change threads.
+//!   Graph host functions live as long as CUDA needs them (user objects the graph owns).
+//! * The current stream, per thread and device: [`StreamRef::as_current`] runs a closure with
+//!   the stream current; [`StreamRef::with_current`] reads it (default: the null stream).
 //! * [`StreamPool`]: exclusive leases, never one stream to two holders.
+//! * [`Device::make_current`]: a guard that restores the previous context, or none.
 //!
 //! # Errors
 //! Every CUDA failure is an [`Error::Cuda`] with the API's name and the [`CudaCode`] (name,
@@ -70,19 +81,24 @@
 //! | `elapsed` before the events completed | `Ok(None)` |
 //! | `ipc_handle` of an event without [`EventFlags::interprocess`] | [`Error::NotInterprocess`] |
 //! | interprocess together with timing | [`Error::Cuda`] `cudaErrorInvalidValue` |
-//! | `Stream::from_raw(null, device)` | the device's null stream, [`Ownership::Builtin`]`(`[`Builtin::Null`]`)`: handle 0 *is* a stream |
-//! | `Stream::from_raw_owned` of 0, 0x1 or 0x2 | [`Error::BuiltinNotOwnable`] |
+//! | `BorrowedStream::borrow_raw(null, device)` | the device's null stream, [`Ownership::Builtin`]`(`[`Builtin::Null`]`)`: handle 0 *is* a stream |
+//! | `Stream::from_raw` of 0, 0x1 or 0x2 | [`Error::BuiltinNotOwnable`] |
 //! | the per-thread stream used from another thread | [`Error::WrongThread`] |
+//! | `elapsed` where the end completed before the start | [`Error::NegativeElapsed`] with the amount |
 //! | `begin_capture` on the legacy stream | [`Error::CaptureMisuse`] |
 //! | `begin_capture` on a stream already capturing | [`Error::Cuda`] `cudaErrorIllegalState` |
 //! | `synchronize` / `query` of a capturing stream | [`Error::Cuda`] `cudaErrorStreamCaptureUnsupported`; the capture is invalidated |
 //! | `end` of an invalidated capture | [`Error::Cuda`] `cudaErrorStreamCaptureInvalidated` |
-//! | a `FnOnce` host function on a capturing stream | [`Error::CaptureMisuse`]; the closure is dropped, never run |
+//! | a `FnOnce` host function on a capturing stream | [`Error::CaptureMisuse`]; the closure is dropped, never run; the capture stays valid |
+//! | a capture's host function on a stream outside that capture | [`Error::CaptureMisuse`]; the closure is dropped, never run |
+//! | `wait_stream` between streams of two different captures | [`Error::CaptureMisuse`]; both captures stay valid |
 //! | a host function that cannot be enqueued | CUDA's error; the closure is dropped, never run |
-//! | any call of this crate inside a host function | [`Error::InsideHostFn`] |
+//! | a `FnOnce` host function after a fault | dropped without running; a host callback gets the error |
+//! | any call of this crate that reaches CUDA, inside a host function | [`Error::InsideHostFn`]; drops destroy on another thread |
 //! | a host function that panics | caught, printed, queued for [`take_host_fn_panics`]; the stream goes on |
 //! | [`StreamPool::acquire`] with every stream leased | [`Error::PoolExhausted`] (it never waits or shares) |
-//! | a kernel that faults (illegal address) | [`Error::Cuda`] with [`CudaCode::is_sticky`]; every later call reports the same code |
+//! | a kernel that faults (illegal address) | [`Error::Cuda`] with [`CudaCode::is_sticky`]; every later call reports the same code; completion futures resolve with it |
+//! | a handle destroyed by its owner while borrowed | undefined behaviour (CUDA may crash): [`BorrowedStream::borrow_raw`] is `unsafe` for this reason |
 //! | no driver, an old driver, no device | [`Error::Cuda`] from `Device::count`/`new`/`current`; [`Error::gpu_unavailable`] says which |
 //!
 //! # Features
@@ -93,9 +109,11 @@
 
 pub use cuda_stream_sys as sys;
 
+pub mod capture;
 mod completion;
 mod current;
 mod device;
+mod driver;
 mod error;
 mod event;
 mod graph;
@@ -105,17 +123,17 @@ mod pool;
 mod priority;
 mod stream;
 
+pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureStatus};
 pub use completion::Completion;
-pub use current::CurrentStreamGuard;
 pub use device::{Device, DeviceGuard, driver_version, runtime_version};
 pub use error::{CudaCode, Error, GpuUnavailable, Result, check};
 pub use event::{Event, EventFlags};
-pub use graph::{Capture, CaptureInfo, CaptureMode, CaptureStatus, Graph, GraphExec};
+pub use graph::{Graph, GraphExec};
 pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
 pub use live::{live_events, live_streams};
 pub use pool::{StreamLease, StreamPool};
 pub use priority::{Priority, PriorityRange};
-pub use stream::{Builtin, Ownership, Stream, StreamOptions, StreamRef};
+pub use stream::{BorrowedStream, Builtin, BuiltinStream, Ownership, Stream, StreamOptions, StreamRef};
 
 /// Whether handle 0 (the null stream) means the per-thread default stream in this build
 /// (`cuda-stream-sys`'s `per-thread-default-stream` feature) rather than the legacy stream.

@@ -31,10 +31,10 @@ impl Counter {
         threads.retain(|other| !Arc::ptr_eq(other, slot));
     }
 
-    fn total(&self) -> usize {
+    fn total(&self) -> isize {
         let threads = self.lock();
         let live: isize = threads.iter().map(|slot| slot.load(Ordering::Relaxed)).sum();
-        usize::try_from(self.retired.load(Ordering::Relaxed) + live).unwrap_or(0)
+        self.retired.load(Ordering::Relaxed) + live
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<AtomicIsize>>> {
@@ -74,13 +74,15 @@ fn adjust(counter: &'static Counter, pick: fn(&Local) -> &AtomicIsize, delta: is
     }
 }
 
-/// How many owned streams exist ([`crate::Ownership::Owned`]; `into_raw` gives one up).
-pub fn live_streams() -> usize {
+/// How many [`Stream`](crate::Stream)s exist (`into_raw` gives one up). Not clamped: a
+/// negative value would mean a stream released twice.
+pub fn live_streams() -> isize {
     STREAMS.total()
 }
 
-/// How many owned events exist.
-pub fn live_events() -> usize {
+/// How many owned [`Event`](crate::Event)s exist (not the crate's own marker events). Not
+/// clamped: a negative value would mean an event released twice.
+pub fn live_events() -> isize {
     EVENTS.total()
 }
 

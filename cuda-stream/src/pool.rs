@@ -3,7 +3,7 @@
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::stream::{Stream, StreamOptions};
+use crate::stream::{Stream, StreamOptions, StreamRef};
 use std::ops::Deref;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,16 +87,17 @@ impl StreamPool {
     }
 }
 
-/// An exclusive lease on a pooled stream; derefs to it, and returns it on drop.
+/// An exclusive lease on a pooled stream; derefs to it, and returns it on drop. It borrows the
+/// pool, so it cannot outlive it.
 #[derive(Debug)]
 pub struct StreamLease<'a> {
     slot: &'a Slot,
 }
 
 impl Deref for StreamLease<'_> {
-    type Target = Stream;
+    type Target = StreamRef;
 
-    fn deref(&self) -> &Stream {
+    fn deref(&self) -> &StreamRef {
         self.slot.stream.get().expect("a leased slot always holds its stream")
     }
 }

@@ -1,6 +1,15 @@
-//! Streams, with their ownership tracked: [`Ownership::Owned`] (created here, destroyed on
-//! drop), [`Ownership::Borrowed`] (a foreign handle, never destroyed) and
-//! [`Ownership::Builtin`] (the null, legacy and per-thread default streams, never destroyed).
+//! Streams, with their ownership in the types, as std does for file descriptors:
+//!
+//! | type | like | destroyed on drop | made by |
+//! |---|---|---|---|
+//! | [`Stream`] | `OwnedFd` | yes | [`Stream::new`], `unsafe` [`Stream::from_raw`] |
+//! | [`BorrowedStream<'a>`] | `BorrowedFd<'a>` | never | `unsafe` [`BorrowedStream::borrow_raw`] |
+//! | [`BuiltinStream`] | | never (CUDA's own) | [`BuiltinStream::null`], [`legacy`](BuiltinStream::legacy), [`per_thread`](BuiltinStream::per_thread) |
+//! | `&`[`StreamRef`] | `&BorrowedFd` | — | deref of any of the above |
+//!
+//! Every operation lives on [`StreamRef`], which all three deref to. A `StreamRef` exists only
+//! inside one of them and is never handed out by value, so nothing reachable from safe code
+//! holds a stream without a lifetime or an ownership that keeps it alive.
 
 use crate::device::{Device, DeviceGuard};
 use crate::error::{Error, Result, check, check_ready};
@@ -16,21 +25,21 @@ use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Who owns a stream handle, and so whether dropping the [`Stream`] destroys it.
+/// Who owns a stream handle, and so whether anything here ever destroys it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Ownership {
-    /// Created by this crate (or handed over with [`Stream::from_raw_owned`]): destroyed when
-    /// the `Stream` drops.
+    /// A [`Stream`]: destroyed when it drops.
     Owned,
-    /// Someone else's handle ([`Stream::from_raw`], [`Stream::borrow`]): never destroyed here.
+    /// A [`BorrowedStream`] of someone else's handle: never destroyed here.
     Borrowed,
-    /// One of CUDA's own default streams: never destroyed.
+    /// One of CUDA's own default streams ([`BuiltinStream`]): never destroyed.
     Builtin(Builtin),
 }
 
-/// CUDA's built-in streams. Each means the stream of the device current when it is used, so a
-/// [`Stream`] of this kind makes its device current around every call.
+/// CUDA's built-in streams. Each means the stream of the device current when it is used, so
+/// every call on one makes its device current first.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Builtin {
     /// Handle 0: the legacy stream, or with the `per-thread-default-stream` feature the calling
@@ -63,11 +72,21 @@ impl Builtin {
 
     /// Whether this handle means a different stream on each host thread.
     fn is_thread_bound(self) -> bool {
+        self.canonical() == Builtin::PerThread
+    }
+
+    /// The stream handle 0 stands for in this build: the legacy or the per-thread stream.
+    fn canonical(self) -> Builtin {
         match self {
-            Builtin::Null => crate::NULL_STREAM_IS_PER_THREAD,
-            Builtin::Legacy => false,
-            Builtin::PerThread => true,
+            Builtin::Null if crate::NULL_STREAM_IS_PER_THREAD => Builtin::PerThread,
+            Builtin::Null => Builtin::Legacy,
+            other => other,
         }
+    }
+
+    /// Whether this is the legacy stream, which CUDA cannot capture.
+    pub(crate) fn is_legacy(self) -> bool {
+        self.canonical() == Builtin::Legacy
     }
 }
 
@@ -92,178 +111,76 @@ impl StreamOptions {
     }
 }
 
-/// A CUDA stream on a known device, with its [`Ownership`].
+/// A number for the calling thread that no other thread of the process ever gets, even after
+/// this one exits (unlike the address of a thread-local, which the next thread reuses).
+fn thread_identity() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static IDENTITY: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    IDENTITY.with(|identity| *identity)
+}
+
+/// A stream, seen through any of its owners: every stream operation is here.
 ///
-/// * `Eq` and `Hash` compare CUDA's stream id (`cudaStreamGetId`, unique for the life of the
-///   context), not the handle: a handle value reused after a destroy is a different stream.
-///   Two wrappers of the same stream are equal, and `Stream::null` equals `Stream::legacy` in
-///   a legacy-default build, because they are one stream.
-/// * `Send + Sync`: CUDA's stream calls are thread-safe. The one exception is a stream that
-///   means something different on each thread (the per-thread default stream): such a `Stream`
-///   remembers its thread and every call from another thread returns [`Error::WrongThread`]
-///   instead of silently using that thread's own stream. (A `!Send` type would leak the same
-///   way through `&Stream` and scoped threads; the check costs one comparison, on that kind only.)
-pub struct Stream {
+/// You only ever hold a `&StreamRef`, borrowed from a [`Stream`], a [`BorrowedStream`] or a
+/// [`BuiltinStream`] (or a pool's lease), so the compiler keeps it from outliving the stream.
+///
+/// * `Eq` and `Hash` compare the stream, not the handle's bits alone: the device, the handle
+///   (with handle 0 meaning the stream it stands for in this build), and for the per-thread
+///   stream the thread. A handle value that CUDA reuses after a destroy cannot fool them: two
+///   `&StreamRef`s are alive together only while both streams are, and two live streams never
+///   share a handle. No CUDA call is made, so comparing never disturbs a capture.
+/// * `Send + Sync`: CUDA's stream calls are thread-safe. The one stream that means something
+///   else on each thread (the per-thread default stream) remembers the thread it was made on,
+///   by an identity never reused, and every call from another thread returns
+///   [`Error::WrongThread`] instead of silently using that thread's own stream.
+pub struct StreamRef {
     raw: sys::cudaStream_t,
     device: Device,
     ownership: Ownership,
-    id: u64,
-    thread: Option<usize>,
+    /// The only thread this stream may be used on (0: any thread).
+    thread: u64,
+    /// CUDA's id, read when this crate created the stream (nobody could capture it yet).
+    id: Option<u64>,
 }
 
 // SAFETY: a cudaStream_t is a handle the CUDA runtime lets any thread use; the thread-bound
 // per-thread stream checks the calling thread on every use (see the type's docs).
-unsafe impl Send for Stream {}
+unsafe impl Send for StreamRef {}
 // SAFETY: every method takes `&self` and makes only thread-safe runtime calls.
-unsafe impl Sync for Stream {}
+unsafe impl Sync for StreamRef {}
 
 thread_local! {
-    /// Its address identifies the calling thread, cheaper than `thread::current().id()`.
-    static THREAD_TOKEN: u8 = const { 0 };
     /// One marker event per device for `wait_stream`, so that no event is created or destroyed
     /// per call. Thread-local: the record and the wait that use it happen on this thread, in
-    /// order, so no other call can re-record it in between.
+    /// order, so no other call can re-record it in between. Not counted in `live_events`.
     static MARKERS: RefCell<Vec<Option<Event>>> = const { RefCell::new(Vec::new()) };
 }
 
-fn thread_token() -> usize {
-    THREAD_TOKEN.with(|token| token as *const u8 as usize)
-}
-
-impl Stream {
-    /// Creates a stream on `device`
-    /// ([`cudaStreamCreateWithPriority`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
-    ///
-    /// # Errors
-    /// [`Error::PriorityOutOfRange`] for a priority outside the device's range (CUDA would clamp
-    /// it); CUDA's errors (no device, out of resources).
-    pub fn new(device: Device, options: StreamOptions) -> Result<Stream> {
-        let _current = device.make_current()?;
-        let priority = match options.priority {
-            None => 0,
-            Some(priority) => device.check_priority(priority)?.value(),
+impl StreamRef {
+    fn new(raw: sys::cudaStream_t, device: Device, ownership: Ownership) -> StreamRef {
+        let thread = match ownership {
+            Ownership::Builtin(builtin) if builtin.is_thread_bound() => thread_identity(),
+            _ => 0,
         };
-        let flags = if options.non_blocking { sys::cudaStreamNonBlocking } else { sys::cudaStreamDefault };
-        let mut raw: sys::cudaStream_t = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; flags and priority are plain values.
-        let code = unsafe { sys::cudaStreamCreateWithPriority(&mut raw, flags as c_uint, priority) };
-        check(code, "cudaStreamCreateWithPriority")?;
-        live::stream_created();
-        // If reading the id fails, the new owned stream drops and is destroyed: nothing leaks.
-        Stream::identified(raw, device, Ownership::Owned, None)
+        StreamRef { raw, device, ownership, thread, id: None }
     }
 
-    /// The device's null stream, handle 0: the legacy stream, or the calling thread's
-    /// per-thread stream in a `per-thread-default-stream` build.
-    ///
-    /// # Errors
-    /// CUDA's errors when the device is unusable.
-    pub fn null(device: Device) -> Result<Stream> {
-        Stream::builtin(device, Builtin::Null)
+    /// A copy of this view for the crate's own bookkeeping (the current-stream stack). It must
+    /// never reach safe code by value: it has neither a lifetime nor an owner.
+    pub(crate) fn view(&self) -> StreamRef {
+        StreamRef { ..*self }
     }
 
-    /// The device's legacy default stream (`cudaStreamLegacy`): it waits for all earlier work
-    /// on the device's blocking streams, and they wait for it.
-    ///
-    /// # Errors
-    /// CUDA's errors when the device is unusable.
-    pub fn legacy(device: Device) -> Result<Stream> {
-        Stream::builtin(device, Builtin::Legacy)
-    }
-
-    /// The calling thread's per-thread default stream (`cudaStreamPerThread`). Usable only on
-    /// this thread: from another, every call returns [`Error::WrongThread`].
-    ///
-    /// # Errors
-    /// CUDA's errors when the device is unusable.
-    pub fn per_thread(device: Device) -> Result<Stream> {
-        Stream::builtin(device, Builtin::PerThread)
-    }
-
-    fn builtin(device: Device, builtin: Builtin) -> Result<Stream> {
-        let thread = builtin.is_thread_bound().then(thread_token);
-        Stream::identified(builtin.handle(), device, Ownership::Builtin(builtin), thread)
-    }
-
-    /// A `Stream` of `raw` with CUDA's id read (`cudaStreamGetId`).
-    fn identified(
-        raw: sys::cudaStream_t,
-        device: Device,
-        ownership: Ownership,
-        thread: Option<usize>,
-    ) -> Result<Stream> {
-        let mut stream = Stream { raw, device, ownership, id: 0, thread };
-        stream.id = stream.read_id()?;
-        Ok(stream)
-    }
-
-    /// Wraps a stream handle that someone else owns; dropping the `Stream` never destroys it.
-    /// The special handles (0, `cudaStreamLegacy`, `cudaStreamPerThread`) give the matching
-    /// [`Ownership::Builtin`] stream: **the null handle means the device's null stream**, not
-    /// "no stream".
-    ///
-    /// # Safety
-    /// `handle` must be a valid stream of `device` (or a special handle), and its owner must
-    /// not destroy it while this `Stream` or anything derived from it is in use.
-    ///
-    /// # Errors
-    /// CUDA's error if `cudaStreamGetId` rejects the handle.
-    pub unsafe fn from_raw(handle: sys::cudaStream_t, device: Device) -> Result<Stream> {
-        if let Some(builtin) = Builtin::of_handle(handle) {
-            return Stream::builtin(device, builtin);
-        }
-        Stream::identified(handle, device, Ownership::Borrowed, None)
-    }
-
-    /// Takes ownership of a stream handle: dropping the `Stream` destroys it.
-    ///
-    /// # Safety
-    /// `handle` must be a valid stream of `device` that nobody else will destroy or use after
-    /// this `Stream` destroys it (for example one from [`Stream::into_raw`]).
-    ///
-    /// # Errors
-    /// [`Error::BuiltinNotOwnable`] for the special handles; CUDA's error if `cudaStreamGetId`
-    /// rejects the handle (the handle is then left alone).
-    pub unsafe fn from_raw_owned(handle: sys::cudaStream_t, device: Device) -> Result<Stream> {
-        if Builtin::of_handle(handle).is_some() {
-            return Err(Error::BuiltinNotOwnable { handle: handle as usize });
-        }
-        // Read the id while borrowed, so a rejected handle is not destroyed by our drop.
-        // SAFETY: the caller guarantees `handle` is a valid stream of `device`.
-        let borrowed = unsafe { Stream::from_raw(handle, device) }?;
-        live::stream_created();
-        Ok(Stream { ownership: Ownership::Owned, ..borrowed })
-    }
-
-    /// Gives up ownership: returns the handle without destroying it. The caller now owns an
-    /// owned stream (for others, this just returns the handle).
-    pub fn into_raw(self) -> sys::cudaStream_t {
-        if self.ownership == Ownership::Owned {
-            live::stream_released();
-        }
-        ManuallyDrop::new(self).raw
-    }
-
-    /// A borrowed view of this stream whose lifetime the compiler ties to `self`.
-    pub fn borrow(&self) -> StreamRef<'_> {
-        StreamRef { stream: self.borrow_view(), _lifetime: PhantomData }
-    }
-
-    /// A non-owning copy (built-in streams stay built-in); the caller ties its lifetime.
-    pub(crate) fn borrow_view(&self) -> Stream {
-        let ownership = match self.ownership {
-            Ownership::Owned => Ownership::Borrowed,
-            other => other,
-        };
-        Stream { ownership, ..*self }
-    }
-
-    /// The raw handle, for FFI. It stays owned by this `Stream`.
+    /// The raw handle, for FFI. It stays owned by whoever owns the stream.
+    #[inline]
     pub fn as_raw(&self) -> sys::cudaStream_t {
         self.raw
     }
 
     /// The device this stream belongs to.
+    #[inline]
     pub fn device(&self) -> Device {
         self.device
     }
@@ -273,10 +190,33 @@ impl Stream {
         self.ownership
     }
 
-    /// CUDA's id for this stream (`cudaStreamGetId`), unique for the life of the context; for
-    /// the per-thread stream, the id of the creating thread's.
-    pub fn id(&self) -> u64 {
-        self.id
+    /// CUDA's id for this stream
+    /// ([`cudaStreamGetId`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)),
+    /// unique for the life of the program (never reused). For a stream this crate created it
+    /// was read at creation; otherwise it is read now, unless the stream is being captured:
+    /// `cudaStreamGetId` would invalidate the capture.
+    ///
+    /// For a foreign stream, a capture that another thread begins between the check and the
+    /// read is still invalidated: ask while you know nobody captures it.
+    ///
+    /// # Errors
+    /// [`Error::CaptureMisuse`] while the stream is being captured; CUDA's errors.
+    pub fn id(&self) -> Result<u64> {
+        if let Some(id) = self.id {
+            return Ok(id);
+        }
+        if self.capture_status()? != crate::CaptureStatus::None {
+            return Err(Error::CaptureMisuse("reading the id of a capturing stream would invalidate the capture"));
+        }
+        self.read_id()
+    }
+
+    fn read_id(&self) -> Result<u64> {
+        let _current = self.enter()?;
+        let mut id: c_ulonglong = 0;
+        // SAFETY: `raw` is a live stream (or special handle) of the current device.
+        check(unsafe { sys::cudaStreamGetId(self.raw, &mut id) }, "cudaStreamGetId")?;
+        Ok(id)
     }
 
     /// Prepares one call on this stream. The built-in handles (0, 0x1, 0x2) mean "the stream of
@@ -295,18 +235,18 @@ impl Stream {
 
     #[inline(never)]
     fn enter_builtin(&self) -> Result<DeviceGuard> {
-        if self.thread.is_some_and(|thread| thread != thread_token()) {
+        if self.thread != 0 && self.thread != thread_identity() {
             return Err(Error::WrongThread);
         }
         self.device.make_current()
     }
 
-    fn read_id(&self) -> Result<u64> {
-        let _current = self.enter()?;
-        let mut id: c_ulonglong = 0;
-        // SAFETY: `raw` is a valid stream (or special handle) of the current device.
-        check(unsafe { sys::cudaStreamGetId(self.raw, &mut id) }, "cudaStreamGetId")?;
-        Ok(id)
+    /// The built-in stream this is, if it is one.
+    pub(crate) fn builtin(&self) -> Option<Builtin> {
+        match self.ownership {
+            Ownership::Builtin(builtin) => Some(builtin),
+            _ => None,
+        }
     }
 
     /// Whether all work enqueued so far has completed
@@ -314,7 +254,8 @@ impl Stream {
     /// `cudaErrorNotReady` is `Ok(false)`.
     ///
     /// # Errors
-    /// Errors of earlier asynchronous work; `cudaErrorStreamCaptureUnsupported` while capturing.
+    /// Errors of earlier asynchronous work; `cudaErrorStreamCaptureUnsupported` while capturing
+    /// (which invalidates the capture: CUDA's rule).
     #[inline]
     pub fn query(&self) -> Result<bool> {
         let _current = self.enter()?;
@@ -326,7 +267,8 @@ impl Stream {
     /// ([`cudaStreamSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
     ///
     /// # Errors
-    /// Errors of earlier asynchronous work; `cudaErrorStreamCaptureUnsupported` while capturing.
+    /// Errors of earlier asynchronous work; `cudaErrorStreamCaptureUnsupported` while capturing
+    /// (which invalidates the capture: CUDA's rule).
     #[inline]
     pub fn synchronize(&self) -> Result<()> {
         let _current = self.enter()?;
@@ -344,16 +286,22 @@ impl Stream {
         if event.device() != self.device {
             return Err(mismatch("an event is recorded on a stream of its own device", self.device, event.device()));
         }
-        self.record_raw(event.as_raw())?;
+        self.record_raw(event.as_raw(), 0)?;
         event.mark_recorded();
         Ok(())
     }
 
     #[inline(always)]
-    fn record_raw(&self, event: sys::cudaEvent_t) -> Result<()> {
+    pub(crate) fn record_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
         let _current = self.enter()?;
-        // SAFETY: `event` and `raw` are live handles of the same device.
-        check(unsafe { sys::cudaEventRecord(event, self.raw) }, "cudaEventRecord")
+        let code = if flags == 0 {
+            // SAFETY: `event` and `raw` are live handles of the same device.
+            unsafe { sys::cudaEventRecord(event, self.raw) }
+        } else {
+            // SAFETY: as above; `flags` is one of CUDA's record flags.
+            unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }
+        };
+        check(code, "cudaEventRecord")
     }
 
     /// Records a new event (default [`EventFlags`]: no timing) and returns it.
@@ -371,27 +319,46 @@ impl Stream {
     /// The event may belong to another device.
     ///
     /// # Errors
-    /// CUDA's errors.
+    /// CUDA's errors; on a capturing stream, an event recorded outside the capture is
+    /// `cudaErrorStreamCaptureIsolation` and CUDA invalidates the capture (use
+    /// [`StreamRef::wait_stream`], which handles that case).
     #[inline]
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.wait_raw(event.as_raw())
+        self.wait_raw(event.as_raw(), 0)
     }
 
     #[inline(always)]
-    fn wait_raw(&self, event: sys::cudaEvent_t) -> Result<()> {
+    pub(crate) fn wait_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
         let _current = self.enter()?;
-        // SAFETY: `event` and `raw` are live handles.
-        check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, 0) }, "cudaStreamWaitEvent")
+        // SAFETY: `event` and `raw` are live handles; `flags` is one of CUDA's wait flags.
+        check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent")
     }
 
     /// Makes later work on this stream wait for the work enqueued on `other` so far. Costs one
-    /// record and one wait: the marker event is created once per thread and device, never per
-    /// call.
+    /// capture-status read, one record and one wait: the marker event is created once per
+    /// thread and device, never per call.
+    ///
+    /// During stream capture:
+    /// * both streams in the same capture, or `self` not capturing: an ordinary dependency (a
+    ///   stream that waits on a capturing one joins its capture, CUDA's fork);
+    /// * `self` capturing and `other` not: the graph gets an external wait on `other`'s work so
+    ///   far (`cudaEventWaitExternal`), with an event the graph keeps alive; the capture stays
+    ///   valid;
+    /// * the two in different captures: [`Error::CaptureMisuse`], and neither capture is touched.
     ///
     /// # Errors
-    /// CUDA's errors.
+    /// [`Error::CaptureMisuse`] for streams of two different captures; CUDA's errors.
     #[inline]
-    pub fn wait_stream(&self, other: &Stream) -> Result<()> {
+    pub fn wait_stream(&self, other: &StreamRef) -> Result<()> {
+        if self.capture_status()? != crate::CaptureStatus::None {
+            return crate::capture::wait_stream_in_capture(self, other);
+        }
+        self.wait_stream_now(other)
+    }
+
+    /// `wait_stream` through this thread's marker event of `other`'s device.
+    #[inline]
+    pub(crate) fn wait_stream_now(&self, other: &StreamRef) -> Result<()> {
         MARKERS.with(|markers| {
             let mut markers = markers.borrow_mut();
             let slot = other.device.ordinal() as usize;
@@ -400,13 +367,10 @@ impl Stream {
             }
             let marker = match &markers[slot] {
                 Some(marker) => marker.as_raw(),
-                None => {
-                    let created = Event::new(other.device, EventFlags::default())?;
-                    markers[slot].insert(created).as_raw()
-                }
+                None => markers[slot].insert(Event::internal(other.device)?).as_raw(),
             };
-            other.record_raw(marker)?;
-            self.wait_raw(marker)
+            other.record_raw(marker, 0)?;
+            self.wait_raw(marker, 0)
         })
     }
 
@@ -414,7 +378,7 @@ impl Stream {
     /// waits for the work enqueued here so far. Join it back with `parent.wait_stream(&child)`.
     ///
     /// # Errors
-    /// The errors of [`Stream::new`] and [`Stream::wait_stream`].
+    /// The errors of [`Stream::new`] and [`StreamRef::wait_stream`].
     pub fn fork(&self) -> Result<Stream> {
         let options = StreamOptions::non_blocking().with_priority(self.priority()?);
         let child = Stream::new(self.device, options)?;
@@ -449,25 +413,13 @@ impl Stream {
         Ok(flags & sys::cudaStreamNonBlocking != 0)
     }
 
-    /// Destroys an owned stream and reports what dropping it would hide: errors of earlier
-    /// asynchronous work, then the destroy's own. Pending work still completes
-    /// ([`cudaStreamDestroy`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)
-    /// returns at once). For borrowed and built-in streams it only checks for errors.
-    ///
-    /// # Errors
-    /// The first error of `cudaStreamQuery` and `cudaStreamDestroy`.
-    pub fn destroy(self) -> Result<()> {
-        let this = ManuallyDrop::new(self);
-        let pending = this.query().map(drop);
-        let destroyed = match this.ownership {
-            Ownership::Owned => {
-                live::stream_released();
-                // SAFETY: we own `raw`; ManuallyDrop keeps Drop from destroying it twice.
-                check(unsafe { sys::cudaStreamDestroy(this.raw) }, "cudaStreamDestroy")
-            }
-            Ownership::Borrowed | Ownership::Builtin(_) => Ok(()),
+    /// The identity `Eq` and `Hash` use: device, the stream the handle stands for, thread.
+    fn identity(&self) -> (Device, usize, u64) {
+        let handle = match self.builtin() {
+            Some(builtin) => builtin.canonical().handle() as usize,
+            None => self.raw as usize,
         };
-        pending.and(destroyed)
+        (self.device, handle, self.thread)
     }
 }
 
@@ -475,68 +427,220 @@ fn mismatch(what: &'static str, expected: Device, found: Device) -> Error {
     Error::DeviceMismatch { what, expected: expected.ordinal(), found: found.ordinal() }
 }
 
-impl Drop for Stream {
-    fn drop(&mut self) {
-        if self.ownership == Ownership::Owned {
-            live::stream_released();
-            // Drop cannot report: errors of earlier work reach the next call that can, or
-            // `destroy` for those who ask. The handle belongs to its context, so no device
-            // switch is needed. Dropped inside a host function (the last `Arc` of a stream moved
-            // into one), the destroy is made outside it.
-            let raw = self.raw as usize;
-            crate::host_fn::call_outside_host_fn(move || {
-                // SAFETY: we own the handle and nothing uses it after this.
-                let _ = unsafe { sys::cudaStreamDestroy(raw as sys::cudaStream_t) };
-            });
-        }
+impl PartialEq for StreamRef {
+    fn eq(&self, other: &StreamRef) -> bool {
+        self.identity() == other.identity()
     }
 }
 
-impl PartialEq for Stream {
-    fn eq(&self, other: &Stream) -> bool {
-        self.device == other.device && self.id == other.id
-    }
-}
+impl Eq for StreamRef {}
 
-impl Eq for Stream {}
-
-impl Hash for Stream {
+impl Hash for StreamRef {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.device.hash(state);
-        self.id.hash(state);
+        self.identity().hash(state);
     }
 }
 
-impl fmt::Debug for Stream {
+impl fmt::Debug for StreamRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Stream")
             .field("raw", &self.raw)
             .field("device", &self.device.ordinal())
             .field("ownership", &self.ownership)
-            .field("id", &self.id)
             .finish()
     }
 }
 
-/// A borrowed view of a [`Stream`], valid while the stream is: the compiler checks it. Derefs
-/// to a `Stream` of [`Ownership::Borrowed`] (or the same built-in kind), so every operation is
-/// there, and dropping it destroys nothing.
-#[derive(Debug)]
-pub struct StreamRef<'a> {
-    stream: Stream,
-    _lifetime: PhantomData<&'a Stream>,
+/// An owned CUDA stream: destroyed when dropped (pending work still completes). Derefs to
+/// [`StreamRef`], which has every operation.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Stream {
+    stream: StreamRef,
 }
 
-impl Deref for StreamRef<'_> {
-    type Target = Stream;
+impl Stream {
+    /// Creates a stream on `device`
+    /// ([`cudaStreamCreateWithPriority`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    ///
+    /// # Errors
+    /// [`Error::PriorityOutOfRange`] for a priority outside the device's range (CUDA would clamp
+    /// it); CUDA's errors (no device, out of resources).
+    pub fn new(device: Device, options: StreamOptions) -> Result<Stream> {
+        let _current = device.make_current()?;
+        let priority = match options.priority {
+            None => 0,
+            Some(priority) => device.check_priority(priority)?.value(),
+        };
+        let flags = if options.non_blocking { sys::cudaStreamNonBlocking } else { sys::cudaStreamDefault };
+        let mut raw: sys::cudaStream_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; flags and priority are plain values.
+        let code = unsafe { sys::cudaStreamCreateWithPriority(&mut raw, flags as c_uint, priority) };
+        check(code, "cudaStreamCreateWithPriority")?;
+        live::stream_created();
+        let mut stream = Stream { stream: StreamRef::new(raw, device, Ownership::Owned) };
+        // Nobody else has the handle yet, so nobody can be capturing it: reading the id is
+        // safe now, and only now. If it fails, the stream drops and is destroyed.
+        stream.stream.id = Some(stream.read_id()?);
+        Ok(stream)
+    }
 
-    fn deref(&self) -> &Stream {
+    /// Takes ownership of a stream handle: dropping the `Stream` destroys it. Makes no CUDA
+    /// call (so it never disturbs a capture in progress).
+    ///
+    /// # Safety
+    /// `handle` must be a live stream of `device` that nobody else will destroy or use after
+    /// this `Stream` destroys it (for example one from [`Stream::into_raw`]).
+    ///
+    /// # Errors
+    /// [`Error::BuiltinNotOwnable`] for the special handles (0, 0x1, 0x2).
+    pub unsafe fn from_raw(handle: sys::cudaStream_t, device: Device) -> Result<Stream> {
+        if Builtin::of_handle(handle).is_some() {
+            return Err(Error::BuiltinNotOwnable { handle: handle as usize });
+        }
+        live::stream_created();
+        Ok(Stream { stream: StreamRef::new(handle, device, Ownership::Owned) })
+    }
+
+    /// Gives up ownership: returns the handle without destroying it.
+    pub fn into_raw(self) -> sys::cudaStream_t {
+        live::stream_released();
+        ManuallyDrop::new(self).stream.raw
+    }
+
+    /// Destroys the stream and reports what dropping it would hide: errors of earlier
+    /// asynchronous work, then the destroy's own. Pending work still completes
+    /// ([`cudaStreamDestroy`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)
+    /// returns at once).
+    ///
+    /// # Errors
+    /// The first error of `cudaStreamQuery` and `cudaStreamDestroy`; [`Error::InsideHostFn`]
+    /// inside a host function, where the stream is destroyed later, outside it.
+    pub fn destroy(self) -> Result<()> {
+        let this = ManuallyDrop::new(self);
+        live::stream_released();
+        let raw = this.stream.raw as usize;
+        if refuse_inside_host_fn().is_err() {
+            crate::host_fn::call_outside_host_fn(move || destroy_stream(raw));
+            return Err(Error::InsideHostFn);
+        }
+        let pending = this.query().map(drop);
+        // SAFETY: we own `raw`; ManuallyDrop keeps Drop from destroying it twice.
+        let destroyed = check(unsafe { sys::cudaStreamDestroy(raw as sys::cudaStream_t) }, "cudaStreamDestroy");
+        pending.and(destroyed)
+    }
+}
+
+fn destroy_stream(raw: usize) {
+    // SAFETY: called once, by the stream's owner, after which nothing uses the handle.
+    let _ = unsafe { sys::cudaStreamDestroy(raw as sys::cudaStream_t) };
+}
+
+impl Deref for Stream {
+    type Target = StreamRef;
+
+    #[inline(always)]
+    fn deref(&self) -> &StreamRef {
         &self.stream
     }
 }
 
-impl Clone for StreamRef<'_> {
+impl Drop for Stream {
+    fn drop(&mut self) {
+        live::stream_released();
+        // Drop cannot report: errors of earlier work reach the next call that can, or
+        // `destroy` for those who ask. The handle belongs to its context, so no device switch
+        // is needed. Dropped inside a host function, the destroy is made outside it.
+        let raw = self.stream.raw as usize;
+        crate::host_fn::call_outside_host_fn(move || destroy_stream(raw));
+    }
+}
+
+/// Someone else's stream (C, cudarc, PyTorch), valid for `'a`: never destroyed here. Derefs to
+/// [`StreamRef`]. Copying it copies the borrow, lifetime and all.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct BorrowedStream<'a> {
+    stream: StreamRef,
+    _lifetime: PhantomData<&'a StreamRef>,
+}
+
+impl<'a> BorrowedStream<'a> {
+    /// Borrows a stream handle for `'a`, a lifetime the caller picks. Makes no CUDA call, so
+    /// wrapping a stream that is being captured (say by `torch.cuda.graph`) leaves the capture
+    /// intact. The special handles (0, `cudaStreamLegacy`, `cudaStreamPerThread`) give the
+    /// matching built-in stream: **the null handle means the device's null stream**, not "no
+    /// stream"; a per-thread handle means the calling thread's.
+    ///
+    /// # Safety
+    /// `handle` must be a live stream of `device` (or a special handle), and its owner must not
+    /// destroy it during `'a`.
+    pub unsafe fn borrow_raw(handle: sys::cudaStream_t, device: Device) -> BorrowedStream<'a> {
+        let ownership = Builtin::of_handle(handle).map_or(Ownership::Borrowed, Ownership::Builtin);
+        BorrowedStream { stream: StreamRef::new(handle, device, ownership), _lifetime: PhantomData }
+    }
+}
+
+impl Clone for BorrowedStream<'_> {
     fn clone(&self) -> Self {
-        StreamRef { stream: self.stream.borrow_view(), _lifetime: PhantomData }
+        BorrowedStream { stream: self.stream.view(), _lifetime: PhantomData }
+    }
+}
+
+impl Deref for BorrowedStream<'_> {
+    type Target = StreamRef;
+
+    #[inline(always)]
+    fn deref(&self) -> &StreamRef {
+        &self.stream
+    }
+}
+
+/// One of CUDA's built-in streams of a device: never destroyed, so it needs no lifetime.
+/// Derefs to [`StreamRef`].
+///
+/// The per-thread stream (and handle 0 in a `per-thread-default-stream` build) is a different
+/// stream on each thread: one made on a thread works on that thread only; from any other every
+/// call returns [`Error::WrongThread`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct BuiltinStream {
+    stream: StreamRef,
+}
+
+impl BuiltinStream {
+    /// The device's null stream, handle 0: the legacy stream, or the calling thread's
+    /// per-thread stream in a `per-thread-default-stream` build.
+    pub fn null(device: Device) -> BuiltinStream {
+        BuiltinStream::of(device, Builtin::Null)
+    }
+
+    /// The device's legacy default stream (`cudaStreamLegacy`): it waits for all earlier work
+    /// on the device's blocking streams, and they wait for it.
+    pub fn legacy(device: Device) -> BuiltinStream {
+        BuiltinStream::of(device, Builtin::Legacy)
+    }
+
+    /// The calling thread's per-thread default stream (`cudaStreamPerThread`). Usable only on
+    /// this thread: from another, every call returns [`Error::WrongThread`].
+    pub fn per_thread(device: Device) -> BuiltinStream {
+        BuiltinStream::of(device, Builtin::PerThread)
+    }
+
+    /// The built-in stream `builtin` of `device`.
+    pub fn of(device: Device, builtin: Builtin) -> BuiltinStream {
+        BuiltinStream { stream: StreamRef::new(builtin.handle(), device, Ownership::Builtin(builtin)) }
+    }
+}
+
+impl Clone for BuiltinStream {
+    fn clone(&self) -> Self {
+        BuiltinStream { stream: self.stream.view() }
+    }
+}
+
+impl Deref for BuiltinStream {
+    type Target = StreamRef;
+
+    #[inline(always)]
+    fn deref(&self) -> &StreamRef {
+        &self.stream
     }
 }

@@ -1,0 +1,307 @@
+//! Stream capture: record a stream's work into a [`Graph`] once, then replay it
+//! ([stream capture](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+//!
+//! The capture mode is a type ([`Global`], [`ThreadLocal`], [`Relaxed`]) because it decides who
+//! may end the capture: CUDA ends a Global or ThreadLocal capture only on the thread that began
+//! it (from another it fails with `cudaErrorStreamCaptureWrongThread` and the graph is lost), so
+//! their [`Capture`] is `!Send`; a Relaxed capture may move to another thread.
+//!
+//! Nothing this crate does to identify, compare or make current a stream touches CUDA, so
+//! wrapping a stream that someone else is capturing (`torch.cuda.graph`) leaves that capture
+//! intact.
+
+use crate::error::{Error, Result, check};
+use crate::event::Event;
+use crate::graph::{Graph, keep_alive};
+use crate::host_fn::{Counted, run_guarded};
+use crate::stream::StreamRef;
+use crate::sys;
+use std::ffi::{c_ulonglong, c_void};
+use std::marker::PhantomData;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A capture mode (`cudaStreamCaptureMode`), as a type: [`Global`], [`ThreadLocal`] or
+/// [`Relaxed`].
+pub trait CaptureMode: sealed::Sealed + Copy + std::fmt::Debug {
+    /// CUDA's value.
+    const RAW: sys::cudaStreamCaptureMode;
+    /// Makes [`Capture`] `!Send` for the modes that must end on the thread that began them.
+    #[doc(hidden)]
+    type Thread;
+}
+
+/// Unsafe calls (a legacy-stream synchronize, a device synchronize, ...) are refused on every
+/// thread while the capture lasts. Ends on the thread that began it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Global;
+
+/// Unsafe calls are refused on this thread only. Ends on the thread that began it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ThreadLocal;
+
+/// No call is refused; the capture may end on any thread.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Relaxed;
+
+impl sealed::Sealed for Global {}
+impl sealed::Sealed for ThreadLocal {}
+impl sealed::Sealed for Relaxed {}
+
+impl CaptureMode for Global {
+    const RAW: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal;
+    type Thread = *const ();
+}
+
+impl CaptureMode for ThreadLocal {
+    const RAW: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal;
+    type Thread = *const ();
+}
+
+impl CaptureMode for Relaxed {
+    const RAW: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
+    type Thread = ();
+}
+
+/// Whether a stream is being captured.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CaptureStatus {
+    /// Not capturing: work runs.
+    None,
+    /// Capturing: work is recorded into a graph.
+    Active,
+    /// The capture broke (for example by a synchronize); ending it returns an error.
+    Invalidated,
+}
+
+impl CaptureStatus {
+    fn of(raw: sys::cudaStreamCaptureStatus) -> CaptureStatus {
+        match raw {
+            sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone => CaptureStatus::None,
+            sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusActive => CaptureStatus::Active,
+            _ => CaptureStatus::Invalidated,
+        }
+    }
+}
+
+/// What `cudaStreamGetCaptureInfo` reports.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CaptureInfo {
+    /// The status.
+    pub status: CaptureStatus,
+    /// The capture's id, unique in the process (meaningful while not [`CaptureStatus::None`]).
+    pub id: u64,
+}
+
+/// A capture's status, id and the graph it is building (null when not capturing).
+struct CaptureState {
+    info: CaptureInfo,
+    graph: sys::cudaGraph_t,
+}
+
+impl StreamRef {
+    /// Starts capturing this stream's work into a graph
+    /// ([`cudaStreamBeginCapture`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    /// Work enqueued until [`Capture::end`] is recorded, not run; streams that wait on this
+    /// one join the capture. Dropping the guard without `end` ends the capture and discards
+    /// the graph.
+    ///
+    /// # Errors
+    /// [`Error::CaptureMisuse`] on the legacy stream (CUDA cannot capture it); CUDA's
+    /// `cudaErrorIllegalState` when the stream is already capturing.
+    pub fn begin_capture<M: CaptureMode>(&self, _mode: M) -> Result<Capture<'_, M>> {
+        refuse_legacy(self, "the legacy default stream cannot be captured")?;
+        let _current = self.enter()?;
+        // SAFETY: a live stream; the mode is a valid constant.
+        check(unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture")?;
+        let mut capture = Capture { stream: self, id: 0, ended: false, _mode: PhantomData };
+        // If this fails, `capture` drops and ends the capture.
+        capture.id = capture_state(self)?.info.id;
+        Ok(capture)
+    }
+
+    /// Whether this stream is being captured
+    /// ([`cudaStreamIsCapturing`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    ///
+    /// # Errors
+    /// `cudaErrorStreamCaptureImplicit` for the legacy stream while another stream captures in
+    /// Global mode.
+    pub fn capture_status(&self) -> Result<CaptureStatus> {
+        let _current = self.enter()?;
+        let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
+        // SAFETY: a live stream; `status` is a valid out-pointer.
+        check(unsafe { sys::cudaStreamIsCapturing(self.as_raw(), &mut status) }, "cudaStreamIsCapturing")?;
+        Ok(CaptureStatus::of(status))
+    }
+
+    /// The capture status and the capture's unique id
+    /// ([`cudaStreamGetCaptureInfo`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    ///
+    /// # Errors
+    /// As [`StreamRef::capture_status`].
+    pub fn capture_info(&self) -> Result<CaptureInfo> {
+        Ok(capture_state(self)?.info)
+    }
+}
+
+/// [`Error::CaptureMisuse`] with `why` for the legacy stream, which no capture can include.
+fn refuse_legacy(stream: &StreamRef, why: &'static str) -> Result<()> {
+    match stream.builtin() {
+        Some(builtin) if builtin.is_legacy() => Err(Error::CaptureMisuse(why)),
+        _ => Ok(()),
+    }
+}
+
+fn capture_state(stream: &StreamRef) -> Result<CaptureState> {
+    let _current = stream.enter()?;
+    let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
+    let mut id: c_ulonglong = 0;
+    let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+    let raw = stream.as_raw();
+    // SAFETY: a live stream; `status`, `id` and `graph` are valid out-pointers; the outputs we
+    // do not want are null, which the API allows. CUDA 13 added the edge-data output.
+    #[cfg(cudart_13)]
+    let code = unsafe {
+        sys::cudaStreamGetCaptureInfo(
+            raw,
+            &mut status,
+            &mut id,
+            &mut graph,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    // SAFETY: as above, with CUDA 12's signature.
+    #[cfg(not(cudart_13))]
+    let code = unsafe {
+        sys::cudaStreamGetCaptureInfo(raw, &mut status, &mut id, &mut graph, std::ptr::null_mut(), std::ptr::null_mut())
+    };
+    check(code, "cudaStreamGetCaptureInfo")?;
+    Ok(CaptureState { info: CaptureInfo { status: CaptureStatus::of(status), id }, graph })
+}
+
+/// `this.wait_stream(other)` while `this` is being captured (see [`StreamRef::wait_stream`]).
+pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Result<()> {
+    let mine = capture_state(this)?;
+    if mine.info.status != CaptureStatus::Active {
+        // A broken capture: let CUDA report it, as it does for every other call.
+        return this.wait_stream_now(other);
+    }
+    refuse_legacy(other, "a capturing stream cannot wait on the legacy stream (it would break the capture)")?;
+    let theirs = capture_state(other)?;
+    match theirs.info.status {
+        CaptureStatus::Active if theirs.info.id == mine.info.id => this.wait_stream_now(other),
+        CaptureStatus::None => {
+            // `other`'s work so far runs outside the graph: the graph waits for it as an
+            // external event, recorded now, never again, and kept alive by the graph.
+            let event = Event::internal(other.device())?;
+            other.record_raw(event.as_raw(), 0)?;
+            let event = keep_alive(mine.graph, Box::new(event))?;
+            // SAFETY: the graph keeps the event alive until no graph, clone or executable needs
+            // it, which is longer than this call.
+            this.wait_raw(unsafe { (*event).as_raw() }, sys::cudaEventWaitExternal)
+        }
+        _ => Err(Error::CaptureMisuse("the two streams belong to different captures (CUDA would invalidate both)")),
+    }
+}
+
+/// An active capture of one stream. [`Capture::end`] returns the graph; dropping the guard
+/// ends the capture and discards it. `!Send` unless the mode is [`Relaxed`].
+#[derive(Debug)]
+#[must_use = "dropping the capture discards the graph"]
+pub struct Capture<'a, M: CaptureMode> {
+    stream: &'a StreamRef,
+    id: u64,
+    ended: bool,
+    _mode: PhantomData<(M, M::Thread)>,
+}
+
+/// The C entry point for a repeatable host function of a graph.
+///
+/// # Safety
+/// `data` must point to a `Counted<F>` that outlives every run (a user object the graph holds).
+unsafe extern "C" fn run_repeatable<F: Fn() + Send + Sync + 'static>(data: *mut c_void) {
+    // SAFETY: the caller's contract: `data` points to a live Counted<F>, shared, never mutated.
+    let counted = unsafe { &*data.cast::<Counted<F>>().cast_const() };
+    if let Some(f) = &counted.f {
+        run_guarded(None, f);
+    }
+}
+
+impl<'a, M: CaptureMode> Capture<'a, M> {
+    /// The captured stream.
+    pub fn stream(&self) -> &'a StreamRef {
+        self.stream
+    }
+
+    /// The capture's id, unique in the process (as [`StreamRef::capture_info`] reports it for
+    /// every stream in this capture).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Adds a host function to the graph on `stream`: the captured stream, or one that joined
+    /// this capture
+    /// ([`cudaLaunchHostFunc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EXECUTION.html)).
+    /// It runs at every replay, so it is `Fn`; it is `Sync` because executables made from one
+    /// graph may run at the same time. The graph owns it through a CUDA user object
+    /// ([`cudaUserObjectCreate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html),
+    /// `cudaGraphRetainUserObject` with move semantics): CUDA drops it once no graph, clone or
+    /// executable needs it and their launches have completed.
+    ///
+    /// # Errors
+    /// [`Error::CaptureMisuse`] for a stream that is not part of this capture (not capturing,
+    /// or in another capture): `f` is dropped, never run. CUDA's errors.
+    pub fn launch_host_fn<F: Fn() + Send + Sync + 'static>(&mut self, stream: &StreamRef, f: F) -> Result<()> {
+        refuse_legacy(stream, "the legacy default stream cannot be part of a capture")?;
+        let state = capture_state(stream)?;
+        if state.info.status != CaptureStatus::Active || state.info.id != self.id {
+            return Err(Error::CaptureMisuse("the host function's stream is not part of this capture"));
+        }
+        // The stream stays in this capture until `end`, which needs `self`: nothing can take
+        // it out between the check and the launch.
+        let data = keep_alive(state.graph, Counted::boxed(f))?;
+        let _current = stream.enter()?;
+        // SAFETY: `run_repeatable::<F>` honours the contract of `data`, which the graph keeps.
+        let code = unsafe { sys::cudaLaunchHostFunc(stream.as_raw(), Some(run_repeatable::<F>), data.cast_mut().cast()) };
+        check(code, "cudaLaunchHostFunc")
+    }
+
+    /// Ends the capture and returns the graph
+    /// ([`cudaStreamEndCapture`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    ///
+    /// # Errors
+    /// `cudaErrorStreamCaptureInvalidated` if the capture broke; `cudaErrorStreamCaptureUnjoined`
+    /// if a forked stream was not joined back.
+    pub fn end(mut self) -> Result<Graph> {
+        self.ended = true;
+        let raw = end_capture(self.stream)?;
+        Ok(Graph::from_captured(raw, self.stream.device()))
+    }
+}
+
+fn end_capture(stream: &StreamRef) -> Result<sys::cudaGraph_t> {
+    let _current = stream.enter()?;
+    let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+    // SAFETY: a live, capturing stream; `graph` is a valid out-pointer.
+    let code = unsafe { sys::cudaStreamEndCapture(stream.as_raw(), &mut graph) };
+    if code != sys::cudaError::cudaSuccess && !graph.is_null() {
+        // A graph the failed end still handed us: ours to destroy, once.
+        drop(Graph::from_captured(graph, stream.device()));
+    }
+    check(code, "cudaStreamEndCapture")?;
+    Ok(graph)
+}
+
+impl<M: CaptureMode> Drop for Capture<'_, M> {
+    fn drop(&mut self) {
+        if !self.ended {
+            if let Ok(graph) = end_capture(self.stream) {
+                drop(Graph::from_captured(graph, self.stream.device()));
+            }
+        }
+    }
+}
