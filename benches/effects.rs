@@ -3,7 +3,7 @@
 //! (medians and min..max of 7 repetitions) and writes `$BENCH_OUT/bench-effects.json`.
 //! `--quick` runs fewer repetitions.
 
-use cuda_stream::{Stream, StreamOptions, StreamPool};
+use cuda_stream::{BuiltinStream, Stream, StreamOptions, StreamPool, StreamRef};
 use cuda_stream_tests::{Stats, TagLog, poll_until};
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ fn main() -> cuda_stream::Result<()> {
     let blocks = (sms * 2).div_ceil(8);
     let streams: Vec<Stream> =
         (0..8).map(|_| Stream::new(device, StreamOptions::non_blocking())).collect::<Result<_, _>>()?;
-    let legacy = Stream::legacy(device)?;
+    let legacy = BuiltinStream::legacy(device);
     let time_ms = |launch: &dyn Fn() -> cuda_stream::Result<()>| -> f64 {
         device.synchronize().unwrap();
         let start = Instant::now();
@@ -92,7 +92,7 @@ fn main() -> cuda_stream::Result<()> {
     // Pool: 1,000 fork/join steps, each child stream created and destroyed, or leased.
     let parent = Stream::new(device, StreamOptions::non_blocking())?;
     let pool = StreamPool::new(device, StreamOptions::non_blocking(), 4)?;
-    let step = |child: &Stream| -> cuda_stream::Result<()> {
+    let step = |child: &StreamRef| -> cuda_stream::Result<()> {
         child.wait_stream(&parent)?;
         cuda_stream_tests::empty(child)?;
         parent.wait_stream(child)

@@ -4,7 +4,7 @@
 //! min..max of 7 repetitions) and writes it as JSON to `$BENCH_OUT/bench-overhead.json`
 //! (default `target/`). `--quick` runs fewer operations, for smoke tests.
 
-use cuda_stream::{CaptureMode, Device, Event, EventFlags, Stream, StreamOptions, StreamPool, check, sys};
+use cuda_stream::{Device, Event, EventFlags, Stream, StreamOptions, StreamPool, capture, check, sys};
 use cuda_stream_tests::Stats;
 use std::ffi::c_void;
 use std::hint::black_box;
@@ -104,7 +104,7 @@ fn main() {
     };
     // The safe graph for the graph rows.
     let graph_exec = {
-        let capture = a.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let capture = a.begin_capture(capture::ThreadLocal).unwrap();
         for _ in 0..100 {
             // SAFETY: see above.
             check(unsafe { cs_bench_launch_empty(ra) }, "launch").unwrap();
@@ -370,11 +370,11 @@ fn main() {
             per_iter: 1.0,
         },
         Op {
-            name: "current-stream guard enter+exit",
+            name: "current stream: as_current enter+exit",
             iters: 1_000_000,
             cpp: None,
             ffi: None,
-            safe: Box::new(|n| time(n, || drop(black_box(a.make_current())))),
+            safe: Box::new(|n| time(n, || a.as_current(|| black_box(())))),
             per_iter: 1.0,
         },
         Op {

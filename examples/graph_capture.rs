@@ -1,13 +1,13 @@
 //! Graph capture: record 100 kernels on two streams once, then replay them, and compare with
 //! launching them directly.
 
-use cuda_stream::{CaptureMode, Stream, StreamOptions};
+use cuda_stream::{Stream, StreamOptions, capture};
 use std::time::{Duration, Instant};
 
 fn main() -> cuda_stream::Result<()> {
     let Some(device) = cuda_stream_tests::gpu::example_device("graph_capture") else { return Ok(()) };
     let stream = Stream::new(device, StreamOptions::non_blocking())?;
-    let capture = stream.begin_capture(CaptureMode::Global)?;
+    let capture = stream.begin_capture(capture::Global)?;
     let side = stream.fork()?;
     for _ in 0..50 {
         cuda_stream_tests::empty(&stream)?;

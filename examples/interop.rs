@@ -3,11 +3,11 @@
 //!
 //! From Python, `torch.cuda.current_stream().cuda_stream` (or CuPy's `stream.ptr`, or any
 //! object's `__cuda_stream__()` tuple) is that pointer as an integer: pass it to a Rust extension
-//! and wrap it with `unsafe { Stream::from_raw(ptr as cudaStream_t, device) }` (borrowed: PyTorch
+//! and wrap it with `unsafe { BorrowedStream::borrow_raw(ptr as cudaStream_t, device) }` (borrowed: PyTorch
 //! keeps owning it); hand ours back as `stream.as_raw() as usize` into
 //! `torch.cuda.ExternalStream(ptr)`.
 
-use cuda_stream::{Stream, StreamOptions};
+use cuda_stream::{BorrowedStream, Stream, StreamOptions};
 use cuda_stream_tests::{ForeignStream, TagLog};
 use cudarc::driver::CudaContext;
 use std::time::Duration;
@@ -34,11 +34,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // A C library's stream, borrowed.
     let foreign = ForeignStream::create()?;
-    // SAFETY: the C library owns the stream until `destroy`.
-    let c_stream = unsafe { Stream::from_raw(foreign.raw(), device) }?;
-    cuda_stream_tests::tag(&c_stream, &log, 3, Duration::ZERO)?;
-    c_stream.synchronize()?;
-    drop(c_stream);
+    {
+        // SAFETY: the C library owns the stream until `destroy`, after this block.
+        let c_stream = unsafe { BorrowedStream::borrow_raw(foreign.raw(), device) };
+        cuda_stream_tests::tag(&c_stream, &log, 3, Duration::ZERO)?;
+        c_stream.synchronize()?;
+    }
     foreign.destroy()?;
     println!("tags in GPU order: {:?} (cudarc's stream, ours via C, C's via us)", log.tags());
     Ok(())

@@ -2,7 +2,7 @@
 //! driver, each device with its stream priority range, and a kernel on a high-priority
 //! non-blocking stream, timed with events. Without a GPU it says so and exits 0.
 
-use cuda_stream::{Device, EventFlags, Stream, StreamOptions, sys};
+use cuda_stream::{BuiltinStream, Device, EventFlags, Stream, StreamOptions, sys};
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -44,15 +44,15 @@ fn show_device(ordinal: i32) -> cuda_stream::Result<()> {
     let sms = cuda_stream_tests::sm_count(device)?;
     println!("\ndevice {ordinal}: {} ({sms} SMs)", device.name()?);
     println!("  stream priorities  {range} ({} levels; lower is more urgent)", range.levels());
-    let legacy = Stream::legacy(device)?;
-    let per_thread = Stream::per_thread(device)?;
-    println!("  legacy stream      id {}", legacy.id());
-    println!("  per-thread stream  id {} (this thread's)", per_thread.id());
+    let legacy = BuiltinStream::legacy(device);
+    let per_thread = BuiltinStream::per_thread(device);
+    println!("  legacy stream      id {}", legacy.id()?);
+    println!("  per-thread stream  id {} (this thread's)", per_thread.id()?);
 
     let stream = Stream::new(device, StreamOptions::non_blocking().with_priority(range.highest()))?;
     println!(
         "  new stream         id {}, non-blocking {}, priority {} (asked {})",
-        stream.id(),
+        stream.id()?,
         stream.is_non_blocking()?,
         stream.priority()?.value(),
         range.highest().value()

@@ -3,7 +3,7 @@
 //! flags, and the gate that skips GPU tests loudly (or fails them under
 //! `CUDA_STREAM_REQUIRE_GPU=1`).
 
-use cuda_stream::{Device, Result, Stream, check, sys};
+use cuda_stream::{BorrowedStream, BuiltinStream, Device, Result, Stream, StreamLease, StreamRef, check, sys};
 use std::ffi::c_void;
 use std::time::Duration;
 
@@ -71,13 +71,50 @@ pub trait LaunchStream {
     }
 }
 
-impl LaunchStream for Stream {
+impl LaunchStream for StreamRef {
     fn launch_handle(&self) -> sys::cudaStream_t {
         self.as_raw()
     }
 
     fn launch_device(&self) -> Option<Device> {
         Some(self.device())
+    }
+}
+
+/// The owners of a [`StreamRef`] launch on it.
+macro_rules! launch_through_deref {
+    ($($owner:ty),*) => {$(
+        impl LaunchStream for $owner {
+            fn launch_handle(&self) -> sys::cudaStream_t {
+                self.as_raw()
+            }
+
+            fn launch_device(&self) -> Option<Device> {
+                Some(self.device())
+            }
+        }
+    )*};
+}
+
+launch_through_deref!(Stream, BuiltinStream, BorrowedStream<'_>, StreamLease<'_>, HeldStream);
+
+/// An owned or a built-in stream, for tests that keep streams of both kinds in one `Vec`.
+#[derive(Debug)]
+pub enum HeldStream {
+    /// Created here, destroyed on drop.
+    Owned(Stream),
+    /// One of CUDA's default streams.
+    Builtin(BuiltinStream),
+}
+
+impl std::ops::Deref for HeldStream {
+    type Target = StreamRef;
+
+    fn deref(&self) -> &StreamRef {
+        match self {
+            HeldStream::Owned(stream) => stream,
+            HeldStream::Builtin(stream) => stream,
+        }
     }
 }
 
@@ -282,14 +319,14 @@ pub fn under_sanitizer() -> bool {
 }
 
 /// Launch on the calling thread's current stream of its current device
-/// ([`Stream::with_current`]): what the launchers use when not given a stream.
+/// ([`StreamRef::with_current`]): what the launchers use when not given a stream.
 #[derive(Copy, Clone, Debug, Default)]
 pub struct Current;
 
 impl LaunchStream for Current {
     fn launch_handle(&self) -> sys::cudaStream_t {
         Device::current()
-            .and_then(|device| Stream::with_current(device, Stream::as_raw))
+            .map(|device| StreamRef::with_current(device, StreamRef::as_raw))
             .unwrap_or(std::ptr::null_mut())
     }
 }

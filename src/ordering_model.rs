@@ -13,8 +13,9 @@
 //! * `synchronize` blocks the host, so everything enqueued after it comes after the stream's
 //!   earlier work.
 
+use crate::HeldStream;
 use crate::{Rng, TagEntry, TagLog};
-use cuda_stream::{Device, Event, EventFlags, Result, Stream, StreamOptions};
+use cuda_stream::{BuiltinStream, Device, Event, EventFlags, Result, Stream, StreamOptions};
 use std::fmt;
 use std::time::Duration;
 
@@ -217,14 +218,14 @@ impl Program {
     /// # Errors
     /// CUDA's errors (none are expected: every step is valid).
     pub fn run(&self, device: Device) -> Result<Vec<TagEntry>> {
-        let mut streams: Vec<Stream> = self
+        let mut streams: Vec<HeldStream> = self
             .streams
             .iter()
             .map(|kind| match kind {
-                StreamKind::Blocking => Stream::new(device, StreamOptions::default()),
-                StreamKind::NonBlocking => Stream::new(device, StreamOptions::non_blocking()),
-                StreamKind::Legacy => Stream::legacy(device),
-                StreamKind::PerThread => Stream::per_thread(device),
+                StreamKind::Blocking => Stream::new(device, StreamOptions::default()).map(HeldStream::Owned),
+                StreamKind::NonBlocking => Stream::new(device, StreamOptions::non_blocking()).map(HeldStream::Owned),
+                StreamKind::Legacy => Ok(HeldStream::Builtin(BuiltinStream::legacy(device))),
+                StreamKind::PerThread => Ok(HeldStream::Builtin(BuiltinStream::per_thread(device))),
             })
             .collect::<Result<_>>()?;
         let events: Vec<Event> =
@@ -239,7 +240,7 @@ impl Program {
                 Op::Record { stream, event } => streams[stream].record(&events[event])?,
                 Op::WaitEvent { stream, event } => streams[stream].wait_event(&events[event])?,
                 Op::WaitStream { stream, other } => streams[stream].wait_stream(&streams[other])?,
-                Op::Fork { parent, child } => streams[child] = streams[parent].fork()?,
+                Op::Fork { parent, child } => streams[child] = HeldStream::Owned(streams[parent].fork()?),
                 Op::HostFn { stream, sleep_us } => streams[stream]
                     .launch_host_fn(move || std::thread::sleep(Duration::from_micros(u64::from(sleep_us))))?,
                 Op::Synchronize { stream } => streams[stream].synchronize()?,

@@ -2,8 +2,8 @@
 //! stream, event or host-function closure leaks.
 
 use cuda_stream::{
-    Builtin, CaptureMode, Device, Error, Event, EventFlags, Ownership, Priority, Stream, StreamOptions, StreamPool,
-    live_events, live_host_fns, live_streams,
+    BorrowedStream, Builtin, BuiltinStream, Device, Error, Event, EventFlags, Ownership, Priority, Stream,
+    StreamOptions, StreamPool, capture, live_events, live_host_fns, live_streams,
 };
 use cuda_stream_tests::gpu_or_skip;
 use std::sync::Mutex;
@@ -89,12 +89,12 @@ fn special_handles_are_builtin_streams_never_owned() {
     let device = gpu_or_skip!();
     leaks_nothing(|| {
         // SAFETY: the special handles are valid for every device.
-        let null = unsafe { Stream::from_raw(std::ptr::null_mut(), device) }.unwrap();
+        let null = unsafe { BorrowedStream::borrow_raw(std::ptr::null_mut(), device) };
         assert_eq!(null.ownership(), Ownership::Builtin(Builtin::Null));
         for special in [std::ptr::null_mut(), cuda_stream::sys::cudaStreamLegacy, cuda_stream::sys::cudaStreamPerThread]
         {
             // SAFETY: as above.
-            let refused = unsafe { Stream::from_raw_owned(special, device) }.unwrap_err();
+            let refused = unsafe { Stream::from_raw(special, device) }.unwrap_err();
             assert_eq!(refused, Error::BuiltinNotOwnable { handle: special as usize });
         }
     });
@@ -104,7 +104,7 @@ fn special_handles_are_builtin_streams_never_owned() {
 fn the_per_thread_stream_refuses_other_threads() {
     let device = gpu_or_skip!();
     leaks_nothing(|| {
-        let mine = Stream::per_thread(device).unwrap();
+        let mine = BuiltinStream::per_thread(device);
         let theirs = std::thread::scope(|scope| scope.spawn(|| (mine.query(), mine.synchronize())).join().unwrap());
         assert_eq!(theirs, (Err(Error::WrongThread), Err(Error::WrongThread)));
     });
@@ -114,14 +114,11 @@ fn the_per_thread_stream_refuses_other_threads() {
 fn capture_misuse() {
     let device = gpu_or_skip!();
     leaks_nothing(|| {
-        let legacy = Stream::legacy(device).unwrap();
-        assert!(matches!(legacy.begin_capture(CaptureMode::Global), Err(Error::CaptureMisuse(_))));
+        let legacy = BuiltinStream::legacy(device);
+        assert!(matches!(legacy.begin_capture(capture::Global), Err(Error::CaptureMisuse(_))));
         let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
-        let capture = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        assert_eq!(
-            cuda_name(&stream.begin_capture(CaptureMode::ThreadLocal).unwrap_err()),
-            Some("cudaErrorIllegalState")
-        );
+        let capture = stream.begin_capture(capture::ThreadLocal).unwrap();
+        assert_eq!(cuda_name(&stream.begin_capture(capture::ThreadLocal).unwrap_err()), Some("cudaErrorIllegalState"));
         let refused = stream.launch_host_fn(|| ()).unwrap_err();
         assert!(matches!(refused, Error::CaptureMisuse(_)), "{refused}");
         assert_eq!(cuda_name(&stream.query().unwrap_err()), Some("cudaErrorStreamCaptureUnsupported"));

@@ -1,6 +1,6 @@
 //! The current-stream guards and the stream pool on a GPU.
 
-use cuda_stream::{Error, Ownership, Stream, StreamOptions, StreamPool};
+use cuda_stream::{BuiltinStream, Error, Ownership, Stream, StreamOptions, StreamPool, StreamRef};
 use cuda_stream_tests::{Current, MappedFlag, TagLog, gpu_or_skip, poll_until};
 use std::collections::HashSet;
 use std::sync::{Barrier, Mutex};
@@ -9,43 +9,42 @@ use std::time::Duration;
 #[test]
 fn the_current_stream_defaults_to_null_nests_and_restores() {
     let device = gpu_or_skip!();
-    let null = Stream::null(device).unwrap();
-    assert_eq!(Stream::with_current(device, |s| s.id()).unwrap(), null.id());
+    let null = BuiltinStream::null(device);
+    let is_current = |stream: &StreamRef| StreamRef::with_current(device, |s| s == stream);
+    assert!(is_current(&null));
     let (outer, inner) = (
         Stream::new(device, StreamOptions::non_blocking()).unwrap(),
         Stream::new(device, StreamOptions::non_blocking()).unwrap(),
     );
-    {
-        let _outer = outer.make_current();
-        assert_eq!(Stream::with_current(device, |s| s.id()).unwrap(), outer.id());
-        {
-            let _inner = inner.make_current();
-            let current = Stream::with_current(device, |s| (s.id(), s.ownership())).unwrap();
-            assert_eq!(current, (inner.id(), Ownership::Borrowed));
-        }
-        assert_eq!(Stream::with_current(device, |s| s.id()).unwrap(), outer.id());
+    outer.as_current(|| {
+        assert!(is_current(&outer));
+        inner.as_current(|| {
+            let current = StreamRef::with_current(device, |s| (s.as_raw(), s.ownership()));
+            assert_eq!(current, (inner.as_raw(), Ownership::Owned));
+        });
+        assert!(is_current(&outer));
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _inner = inner.make_current();
-            panic!("unwinding through a current-stream guard");
+            inner.as_current(|| panic!("unwinding through as_current"));
         }));
         assert!(unwound.is_err());
-        assert_eq!(Stream::with_current(device, |s| s.id()).unwrap(), outer.id(), "restored on panic");
-    }
-    assert_eq!(Stream::with_current(device, |s| s.id()).unwrap(), null.id());
+        assert!(is_current(&outer), "restored on panic");
+    });
+    assert!(is_current(&null));
 }
 
 #[test]
 fn threads_do_not_see_each_others_current_stream() {
     let device = gpu_or_skip!();
     let mine = Stream::new(device, StreamOptions::non_blocking()).unwrap();
-    let _guard = mine.make_current();
-    let null_id = Stream::null(device).unwrap().id();
-    let theirs = std::thread::scope(|scope| scope.spawn(|| Stream::with_current(device, |s| s.id()).unwrap()).join());
-    let theirs = theirs.unwrap();
-    assert_ne!(theirs, mine.id());
-    if !cuda_stream::NULL_STREAM_IS_PER_THREAD {
-        assert_eq!(theirs, null_id);
-    }
+    mine.as_current(|| {
+        let theirs = std::thread::scope(|scope| {
+            scope.spawn(|| StreamRef::with_current(device, |s| (s.as_raw() as usize, s.ownership()))).join()
+        });
+        let (handle, ownership) = theirs.unwrap();
+        assert_ne!(handle, mine.as_raw() as usize);
+        assert_eq!(handle, 0, "another thread sees its device's null stream");
+        assert_eq!(ownership, Ownership::Builtin(cuda_stream::Builtin::Null));
+    });
 }
 
 #[test]
@@ -55,10 +54,7 @@ fn launchers_use_the_current_stream_when_given_none() {
     let flag = MappedFlag::new().unwrap();
     cuda_stream_tests::wait_flag(&stream, &flag, Duration::from_secs(10)).unwrap();
     let log = TagLog::new(2).unwrap();
-    {
-        let _current = stream.make_current();
-        cuda_stream_tests::tag(&Current, &log, 4, Duration::ZERO).unwrap();
-    }
+    stream.as_current(|| cuda_stream_tests::tag(&Current, &log, 4, Duration::ZERO)).unwrap();
     assert!(poll_until(Duration::from_millis(100), || log.count() > 0).is_none(), "the tag ran on another stream");
     flag.set();
     stream.synchronize().unwrap();
@@ -76,7 +72,7 @@ fn pool_leases_are_exclusive_under_16_threads() {
             scope.spawn(|| {
                 for round in 0..200 {
                     let lease = pool.acquire().unwrap();
-                    held.lock().unwrap().insert((round, lease.id()));
+                    held.lock().unwrap().insert((round, lease.id().unwrap()));
                     cuda_stream_tests::empty(&*lease).unwrap();
                     barrier.wait();
                     drop(lease);
@@ -99,14 +95,14 @@ fn pool_reuses_released_streams_refuses_past_its_bound_and_honours_priority() {
     let range = device.priority_range().unwrap();
     let options = StreamOptions::non_blocking().with_priority(range.highest());
     let pool = StreamPool::new(device, options, 2).unwrap();
-    let first = pool.acquire().unwrap().id();
+    let first = pool.acquire().unwrap().id().unwrap();
     let again = pool.acquire().unwrap();
-    assert_eq!(again.id(), first, "a released stream is reused");
+    assert_eq!(again.id().unwrap(), first, "a released stream is reused");
     assert_eq!(pool.created(), 1);
     assert_eq!(again.priority().unwrap(), range.highest());
     assert!(again.is_non_blocking().unwrap());
     let second = pool.acquire().unwrap();
-    assert_ne!(second.id(), again.id());
+    assert_ne!(*second, *again);
     assert_eq!(pool.acquire().unwrap_err(), Error::PoolExhausted { capacity: 2 });
     drop(second);
     assert!(pool.acquire().is_ok());

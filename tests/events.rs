@@ -90,7 +90,8 @@ fn ipc_child() {
         *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap() as std::ffi::c_char;
     }
     let device = Device::new(0).unwrap();
-    let event = Event::from_ipc_handle(device, handle).unwrap();
+    // SAFETY: the parent keeps the event alive until this child reports back and exits.
+    let event = unsafe { Event::from_ipc_handle(device, handle) }.unwrap();
     assert!(!event.query().unwrap(), "the parent's kernel waits for its flag");
     println!("ipc: opened, pending");
     std::io::stdout().flush().unwrap();

@@ -1,6 +1,6 @@
 //! Host functions and completion futures on a GPU.
 
-use cuda_stream::{CaptureMode, Error, Stream, StreamOptions, live_host_fns, take_host_fn_panics};
+use cuda_stream::{BuiltinStream, Error, Stream, StreamOptions, capture, live_host_fns, take_host_fn_panics};
 use cuda_stream_tests::{LONG_SPIN, TagLog, block_on, gpu_or_skip};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -45,7 +45,7 @@ fn a_panicking_host_fn_is_caught_reported_and_the_stream_goes_on() {
     assert_eq!(log.tags(), vec![9], "the stream kept working after the panic");
     let panics = take_host_fn_panics();
     assert_eq!(panics.len(), 1, "{panics:?}");
-    assert_eq!(panics[0].stream_id, stream.id());
+    assert_eq!(panics[0].stream, Some(stream.as_raw() as usize));
     assert_eq!(panics[0].message, "deliberate panic in a host function");
     assert_eq!(live_host_fns(), 0);
 }
@@ -59,7 +59,12 @@ fn cuda_calls_inside_a_host_fn_are_refused() {
     let inner = Arc::clone(&stream);
     stream
         .launch_host_fn(move || {
-            let results = (inner.query(), inner.synchronize(), Stream::legacy(device).map(drop), device.synchronize());
+            let results = (
+                inner.query(),
+                inner.synchronize(),
+                BuiltinStream::legacy(device).query().map(drop),
+                device.synchronize(),
+            );
             send.send(results).unwrap();
         })
         .unwrap();
@@ -78,10 +83,10 @@ fn a_failed_enqueue_frees_the_closure_once_and_never_runs_it() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let before = live_host_fns();
     let capturing = Stream::new(device, StreamOptions::default()).unwrap();
-    let legacy = Stream::legacy(device).unwrap();
+    let legacy = BuiltinStream::legacy(device);
     let token = Arc::new(AtomicU32::new(0));
     {
-        let capture = capturing.begin_capture(CaptureMode::Global).unwrap();
+        let capture = capturing.begin_capture(capture::Global).unwrap();
         // The legacy stream cannot be used while a blocking stream captures globally.
         let in_fn = Arc::clone(&token);
         let error = legacy.launch_host_fn(move || in_fn.store(1, Ordering::SeqCst)).unwrap_err();

@@ -2,7 +2,7 @@
 //! streams borrowed by cuda-stream; the order of work is proven with our events and kernels.
 //! `cudaStream_t` (runtime) and `CUstream` (driver, cudarc) are the same `CUstream_st*`.
 
-use cuda_stream::{Ownership, Stream, StreamOptions};
+use cuda_stream::{BorrowedStream, Ownership, Stream, StreamOptions};
 use cuda_stream_tests::{ForeignStream, MappedFlag, TagLog, gpu_or_skip};
 use cudarc::driver::{CudaContext, result, sys as driver};
 use std::time::Duration;
@@ -103,7 +103,7 @@ fn c_code_enqueues_on_our_stream_and_we_borrow_its_stream() {
     let foreign = ForeignStream::create().unwrap();
     {
         // SAFETY: the C library keeps its stream until `destroy` below.
-        let borrowed = unsafe { Stream::from_raw(foreign.raw(), device) }.unwrap();
+        let borrowed = unsafe { BorrowedStream::borrow_raw(foreign.raw(), device) };
         ForeignStream::c_tag(&foreign.raw(), &log, 3).unwrap();
         cuda_stream_tests::tag(&borrowed, &log, 4, Duration::ZERO).unwrap();
         borrowed.synchronize().unwrap();

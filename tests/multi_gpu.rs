@@ -2,7 +2,9 @@
 //! current and leaves the current device as it was. Skips with fewer than two GPUs (fails under
 //! `CUDA_STREAM_REQUIRE_GPUS=2`).
 
-use cuda_stream::{CaptureMode, Device, Error, Event, EventFlags, Stream, StreamOptions, StreamPool};
+use cuda_stream::{
+    BuiltinStream, Device, Error, Event, EventFlags, Stream, StreamOptions, StreamPool, StreamRef, capture,
+};
 use cuda_stream_tests::{MappedFlag, TagLog, gpus_or_skip, poll_until};
 use std::time::Duration;
 
@@ -88,20 +90,19 @@ fn every_operation_works_on_a_device_that_is_not_current() {
     child.launch_host_fn(|| ()).unwrap();
     cuda_stream_tests::block_on(child.completion()).unwrap();
     unchanged();
-    let legacy1 = Stream::legacy(gpu1).unwrap();
+    let legacy1 = BuiltinStream::legacy(gpu1);
     cuda_stream_tests::tag(&legacy1, &log, 2, Duration::ZERO).unwrap();
     legacy1.synchronize().unwrap();
-    assert_ne!(legacy1, Stream::legacy(gpu0).unwrap(), "each device has its own legacy stream");
+    assert_ne!(legacy1, BuiltinStream::legacy(gpu0), "each device has its own legacy stream");
     unchanged();
     let pool = StreamPool::new(gpu1, StreamOptions::non_blocking(), 2).unwrap();
     let lease = pool.acquire().unwrap();
     assert_eq!(lease.device(), gpu1);
-    {
-        let _current_stream = lease.make_current();
-        assert_eq!(Stream::with_current(gpu1, |s| s.id()).unwrap(), lease.id());
-        assert_ne!(Stream::with_current(gpu0, |s| s.id()).unwrap(), lease.id(), "current streams are per device");
-    }
-    let capture = s1.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    lease.as_current(|| {
+        assert!(StreamRef::with_current(gpu1, |s| s == &*lease));
+        assert!(!StreamRef::with_current(gpu0, |s| s == &*lease), "current streams are per device");
+    });
+    let capture = s1.begin_capture(capture::ThreadLocal).unwrap();
     cuda_stream_tests::tag(&s1, &log, 3, Duration::ZERO).unwrap();
     let exec = capture.end().unwrap().instantiate().unwrap();
     exec.launch(&lease).unwrap();

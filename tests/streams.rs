@@ -1,6 +1,8 @@
 //! The safe Stream API on a GPU: each CUDA stream semantic proven with a kernel.
 
-use cuda_stream::{Builtin, Device, Error, Ownership, Priority, Stream, StreamOptions};
+use cuda_stream::{
+    BorrowedStream, Builtin, BuiltinStream, Device, Error, Ownership, Priority, Stream, StreamOptions, StreamRef,
+};
 use cuda_stream_tests::{FlagOutcome, ForeignStream, LONG_SPIN, MappedFlag, TagLog, gpu_or_skip, poll_until};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -18,7 +20,7 @@ fn non_blocking(device: Device) -> Stream {
 }
 
 /// Parks `stream` on a kernel that waits for the returned flag.
-fn park(stream: &Stream) -> MappedFlag {
+fn park(stream: &StreamRef) -> MappedFlag {
     let flag = MappedFlag::new().unwrap();
     cuda_stream_tests::wait_flag(stream, &flag, FLAG_TIMEOUT).unwrap();
     flag
@@ -35,7 +37,7 @@ fn legacy_stream_waits_for_blocking_streams_and_not_for_non_blocking_ones() {
     if !cuda_stream_tests::concurrency_visible() {
         return;
     }
-    let legacy = Stream::legacy(device).unwrap();
+    let legacy = BuiltinStream::legacy(device);
     let log = TagLog::new(8).unwrap();
 
     let blocking_stream = blocking(device);
@@ -64,7 +66,7 @@ fn blocking_streams_wait_for_the_legacy_stream_and_non_blocking_ones_do_not() {
     if !cuda_stream_tests::concurrency_visible() {
         return;
     }
-    let legacy = Stream::legacy(device).unwrap();
+    let legacy = BuiltinStream::legacy(device);
     let (blocking_stream, free) = (blocking(device), non_blocking(device));
     let log = TagLog::new(8).unwrap();
     let flag = park(&legacy);
@@ -84,24 +86,24 @@ fn per_thread_streams_are_distinct_and_synchronize_with_legacy() {
         return;
     }
     let log = TagLog::new(8).unwrap();
-    let mine = Stream::per_thread(device).unwrap();
+    let mine = BuiltinStream::per_thread(device);
     let flag = park(&mine);
     let other_id = std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                let theirs = Stream::per_thread(device).unwrap();
+                let theirs = BuiltinStream::per_thread(device);
                 cuda_stream_tests::tag(&theirs, &log, 1, Duration::ZERO).unwrap();
                 theirs.synchronize().unwrap();
-                theirs.id()
+                theirs.id().unwrap()
             })
             .join()
             .unwrap()
     });
-    assert_ne!(other_id, mine.id(), "each thread has its own per-thread stream");
+    assert_ne!(other_id, mine.id().unwrap(), "each thread has its own per-thread stream");
     assert_eq!(log.tags(), vec![1], "another thread's per-thread stream did not wait for ours");
     assert!(!mine.query().unwrap());
     // The legacy stream waits for the per-thread stream, which is blocking.
-    let legacy = Stream::legacy(device).unwrap();
+    let legacy = BuiltinStream::legacy(device);
     cuda_stream_tests::tag(&legacy, &log, 2, Duration::ZERO).unwrap();
     assert!(!log_reaches(&log, 2, HOLD), "the legacy stream ran while a per-thread stream was busy");
     flag.set();
@@ -112,11 +114,11 @@ fn per_thread_streams_are_distinct_and_synchronize_with_legacy() {
 #[test]
 fn the_per_thread_stream_refuses_other_threads() {
     let device = gpu_or_skip!();
-    let mine = Stream::per_thread(device).unwrap();
+    let mine = BuiltinStream::per_thread(device);
     let result = std::thread::scope(|scope| scope.spawn(|| mine.query()).join().unwrap());
     assert_eq!(result, Err(Error::WrongThread));
     assert_eq!(mine.query(), Ok(true));
-    let legacy = Stream::legacy(device).unwrap();
+    let legacy = BuiltinStream::legacy(device);
     let shared = std::thread::scope(|scope| scope.spawn(|| legacy.query()).join().unwrap());
     assert_eq!(shared, Ok(true), "the legacy stream is one stream for every thread");
 }
@@ -253,18 +255,16 @@ fn a_borrowed_stream_is_never_destroyed() {
     let log = TagLog::new(4).unwrap();
     {
         // SAFETY: the C library keeps the stream alive until `foreign.destroy()` below.
-        let borrowed = unsafe { Stream::from_raw(foreign.raw(), device) }.unwrap();
+        let borrowed = unsafe { BorrowedStream::borrow_raw(foreign.raw(), device) };
         assert_eq!(borrowed.ownership(), Ownership::Borrowed);
         cuda_stream_tests::tag(&borrowed, &log, 1, Duration::ZERO).unwrap();
         borrowed.synchronize().unwrap();
     }
     // The wrapper is gone; the C side still uses its stream, then destroys it itself.
     ForeignStream::c_tag(&foreign.raw(), &log, 2).unwrap();
-    // SAFETY: still alive.
-    let again = unsafe { Stream::from_raw(foreign.raw(), device) }.unwrap();
-    again.synchronize().unwrap();
+    // SAFETY: still alive, and the borrow ends with this statement.
+    unsafe { BorrowedStream::borrow_raw(foreign.raw(), device) }.synchronize().unwrap();
     assert_eq!(log.tags(), vec![1, 2]);
-    drop(again);
     foreign.destroy().expect("the C library destroys its own stream exactly once");
 }
 
@@ -272,7 +272,7 @@ fn a_borrowed_stream_is_never_destroyed() {
 fn into_raw_and_from_raw_owned_hand_ownership_over() {
     let device = gpu_or_skip!();
     let stream = non_blocking(device);
-    let id = stream.id();
+    let id = stream.id().unwrap();
     let raw = stream.into_raw();
     // into_raw destroyed nothing: the handle still runs kernels.
     let log = TagLog::new(2).unwrap();
@@ -280,13 +280,13 @@ fn into_raw_and_from_raw_owned_hand_ownership_over() {
     device.synchronize().unwrap();
     assert_eq!(log.tags(), vec![3]);
     // SAFETY: `raw` came from into_raw and nobody else owns it.
-    let owned = unsafe { Stream::from_raw_owned(raw, device) }.unwrap();
-    assert_eq!((owned.id(), owned.ownership()), (id, Ownership::Owned));
+    let owned = unsafe { Stream::from_raw(raw, device) }.unwrap();
+    assert_eq!((owned.id().unwrap(), owned.ownership()), (id, Ownership::Owned));
     cuda_stream_tests::empty(&owned).unwrap();
     owned.destroy().unwrap();
     for special in [std::ptr::null_mut(), cuda_stream::sys::cudaStreamLegacy, cuda_stream::sys::cudaStreamPerThread] {
         // SAFETY: special handles are valid for any device.
-        let refused = unsafe { Stream::from_raw_owned(special, device) };
+        let refused = unsafe { Stream::from_raw(special, device) };
         assert!(matches!(refused, Err(Error::BuiltinNotOwnable { .. })), "{refused:?}");
     }
 }
@@ -295,16 +295,16 @@ fn into_raw_and_from_raw_owned_hand_ownership_over() {
 fn the_null_handle_means_the_null_stream() {
     let device = gpu_or_skip!();
     // SAFETY: the null handle is always valid.
-    let null = unsafe { Stream::from_raw(std::ptr::null_mut(), device) }.unwrap();
+    let null = unsafe { BorrowedStream::borrow_raw(std::ptr::null_mut(), device) };
     assert_eq!(null.ownership(), Ownership::Builtin(Builtin::Null));
     let expected = if cuda_stream::NULL_STREAM_IS_PER_THREAD {
-        Stream::per_thread(device).unwrap()
+        BuiltinStream::per_thread(device)
     } else {
-        Stream::legacy(device).unwrap()
+        BuiltinStream::legacy(device)
     };
-    assert_eq!(null, expected, "handle 0 is the same stream as {expected:?}");
-    assert_ne!(Stream::legacy(device).unwrap(), Stream::per_thread(device).unwrap());
-    drop(null);
+    assert_eq!(*null, *expected, "handle 0 is the same stream as {expected:?}");
+    assert_ne!(BuiltinStream::legacy(device), BuiltinStream::per_thread(device));
+    let _ = null;
     // Dropping a built-in stream destroyed nothing: it still runs kernels.
     let log = TagLog::new(2).unwrap();
     cuda_stream_tests::tag(&expected, &log, 5, Duration::ZERO).unwrap();
@@ -322,18 +322,17 @@ fn equality_follows_the_stream_not_the_handle_value() {
         let stream = non_blocking(device);
         reused_handle |= stream.as_raw() == last_raw;
         last_raw = stream.as_raw();
-        assert!(seen_ids.insert(stream.id()), "a new stream got an old id");
+        assert!(seen_ids.insert(stream.id().unwrap()), "a new stream got an old id");
     }
     eprintln!("handle value reused after destroy: {reused_handle}");
     let stream = non_blocking(device);
     // SAFETY: `stream` outlives the borrowed wrapper.
-    let wrapped = unsafe { Stream::from_raw(stream.as_raw(), device) }.unwrap();
-    assert_eq!(wrapped, stream);
-    let view = stream.borrow();
-    assert_eq!(*view, stream);
-    assert_eq!(view.ownership(), Ownership::Borrowed);
-    let set: HashSet<&Stream> = [&stream, &wrapped, &*view].into_iter().collect();
-    assert_eq!(set.len(), 1);
+    let wrapped = unsafe { BorrowedStream::borrow_raw(stream.as_raw(), device) };
+    assert_eq!(*wrapped, *stream);
+    assert_eq!(wrapped.ownership(), Ownership::Borrowed);
+    let (view, other): (&StreamRef, _) = (&stream, non_blocking(device));
+    let set: HashSet<&StreamRef> = [view, &wrapped, &other].into_iter().collect();
+    assert_eq!(set.len(), 2, "the wrapper and the owner are one stream; a live new one is another");
     assert!(format!("{stream:?}").contains("Owned"));
 }
 

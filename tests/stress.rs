@@ -2,7 +2,7 @@
 //! live-handle counts and device memory are back where they started.
 //! `CUDA_STREAM_STRESS_OPS` sets the operations per thread (default 100,000).
 
-use cuda_stream::{Device, Event, EventFlags, Stream, StreamOptions, StreamPool, sys};
+use cuda_stream::{Device, Event, EventFlags, Stream, StreamOptions, StreamPool, StreamRef, sys};
 use cuda_stream_tests::{Rng, gpu_or_skip};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,10 +60,7 @@ fn sixteen_threads_of_mixed_operations_leave_nothing_behind() {
                                     run.fetch_add(1, Ordering::Relaxed);
                                 })
                             }
-                            5 => {
-                                let _current = mine.make_current();
-                                Stream::with_current(device, |s| s.query().map(drop)).and_then(|r| r)
-                            }
+                            5 => mine.as_current(|| StreamRef::with_current(device, |s| s.query().map(drop))),
                             6 => events[other].query().map(drop),
                             _ => cuda_stream_tests::empty(mine),
                         };

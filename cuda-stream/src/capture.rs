@@ -266,7 +266,8 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         let data = keep_alive(state.graph, Counted::boxed(f))?;
         let _current = stream.enter()?;
         // SAFETY: `run_repeatable::<F>` honours the contract of `data`, which the graph keeps.
-        let code = unsafe { sys::cudaLaunchHostFunc(stream.as_raw(), Some(run_repeatable::<F>), data.cast_mut().cast()) };
+        let code =
+            unsafe { sys::cudaLaunchHostFunc(stream.as_raw(), Some(run_repeatable::<F>), data.cast_mut().cast()) };
         check(code, "cudaLaunchHostFunc")
     }
 

@@ -53,9 +53,7 @@ fn entry(symbol: &CStr) -> Result<*mut c_void> {
     let mut function: *mut c_void = std::ptr::null_mut();
     let mut status = sys::cudaDriverEntryPointQueryResult::cudaDriverEntryPointSuccess;
     // SAFETY: `symbol` is NUL-terminated; both out-pointers are valid.
-    let code = unsafe {
-        sys::cudaGetDriverEntryPointByVersion(symbol.as_ptr(), &mut function, 12000, 0, &mut status)
-    };
+    let code = unsafe { sys::cudaGetDriverEntryPointByVersion(symbol.as_ptr(), &mut function, 12000, 0, &mut status) };
     check(code, "cudaGetDriverEntryPointByVersion")?;
     if function.is_null() {
         return Err(Error::Cuda {

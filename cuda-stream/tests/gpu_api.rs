@@ -3,7 +3,9 @@
 //! such as NVIDIA's CUDA 12 runtime wheel. Without a GPU they say they are skipped; with
 //! `CUDA_STREAM_REQUIRE_GPU=1` a missing GPU fails them.
 
-use cuda_stream::{CaptureMode, Device, Event, EventFlags, Ownership, Stream, StreamOptions, StreamPool};
+use cuda_stream::{
+    BuiltinStream, Device, Event, EventFlags, Ownership, Stream, StreamOptions, StreamPool, StreamRef, capture,
+};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, mpsc};
@@ -23,7 +25,7 @@ fn device(test: &str) -> Option<Device> {
 }
 
 /// A host function that blocks its stream until the returned sender is used (or dropped).
-fn hold(stream: &Stream) -> mpsc::Sender<()> {
+fn hold(stream: &StreamRef) -> mpsc::Sender<()> {
     let (release, wait) = mpsc::channel::<()>();
     stream
         .launch_host_fn(move || {
@@ -42,11 +44,11 @@ fn every_kind_of_stream_with_its_ownership_and_priority() {
     assert_eq!(high.priority().unwrap(), range.highest());
     assert!(high.is_non_blocking().unwrap() && !blocking.is_non_blocking().unwrap());
     assert_eq!(high.ownership(), Ownership::Owned);
-    let (legacy, per_thread) = (Stream::legacy(device).unwrap(), Stream::per_thread(device).unwrap());
+    let (legacy, per_thread) = (BuiltinStream::legacy(device), BuiltinStream::per_thread(device));
     assert_ne!(legacy, per_thread);
     assert_ne!(high, blocking);
     let expected_null = if cuda_stream::NULL_STREAM_IS_PER_THREAD { &per_thread } else { &legacy };
-    assert_eq!(&Stream::null(device).unwrap(), expected_null);
+    assert_eq!(&BuiltinStream::null(device), expected_null);
 }
 
 #[test]
@@ -134,7 +136,7 @@ fn a_captured_host_fn_runs_once_per_replay() {
     let Some(device) = device("a_captured_host_fn_runs_once_per_replay") else { return };
     let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
     let runs = Arc::new(AtomicU32::new(0));
-    let mut capture = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    let mut capture = stream.begin_capture(capture::ThreadLocal).unwrap();
     let counter = Arc::clone(&runs);
     capture
         .launch_host_fn(&stream, move || {
@@ -154,11 +156,9 @@ fn pool_current_guard_and_completion() {
     let Some(device) = device("pool_current_guard_and_completion") else { return };
     let pool = StreamPool::new(device, StreamOptions::non_blocking(), 2).unwrap();
     let (a, b) = (pool.acquire().unwrap(), pool.acquire().unwrap());
-    assert_ne!(a.id(), b.id());
-    {
-        let _current = a.make_current();
-        assert_eq!(Stream::with_current(device, |s| s.id()).unwrap(), a.id());
-    }
+    assert_ne!(a.id().unwrap(), b.id().unwrap());
+    a.as_current(|| assert!(StreamRef::with_current(device, |s| s == &*a)));
+    assert!(StreamRef::with_current(device, |s| *s == *BuiltinStream::null(device)));
     let release = hold(&b);
     let done = b.completion();
     assert!(!done.is_complete());
