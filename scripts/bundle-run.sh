@@ -53,8 +53,8 @@ run_one() {
   if ! grep -q '^test result:' "$log"; then
     # Not a libtest binary (an example or a benchmark): one result by exit status.
     if [ $rc = 0 ]; then p=1; else f=1; fi
-  elif [ $rc != 0 ] && [ "$f" = 0 ] && { [ -z "$sanitize" ] || [ $rc = 86 ]; }; then
-    f=1  # crashed, or the sanitizer failed it, after the tests it reported
+  elif [ $rc != 0 ] && [ "$f" = 0 ]; then
+    f=1  # any non-zero exit fails: a crash, an abort, or the sanitizer (86) after the tests it reported
   fi
   if [ "$errors" != 0 ] && [ "$f" = 0 ]; then f=1; fi
   passed=$((passed + p)); failed=$((failed + f))
