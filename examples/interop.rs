@@ -19,11 +19,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // cudarc's stream, borrowed: our kernels and events on it, cudarc still owns it.
     let context = CudaContext::new(0)?;
     let theirs = context.new_stream()?;
-    // SAFETY: cudarc keeps the stream alive while `borrowed` lives.
-    let borrowed = unsafe { Stream::from_raw(theirs.cu_stream().cast(), device) }?;
-    cuda_stream_tests::tag(&borrowed, &log, 1, Duration::from_millis(5))?;
-    let done = borrowed.record_event()?;
-    drop(borrowed);
+    let done = {
+        // SAFETY: cudarc keeps the stream alive for this whole block.
+        let borrowed = unsafe { BorrowedStream::borrow_raw(theirs.cu_stream().cast(), device) };
+        cuda_stream_tests::tag(&borrowed, &log, 1, Duration::from_millis(5))?;
+        borrowed.record_event()?
+    };
     theirs.synchronize()?;
     println!("cudarc stream: our kernel ran on it, our event complete: {}", done.query()?);
 

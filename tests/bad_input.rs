@@ -94,7 +94,7 @@ fn special_handles_are_builtin_streams_never_owned() {
         for special in [std::ptr::null_mut(), cuda_stream::sys::cudaStreamLegacy, cuda_stream::sys::cudaStreamPerThread]
         {
             // SAFETY: as above.
-            let refused = unsafe { Stream::from_raw(special, device) }.unwrap_err();
+            let refused = unsafe { Stream::from_raw_owned(special, device) }.unwrap_err();
             assert_eq!(refused, Error::BuiltinNotOwnable { handle: special as usize });
         }
     });

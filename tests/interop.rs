@@ -70,7 +70,7 @@ fn a_cudarc_stream_borrowed_by_us_orders_its_own_work_and_survives_our_drop() {
     let flag = MappedFlag::new().unwrap();
     {
         // SAFETY: cudarc keeps its stream alive longer than this borrowed wrapper.
-        let borrowed = unsafe { Stream::from_raw(theirs.cu_stream().cast(), device) }.unwrap();
+        let borrowed = unsafe { BorrowedStream::borrow_raw(theirs.cu_stream().cast(), device) };
         assert_eq!(borrowed.ownership(), Ownership::Borrowed);
         cuda_stream_tests::wait_flag(&borrowed, &flag, Duration::from_secs(10)).unwrap();
         // SAFETY: cudarc's own live stream; the buffer outlives the work.

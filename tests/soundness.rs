@@ -227,7 +227,10 @@ fn a_once_host_fn_never_lands_in_a_graph_even_when_a_capture_races_it() {
         let expected = u32::from(*accepted);
         assert_eq!(probe.runs(), expected, "closure {index} (accepted: {accepted}) ran {} times", probe.runs());
     }
-    eprintln!("{} host functions against {rounds} captures ({graphs_replayed} replayed twice): {refused} refused", probes.len());
+    eprintln!(
+        "{} host functions against {rounds} captures ({graphs_replayed} replayed twice): {refused} refused",
+        probes.len()
+    );
 }
 
 #[test]

@@ -280,13 +280,13 @@ fn into_raw_and_from_raw_owned_hand_ownership_over() {
     device.synchronize().unwrap();
     assert_eq!(log.tags(), vec![3]);
     // SAFETY: `raw` came from into_raw and nobody else owns it.
-    let owned = unsafe { Stream::from_raw(raw, device) }.unwrap();
+    let owned = unsafe { Stream::from_raw_owned(raw, device) }.unwrap();
     assert_eq!((owned.id().unwrap(), owned.ownership()), (id, Ownership::Owned));
     cuda_stream_tests::empty(&owned).unwrap();
     owned.destroy().unwrap();
     for special in [std::ptr::null_mut(), cuda_stream::sys::cudaStreamLegacy, cuda_stream::sys::cudaStreamPerThread] {
         // SAFETY: special handles are valid for any device.
-        let refused = unsafe { Stream::from_raw(special, device) };
+        let refused = unsafe { Stream::from_raw_owned(special, device) };
         assert!(matches!(refused, Err(Error::BuiltinNotOwnable { .. })), "{refused:?}");
     }
 }

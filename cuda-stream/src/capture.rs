@@ -18,6 +18,22 @@ use crate::stream::StreamRef;
 use crate::sys;
 use std::ffi::{c_ulonglong, c_void};
 use std::marker::PhantomData;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Serializes capture begins and ends with host-function enqueues. The driver is not safe
+/// against `cudaStreamAddCallback` on a stream while another thread begins or ends a capture of
+/// it (probed on CUDA 13.0, driver 580: a segmentation fault inside `libcuda`, from C++ too), so
+/// this crate never lets the two overlap: enqueues share the lock, begins and ends take it alone.
+static CAPTURE_TRANSITIONS: RwLock<()> = RwLock::new(());
+
+/// Held while a host function is enqueued: no capture begins or ends meanwhile.
+pub(crate) fn no_capture_transitions() -> RwLockReadGuard<'static, ()> {
+    CAPTURE_TRANSITIONS.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn capture_transition() -> RwLockWriteGuard<'static, ()> {
+    CAPTURE_TRANSITIONS.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -114,8 +130,10 @@ impl StreamRef {
     pub fn begin_capture<M: CaptureMode>(&self, _mode: M) -> Result<Capture<'_, M>> {
         refuse_legacy(self, "the legacy default stream cannot be captured")?;
         let _current = self.enter()?;
+        let transition = capture_transition();
         // SAFETY: a live stream; the mode is a valid constant.
         check(unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture")?;
+        drop(transition);
         let mut capture = Capture { stream: self, id: 0, ended: false, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
         capture.id = capture_state(self)?.info.id;
@@ -287,8 +305,10 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
 fn end_capture(stream: &StreamRef) -> Result<sys::cudaGraph_t> {
     let _current = stream.enter()?;
     let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+    let transition = capture_transition();
     // SAFETY: a live, capturing stream; `graph` is a valid out-pointer.
     let code = unsafe { sys::cudaStreamEndCapture(stream.as_raw(), &mut graph) };
+    drop(transition);
     if code != sys::cudaError::cudaSuccess && !graph.is_null() {
         // A graph the failed end still handed us: ours to destroy, once.
         drop(Graph::from_captured(graph, stream.device()));

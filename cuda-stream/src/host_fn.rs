@@ -9,6 +9,9 @@
 //!   which CUDA refuses atomically on a capturing stream (so the box can never become a graph
 //!   node that replays and frees it again) and which, unlike `cudaLaunchHostFunc`, still runs
 //!   after a fault, with the error.
+//! * A capture that begins or ends through this crate never overlaps such an enqueue: the
+//!   driver crashes when `cudaStreamAddCallback` races a capture begin or end on another thread
+//!   (probed on CUDA 13.0), so the two are serialized by a lock that enqueues share.
 //! * [`StreamRef::launch_host_callback`] gives the closure the stream's status instead: it
 //!   runs after a fault too, with the sticky error. [`StreamRef::completion`] is built on it.
 //! * A capturing stream refuses both ([`Error::CaptureMisuse`]); graphs take repeatable host
@@ -176,19 +179,21 @@ impl StreamRef {
     /// # Errors
     /// As [`StreamRef::launch_host_fn`]; in every error case `f` is dropped and never runs.
     pub fn launch_host_callback<F: FnOnce(Result<()>) + Send + 'static>(&self, f: F) -> Result<()> {
-        // Refuse a capturing stream before CUDA sees it: cudaStreamAddCallback would refuse it
-        // too (atomically, even if a capture begins between here and there), but only after
+        let _current = self.enter()?;
+        let transitions = crate::capture::no_capture_transitions();
+        // Refuse a capturing stream before CUDA sees it: cudaStreamAddCallback refuses it too
+        // (atomically, even if a foreign capture begins between here and there), but only after
         // invalidating the capture.
         if self.capture_status()? != crate::CaptureStatus::None {
             return Err(Error::CaptureMisuse(
                 "a FnOnce host function cannot be captured (a graph may replay it); use Capture::launch_host_fn",
             ));
         }
-        let _current = self.enter()?;
         let data = Box::into_raw(Counted::boxed(f));
         // SAFETY: `run_callback::<F>` honours the contract of `data`: a leaked box it takes
         // back once. Flags must be 0.
         let code = unsafe { sys::cudaStreamAddCallback(self.as_raw(), Some(run_callback::<F>), data.cast(), 0) };
+        drop(transitions);
         let enqueued = check(code, "cudaStreamAddCallback");
         if enqueued.is_err() {
             // SAFETY: the driver did not take `data`: we still own the box, freed once here.

@@ -20,7 +20,7 @@
 //! Ownership is in the types, the way std models file descriptors (`OwnedFd`, `BorrowedFd<'fd>`):
 //!
 //! * [`Stream`]: created by [`Stream::new`] (or handed over with the unsafe
-//!   [`Stream::from_raw`]); destroyed when it drops. [`Stream::into_raw`] gives the handle away
+//!   [`Stream::from_raw_owned`]); destroyed when it drops. [`Stream::into_raw`] gives the handle away
 //!   without destroying it; [`Stream::destroy`] reports the errors drop hides.
 //! * [`BorrowedStream<'a>`](BorrowedStream): a foreign handle (C, cudarc, PyTorch) wrapped with
 //!   the unsafe [`BorrowedStream::borrow_raw`] for a lifetime the caller picks; never destroyed
@@ -82,7 +82,7 @@
 //! | `ipc_handle` of an event without [`EventFlags::interprocess`] | [`Error::NotInterprocess`] |
 //! | interprocess together with timing | [`Error::Cuda`] `cudaErrorInvalidValue` |
 //! | `BorrowedStream::borrow_raw(null, device)` | the device's null stream, [`Ownership::Builtin`]`(`[`Builtin::Null`]`)`: handle 0 *is* a stream |
-//! | `Stream::from_raw` of 0, 0x1 or 0x2 | [`Error::BuiltinNotOwnable`] |
+//! | `Stream::from_raw_owned` of 0, 0x1 or 0x2 | [`Error::BuiltinNotOwnable`] |
 //! | the per-thread stream used from another thread | [`Error::WrongThread`] |
 //! | `elapsed` where the end completed before the start | [`Error::NegativeElapsed`] with the amount |
 //! | `begin_capture` on the legacy stream | [`Error::CaptureMisuse`] |

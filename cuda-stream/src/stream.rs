@@ -2,7 +2,7 @@
 //!
 //! | type | like | destroyed on drop | made by |
 //! |---|---|---|---|
-//! | [`Stream`] | `OwnedFd` | yes | [`Stream::new`], `unsafe` [`Stream::from_raw`] |
+//! | [`Stream`] | `OwnedFd` | yes | [`Stream::new`], `unsafe` [`Stream::from_raw_owned`] |
 //! | [`BorrowedStream<'a>`] | `BorrowedFd<'a>` | never | `unsafe` [`BorrowedStream::borrow_raw`] |
 //! | [`BuiltinStream`] | | never (CUDA's own) | [`BuiltinStream::null`], [`legacy`](BuiltinStream::legacy), [`per_thread`](BuiltinStream::per_thread) |
 //! | `&`[`StreamRef`] | `&BorrowedFd` | — | deref of any of the above |
@@ -493,7 +493,7 @@ impl Stream {
     ///
     /// # Errors
     /// [`Error::BuiltinNotOwnable`] for the special handles (0, 0x1, 0x2).
-    pub unsafe fn from_raw(handle: sys::cudaStream_t, device: Device) -> Result<Stream> {
+    pub unsafe fn from_raw_owned(handle: sys::cudaStream_t, device: Device) -> Result<Stream> {
         if Builtin::of_handle(handle).is_some() {
             return Err(Error::BuiltinNotOwnable { handle: handle as usize });
         }

@@ -1,0 +1,13 @@
+//! A `Capture<'_, ThreadLocal>` is `!Send`: CUDA ends a ThreadLocal capture only on the thread
+//! that began it (from another it fails and the graph is lost).
+use cuda_stream::capture::ThreadLocal;
+use cuda_stream::{Device, Stream, StreamOptions};
+
+fn main() {
+    let device = Device::new(0).unwrap();
+    let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let capture = stream.begin_capture(ThreadLocal).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(move || capture.end());
+    });
+}
