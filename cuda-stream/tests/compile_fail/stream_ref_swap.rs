@@ -5,7 +5,7 @@ use cuda_stream::{BuiltinStream, Device, Stream, StreamOptions};
 
 fn main() {
     let device = Device::new(0).unwrap();
-    let mut owned = Stream::new(device, StreamOptions::default()).unwrap();
-    let mut builtin = BuiltinStream::null(device);
+    let owned = Stream::new(device, StreamOptions::default()).unwrap();
+    let builtin = BuiltinStream::null(device);
     std::mem::swap(&mut *owned, &mut *builtin);
 }
