@@ -312,6 +312,22 @@ pub fn spawn_child_test(test: &str, env: &[(&str, String)]) -> std::process::Chi
     command.spawn().expect("the test binary can start itself")
 }
 
+/// Runs the `#[ignore]`d test `test` of this binary in a child process (see
+/// [`spawn_child_test`]) and checks that it exits cleanly having printed a line containing
+/// each of `expected`.
+///
+/// # Panics
+/// If the child fails or a line is missing: that is the test's failure.
+pub fn child_test_prints(test: &str, expected: &[&str]) {
+    let child = spawn_child_test(test, &[]).wait_with_output().expect("the child test runs");
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    let stderr = String::from_utf8_lossy(&child.stderr);
+    assert!(child.status.success(), "the child {test} failed: {stdout}\n{stderr}");
+    for line in expected {
+        assert!(stdout.lines().any(|printed| printed.contains(line)), "missing `{line}` in:\n{stdout}\n{stderr}");
+    }
+}
+
 /// Whether the suite runs under compute-sanitizer (`run.sh --sanitize` sets this): tests that
 /// fault on purpose skip themselves then, since the sanitizer rightly reports their fault.
 pub fn under_sanitizer() -> bool {

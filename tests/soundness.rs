@@ -8,7 +8,7 @@ use cuda_stream::{
     BorrowedStream, Builtin, BuiltinStream, CaptureStatus, Device, Error, Event, EventFlags, Ownership, Stream,
     StreamOptions, StreamRef, capture, live_events, live_host_fns, live_streams,
 };
-use cuda_stream_tests::{MappedFlag, TagLog, gpu_or_skip, gpus_or_skip, poll_until, spawn_child_test};
+use cuda_stream_tests::{MappedFlag, TagLog, gpu_or_skip, gpus_or_skip, poll_until};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -301,18 +301,16 @@ fn after_a_fault_futures_resolve_with_the_error_and_closures_are_freed() {
         eprintln!("SKIPPED under compute-sanitizer: the fault is deliberate");
         return;
     }
-    let child = spawn_child_test("fault_child", &[]).wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&child.stdout);
-    assert!(child.status.success(), "child failed: {stdout}\n{}", String::from_utf8_lossy(&child.stderr));
-    for expected in [
-        "fault: completion: sticky true",
-        "fault: callback: sticky true",
-        "fault: once host fn: ran 0, dropped true",
-        "fault: event completion: sticky true",
-        "fault: live host fns back to baseline: true",
-    ] {
-        assert!(stdout.lines().any(|line| line == expected), "missing `{expected}` in:\n{stdout}");
-    }
+    cuda_stream_tests::child_test_prints(
+        "fault_child",
+        &[
+            "fault: completion: sticky true",
+            "fault: callback: sticky true",
+            "fault: once host fn: ran 0, dropped true",
+            "fault: event completion: sticky true",
+            "fault: live host fns back to baseline: true",
+        ],
+    );
 }
 
 #[test]
@@ -380,12 +378,8 @@ fn wrapping_comparing_and_making_current_keep_every_capture_intact() {
 #[test]
 fn a_thread_that_uses_only_gpu_1_leaves_gpu_0_without_a_context() {
     let _devices = gpus_or_skip!(2);
-    let child = spawn_child_test("second_gpu_child", &[]).wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&child.stdout);
-    assert!(child.status.success(), "child failed: {stdout}\n{}", String::from_utf8_lossy(&child.stderr));
-    for expected in ["gpu1: context before false, after true", "gpu0: context false"] {
-        assert!(stdout.lines().any(|line| line == expected), "missing `{expected}` in:\n{stdout}");
-    }
+    let expected = ["gpu1: context before false, after true", "gpu0: context false"];
+    cuda_stream_tests::child_test_prints("second_gpu_child", &expected);
 }
 
 #[test]
