@@ -23,7 +23,7 @@ for line in sys.stdin:
     if not exe or not kinds.intersection(msg["target"]["kind"]):
         continue
     if msg["target"]["name"] == "compile_fail":
-        continue  # runs the compiler (trybuild): CI's job, not the GPU host's
+        continue  # runs the compiler (trybuild): a CI job, not one for the GPU host
     name = msg["target"]["name"].replace("-", "_")
     if "lib" in msg["target"]["kind"]:
         name = "unit_" + name
