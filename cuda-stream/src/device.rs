@@ -156,9 +156,10 @@ impl Device {
     }
 
     /// Makes this device current on the calling thread until the guard drops, which restores
-    /// what was current before (also when unwinding): the previous context, primary or not, and
-    /// no context when the thread had none. It never "restores" a device the thread had not
-    /// used: `cudaSetDevice` would create that device's primary context (hundreds of MiB).
+    /// what was current before (also when unwinding): the previous context, primary or not
+    /// (`cuCtxSetCurrent`). When the thread had no context, nothing is restored and this device
+    /// stays current: the old way, `cudaSetDevice` on the previous ordinal (0 on a fresh
+    /// thread), created a primary context (hundreds of MiB) on a GPU the thread never used.
     /// Switches nothing if the device already is current.
     ///
     /// # Errors
@@ -171,7 +172,11 @@ impl Device {
         }
         let previous = driver::current_context()?;
         set_current(self.ordinal)?;
-        Ok(DeviceGuard { restore: Some(previous), _thread_bound: PhantomData })
+        // With no context before, there is nothing to restore: "restoring" none would make the
+        // runtime's next call on this thread create a primary context on its default device 0
+        // (PyTorch's MaybeExchangeDevice avoids it the same way). The new device stays current.
+        let restore = (!previous.0.is_null()).then_some(previous);
+        Ok(DeviceGuard { restore, _thread_bound: PhantomData })
     }
 }
 
@@ -232,7 +237,7 @@ pub struct DeviceGuard {
 }
 
 impl DeviceGuard {
-    /// Whether making the device current switched anything (it was not current already).
+    /// Whether the guard will restore a previous context when it drops.
     pub fn switched(&self) -> bool {
         self.restore.is_some()
     }

@@ -107,10 +107,28 @@ impl Drop for Graph {
     fn drop(&mut self) {
         let raw = self.raw as usize;
         call_outside_host_fn(move || {
-            // SAFETY: we own the graph and destroy it once; executables made from it do not
-            // need it, and what its nodes use is owned by user objects CUDA releases.
-            let _ = unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) };
+            relaxed_capture_mode(|| {
+                // SAFETY: we own the graph and destroy it once; executables made from it do not
+                // need it, and what its nodes use is owned by user objects CUDA releases.
+                let _ = unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) };
+            });
         });
+    }
+}
+
+/// Runs `destroy` with this thread's capture mode set to Relaxed, then restores the mode
+/// ([`cudaThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)):
+/// destroying a graph or an executable is a "potentially unsafe" call that CUDA otherwise
+/// refuses, invalidating the capture, while another thread holds a Global capture (probed on
+/// CUDA 13.0). Nothing of ours is captured by it, so it is safe here.
+fn relaxed_capture_mode(destroy: impl FnOnce()) {
+    let mut mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
+    // SAFETY: `mode` is a valid in/out pointer.
+    let exchanged = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) } == sys::cudaError::cudaSuccess;
+    destroy();
+    if exchanged {
+        // SAFETY: as above; puts back the mode this thread had.
+        let _ = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) };
     }
 }
 
@@ -168,10 +186,12 @@ impl Drop for GraphExec {
     fn drop(&mut self) {
         let raw = self.raw as usize;
         call_outside_host_fn(move || {
-            // SAFETY: we own the executable and destroy it once. CUDA frees it after launches
-            // in flight complete, and releases the user objects they use only then: no wait
-            // for the device is needed here, and nothing is freed early.
-            let _ = unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) };
+            relaxed_capture_mode(|| {
+                // SAFETY: we own the executable and destroy it once. CUDA frees it after
+                // launches in flight complete, and releases the user objects they use only
+                // then: no wait for the device is needed here, and nothing is freed early.
+                let _ = unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) };
+            });
         });
     }
 }
