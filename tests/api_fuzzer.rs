@@ -28,9 +28,12 @@
 //!   streams, events and host closures are back where they started.
 //!
 //! Knobs:
-//! * `CUDA_STREAM_FUZZ_PROGRAMS`: how many programs (seeds `0..N`); default 1,000, or 50 under
+//! * `CUDA_STREAM_FUZZ_PROGRAMS`: how many programs; default 1,000, or 50 under
 //!   compute-sanitizer (`CUDA_STREAM_SANITIZER`).
+//! * `CUDA_STREAM_FUZZ_FIRST`: the first seed (default 0): seeds `FIRST..FIRST + N`.
 //! * `CUDA_STREAM_FUZZ_SEED`: run only the program of this seed (a failure names its seed).
+//! * `CUDA_STREAM_FUZZ_TRACE=1`: print every operation, every call's outcome and the live counts
+//!   (to stderr, uncaptured): for a failing seed.
 //!
 //! A watchdog aborts the process, naming the seed and the operation, if one operation of a
 //! program has not returned after 60 s (600 s under compute-sanitizer): a hang is a failure too.
@@ -51,6 +54,8 @@ use std::time::{Duration, Instant};
 
 const PROGRAMS_VAR: &str = "CUDA_STREAM_FUZZ_PROGRAMS";
 const SEED_VAR: &str = "CUDA_STREAM_FUZZ_SEED";
+const FIRST_VAR: &str = "CUDA_STREAM_FUZZ_FIRST";
+const TRACE_VAR: &str = "CUDA_STREAM_FUZZ_TRACE";
 
 /// Bounds on what one program holds at a time.
 const MAX_STREAMS: usize = 16;
@@ -132,9 +137,19 @@ fn expect_dropped_unrun(state: &AtomicU8, what: &str) {
 // Results
 // ---------------------------------------------------------------------------------------------
 
+/// Whether to print every operation and call (`CUDA_STREAM_FUZZ_TRACE=1`).
+fn tracing() -> bool {
+    static TRACING: OnceLock<bool> = OnceLock::new();
+    *TRACING.get_or_init(|| std::env::var(TRACE_VAR).is_ok_and(|value| value == "1"))
+}
+
 /// Counts one call and checks what must hold of every result; returns whether it was `Ok`.
 fn note<T>(what: &str, result: &Result<T>) -> bool {
     CALLS.fetch_add(1, Ordering::Relaxed);
+    if tracing() {
+        let outcome = result.as_ref().map_or_else(kind_of, |_| "Ok".to_string());
+        let _ = writeln!(std::io::stderr(), "      {what}: {outcome}");
+    }
     match result {
         Ok(_) => {
             OKS.fetch_add(1, Ordering::Relaxed);
@@ -554,7 +569,16 @@ struct Run {
 /// the seed, the step and the operation.
 fn guarded(run: &Run, at: usize, f: impl FnOnce()) {
     progress(run.seed, at);
-    if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(f)) {
+    if tracing() {
+        let op = run.ops.get(at).map_or_else(|| "end".to_string(), |op| format!("{op:?}"));
+        let _ = writeln!(std::io::stderr(), "seed {} op #{at} {op}", run.seed);
+    }
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(f));
+    if tracing() {
+        let (closures, streams, events) = (live_host_fns(), live_streams(), live_events());
+        let _ = writeln!(std::io::stderr(), "    live: {closures} host closures, {streams} streams, {events} events");
+    }
+    if let Err(payload) = outcome {
         let step = match run.ops.get(at) {
             Some(op) => format!("op #{at} of {} ({op:?})", run.ops.len()),
             None => "the end of the program (closing its capture, cleanup and leak checks)".to_string(),
@@ -607,6 +631,8 @@ struct Shared<'a> {
 /// What a finished program leaves to be checked once its work is done.
 struct Leftovers {
     tokens: Vec<Arc<AtomicU8>>,
+    /// Those of graph host functions (freed by CUDA, on a thread of its own).
+    graph_tokens: Vec<Arc<AtomicU8>>,
     completions: Vec<Completion>,
     /// Streams still reporting a capture after every capture ended (not expected).
     stranded: usize,
@@ -623,6 +649,7 @@ struct World<'p> {
     graphs: Vec<Graph>,
     execs: Vec<GraphExec>,
     tokens: Vec<Arc<AtomicU8>>,
+    graph_tokens: Vec<Arc<AtomicU8>>,
     completions: Vec<Completion>,
     generation: u64,
 }
@@ -639,6 +666,7 @@ impl<'p> World<'p> {
             graphs: Vec::new(),
             execs: Vec::new(),
             tokens: Vec::new(),
+            graph_tokens: Vec::new(),
             completions: Vec::new(),
             generation: 0,
         };
@@ -965,7 +993,7 @@ impl<'p> World<'p> {
                     match target {
                         Some(target) => {
                             let state = capture_host_fn(&mut active.capture, target, probe);
-                            self.tokens.push(state);
+                            self.graph_tokens.push(state);
                         }
                         None => skip(),
                     }
@@ -1051,6 +1079,7 @@ impl<'p> World<'p> {
         let generation = active.as_ref().map(|active| active.generation);
         let Some(owner) = self.pick_owned(s, origin) else { return skip() };
         let mut tokens = Vec::new();
+        let mut graph_tokens = Vec::new();
         let mut record = None;
         {
             // SAFETY: `owner` is a `Stream` this program owns (a slot, or the stream being
@@ -1084,7 +1113,7 @@ impl<'p> World<'p> {
                     note("StreamRef::wait_stream (view on its owner)", &view.wait_stream(owner));
                 }
                 _ => match active {
-                    Some(active) => tokens.push(capture_host_fn(&mut active.capture, &view, action % 2 == 0)),
+                    Some(active) => graph_tokens.push(capture_host_fn(&mut active.capture, &view, action % 2 == 0)),
                     None => {
                         note("BorrowedStream capture_status", &view.capture_status());
                     }
@@ -1092,6 +1121,7 @@ impl<'p> World<'p> {
             }
         }
         self.tokens.extend(tokens);
+        self.graph_tokens.extend(graph_tokens);
         if let Some((index, ok)) = record {
             self.recorded(index, ok, generation);
         }
@@ -1317,7 +1347,7 @@ impl<'p> World<'p> {
             let index = rng.below(self.slots.len());
             drop(self.slots.swap_remove(index));
         }
-        Leftovers { tokens: self.tokens, completions: self.completions, stranded }
+        Leftovers { tokens: self.tokens, graph_tokens: self.graph_tokens, completions: self.completions, stranded }
     }
 }
 
@@ -1486,22 +1516,50 @@ fn check_leftovers(device: Device, leftovers: &Leftovers, baseline: (isize, isiz
             writeln!(std::io::stderr(), "api fuzzer: {} streams still capturing after the program", leftovers.stranded);
     }
     let freed = |state: &Arc<AtomicU8>| state.load(Ordering::SeqCst) & DROPPED != 0;
-    let settled = poll_until(SETTLE, || {
+    let settled = || {
         live_host_fns() == baseline.2
             && leftovers.tokens.iter().all(freed)
+            && leftovers.graph_tokens.iter().all(freed)
             && leftovers.completions.iter().all(Completion::is_complete)
-    });
-    assert!(
-        settled.is_some(),
-        "{SETTLE:?} after the program: {} live host closures (baseline {}), {} of {} closures not freed, {} of {} \
-         completions unresolved",
-        live_host_fns(),
-        baseline.2,
-        leftovers.tokens.iter().filter(|state| !freed(state)).count(),
-        leftovers.tokens.len(),
-        leftovers.completions.iter().filter(|completion| !completion.is_complete()).count(),
-        leftovers.completions.len(),
-    );
+    };
+    let describe = || {
+        format!(
+            "{} live host closures (baseline {}), {} of {} once-closures and {} of {} graph closures (of which {} ran) \
+             not freed, {} of {} completions unresolved",
+            live_host_fns(),
+            baseline.2,
+            leftovers.tokens.iter().filter(|state| !freed(state)).count(),
+            leftovers.tokens.len(),
+            leftovers.graph_tokens.iter().filter(|state| !freed(state)).count(),
+            leftovers.graph_tokens.len(),
+            leftovers
+                .graph_tokens
+                .iter()
+                .filter(|state| !freed(state) && state.load(Ordering::SeqCst) & RAN != 0)
+                .count(),
+            leftovers.completions.iter().filter(|completion| !completion.is_complete()).count(),
+            leftovers.completions.len(),
+        )
+    };
+    if poll_until(SETTLE, settled).is_none() {
+        let passive = describe();
+        // Diagnosis: does more CUDA activity make CUDA release them?
+        let mut nudges = 0;
+        let nudged = poll_until(SETTLE, || {
+            nudges += 1;
+            let _ = device.synchronize();
+            if let Ok(stream) = Stream::new(device, StreamOptions::non_blocking()) {
+                let _ = cuda_stream_tests::empty(&stream);
+                let _ = stream.synchronize();
+            }
+            settled()
+        });
+        panic!(
+            "{SETTLE:?} after the program: {passive}; then after {nudges} rounds of further CUDA calls: {} ({})",
+            describe(),
+            if nudged.is_some() { "released" } else { "still not released" }
+        );
+    }
     assert_eq!(live_streams(), baseline.0, "live streams are back at the baseline");
     assert_eq!(live_events(), baseline.1, "live events are back at the baseline");
     assert_eq!(VIOLATIONS.load(Ordering::SeqCst), 0, "a host closure ran after it was dropped");
@@ -1580,11 +1638,10 @@ fn seeds() -> std::ops::Range<u64> {
         let seed: u64 = seed.trim().parse().unwrap_or_else(|_| panic!("{SEED_VAR} must be an integer, got {seed:?}"));
         return seed..seed + 1;
     }
-    let programs = std::env::var(PROGRAMS_VAR)
-        .ok()
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| scaled(1_000, 50) as u64);
-    0..programs
+    let number = |name: &str| std::env::var(name).ok().and_then(|value| value.trim().parse::<u64>().ok());
+    let first = number(FIRST_VAR).unwrap_or(0);
+    let programs = number(PROGRAMS_VAR).unwrap_or_else(|| scaled(1_000, 50) as u64);
+    first..first + programs
 }
 
 #[test]
