@@ -106,21 +106,24 @@ impl Graph {
 impl Drop for Graph {
     fn drop(&mut self) {
         let raw = self.raw as usize;
-        call_outside_host_fn(move || {
-            relaxed_capture_mode(|| {
-                // SAFETY: we own the graph and destroy it once; executables made from it do not
-                // need it, and what its nodes use is owned by user objects CUDA releases.
-                let _ = unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) };
-            });
+        destroy_outside_captures(move || {
+            // SAFETY: we own the graph and destroy it once; executables made from it do not
+            // need it, and what its nodes use is owned by user objects CUDA releases.
+            let _ = unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) };
         });
     }
 }
 
-/// Runs `destroy` with this thread's capture mode set to Relaxed, then restores the mode
-/// ([`cudaThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)):
+/// Runs `destroy` (of a graph or an executable) outside any host function (see
+/// `call_outside_host_fn`), with the thread's capture mode set to Relaxed, then restores the
+/// mode ([`cudaThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)):
 /// destroying a graph or an executable is a "potentially unsafe" call that CUDA otherwise
 /// refuses, invalidating the capture, while another thread holds a Global capture (probed on
 /// CUDA 13.0). Nothing of ours is captured by it, so it is safe here.
+fn destroy_outside_captures(destroy: impl FnOnce() + Send + 'static) {
+    call_outside_host_fn(move || relaxed_capture_mode(destroy));
+}
+
 fn relaxed_capture_mode(destroy: impl FnOnce()) {
     let mut mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
     // SAFETY: `mode` is a valid in/out pointer.
@@ -185,13 +188,11 @@ impl GraphExec {
 impl Drop for GraphExec {
     fn drop(&mut self) {
         let raw = self.raw as usize;
-        call_outside_host_fn(move || {
-            relaxed_capture_mode(|| {
-                // SAFETY: we own the executable and destroy it once. CUDA frees it after
-                // launches in flight complete, and releases the user objects they use only
-                // then: no wait for the device is needed here, and nothing is freed early.
-                let _ = unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) };
-            });
+        destroy_outside_captures(move || {
+            // SAFETY: we own the executable and destroy it once. CUDA frees it after launches
+            // in flight complete, and releases the user objects they use only then: no wait for
+            // the device is needed here, and nothing is freed early.
+            let _ = unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) };
         });
     }
 }
