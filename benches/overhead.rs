@@ -1,6 +1,8 @@
-//! The overhead benchmark: each stream operation measured three ways in this one process,
-//! interleaved: the raw C++ loop compiled by nvcc (`kernels/bench_floor.cu`, the floor), raw FFI
-//! from Rust through cuda-stream-sys, and the safe cuda-stream API. Prints a table (medians and
+//! The overhead benchmark: each stream operation measured four ways in this one process,
+//! interleaved: the raw C++ loop on the runtime API compiled by nvcc (`kernels/bench_floor.cu`,
+//! the runtime floor), the same loop on the driver API's entry points where the operation has
+//! one (the driver floor), raw FFI from Rust through cuda-stream-sys, and the safe cuda-stream
+//! API. Prints a table (medians and
 //! min..max of 7 repetitions) and writes it as JSON to `$BENCH_OUT/bench-overhead.json`
 //! (default `target/`). `--quick` runs fewer operations, for smoke tests.
 
@@ -19,6 +21,7 @@ unsafe extern "C" {
         e: sys::cudaEvent_t,
         priority: i32,
     ) -> f64;
+    fn cs_floor_driver(op: i32, iters: i32, a: sys::cudaStream_t, b: sys::cudaStream_t, e: sys::cudaEvent_t) -> f64;
     fn cs_bench_launch_empty(stream: sys::cudaStream_t) -> sys::cudaError_t;
     fn cs_bench_noop_host_fn(data: *mut c_void);
 }
@@ -41,6 +44,7 @@ enum FloorOp {
     HostFnRoundTrip = 12,
     GraphReplay100 = 13,
     DirectLaunch100 = 14,
+    EventSynchronize = 15,
 }
 
 const REPETITIONS: usize = 7;
@@ -51,6 +55,7 @@ struct Op<'a> {
     name: &'static str,
     iters: usize,
     cpp: Option<Measure<'a>>,
+    driver: Option<Measure<'a>>,
     ffi: Option<Measure<'a>>,
     safe: Measure<'a>,
     /// Ops per iteration that the reported ns divide by (100 for the 100-kernel rows).
@@ -102,6 +107,29 @@ fn main() {
             ns
         })
     };
+    // The driver floor, for the operations that have one in `cs_floor_driver`.
+    let driver_floor = |op: FloorOp| -> Option<Measure<'_>> {
+        use FloorOp::*;
+        matches!(
+            op,
+            QueryIdle
+                | SynchronizeIdle
+                | EventRecord
+                | RecordWaitEvent
+                | EventQuery
+                | EventSynchronize
+                | HostFnRoundTrip
+                | GraphReplay100
+        )
+        .then(|| -> Measure<'_> {
+            Box::new(move |iters| {
+                // SAFETY: see above.
+                let ns = unsafe { cs_floor_driver(op as i32, iters as i32, ra, rb, re) };
+                assert!(ns >= 0.0, "the driver floor failed");
+                ns
+            })
+        })
+    };
     // The safe graph for the graph rows.
     let graph_exec = {
         let capture = a.begin_capture(capture::ThreadLocal).unwrap();
@@ -119,6 +147,7 @@ fn main() {
             name: "create+destroy (default)",
             iters: 2_000,
             cpp: Some(floor(FloorOp::CreateDestroyDefault)),
+            driver: driver_floor(FloorOp::CreateDestroyDefault),
             ffi: Some(Box::new(|n| {
                 time(n, || {
                     let mut s = std::ptr::null_mut();
@@ -136,6 +165,7 @@ fn main() {
             name: "create+destroy (non-blocking)",
             iters: 2_000,
             cpp: Some(floor(FloorOp::CreateDestroyNonBlocking)),
+            driver: driver_floor(FloorOp::CreateDestroyNonBlocking),
             ffi: Some(Box::new(|n| {
                 time(n, || {
                     let mut s = std::ptr::null_mut();
@@ -155,6 +185,7 @@ fn main() {
             name: "create+destroy (priority)",
             iters: 2_000,
             cpp: Some(floor(FloorOp::CreateDestroyPriority)),
+            driver: driver_floor(FloorOp::CreateDestroyPriority),
             ffi: Some(Box::new(|n| {
                 time(n, || {
                     let mut s = std::ptr::null_mut();
@@ -175,6 +206,7 @@ fn main() {
             name: "pool acquire+release",
             iters: 100_000,
             cpp: None,
+            driver: None,
             ffi: None,
             safe: Box::new(|n| time(n, || drop(black_box(pool.acquire().unwrap())))),
             per_iter: 1.0,
@@ -183,6 +215,7 @@ fn main() {
             name: "query (idle)",
             iters: 20_000,
             cpp: Some(floor(FloorOp::QueryIdle)),
+            driver: driver_floor(FloorOp::QueryIdle),
             // SAFETY: see above.
             ffi: Some(Box::new(|n| time(n, || ok(unsafe { sys::cudaStreamQuery(ra) })))),
             safe: Box::new(|n| time(n, || assert!(a.query().unwrap()))),
@@ -192,6 +225,7 @@ fn main() {
             name: "synchronize (idle)",
             iters: 20_000,
             cpp: Some(floor(FloorOp::SynchronizeIdle)),
+            driver: driver_floor(FloorOp::SynchronizeIdle),
             // SAFETY: see above.
             ffi: Some(Box::new(|n| time(n, || ok(unsafe { sys::cudaStreamSynchronize(ra) })))),
             safe: Box::new(|n| time(n, || a.synchronize().unwrap())),
@@ -201,6 +235,7 @@ fn main() {
             name: "get priority",
             iters: 50_000,
             cpp: Some(floor(FloorOp::GetPriority)),
+            driver: driver_floor(FloorOp::GetPriority),
             ffi: Some(Box::new(|n| {
                 time(n, || {
                     let mut p = 0;
@@ -220,6 +255,7 @@ fn main() {
             name: "event create+destroy",
             iters: 20_000,
             cpp: Some(floor(FloorOp::EventCreateDestroy)),
+            driver: driver_floor(FloorOp::EventCreateDestroy),
             ffi: Some(Box::new(|n| {
                 time(n, || {
                     let mut e = std::ptr::null_mut();
@@ -237,6 +273,7 @@ fn main() {
             name: "event record",
             iters: 20_000,
             cpp: Some(floor(FloorOp::EventRecord)),
+            driver: driver_floor(FloorOp::EventRecord),
             ffi: Some(Box::new(|n| {
                 // SAFETY: see above.
                 let t = time(n, || ok(unsafe { sys::cudaEventRecord(re, ra) }));
@@ -254,6 +291,7 @@ fn main() {
             name: "record + wait_event",
             iters: 20_000,
             cpp: Some(floor(FloorOp::RecordWaitEvent)),
+            driver: driver_floor(FloorOp::RecordWaitEvent),
             ffi: Some(Box::new(|n| {
                 let t = time(n, || {
                     // SAFETY: see above.
@@ -279,6 +317,7 @@ fn main() {
             name: "wait_stream (vs raw record+wait)",
             iters: 20_000,
             cpp: Some(floor(FloorOp::RecordWaitEvent)),
+            driver: driver_floor(FloorOp::RecordWaitEvent),
             ffi: None,
             safe: Box::new(|n| {
                 let t = time(n, || b.wait_stream(&a).unwrap());
@@ -291,15 +330,27 @@ fn main() {
             name: "event query (done)",
             iters: 50_000,
             cpp: Some(floor(FloorOp::EventQuery)),
+            driver: driver_floor(FloorOp::EventQuery),
             // SAFETY: see above.
             ffi: Some(Box::new(|n| time(n, || ok(unsafe { sys::cudaEventQuery(re) })))),
             safe: Box::new(|n| time(n, || assert!(event.query().unwrap()))),
             per_iter: 1.0,
         },
         Op {
+            name: "event synchronize (done)",
+            iters: 50_000,
+            cpp: Some(floor(FloorOp::EventSynchronize)),
+            driver: driver_floor(FloorOp::EventSynchronize),
+            // SAFETY: see above.
+            ffi: Some(Box::new(|n| time(n, || ok(unsafe { sys::cudaEventSynchronize(re) })))),
+            safe: Box::new(|n| time(n, || event.synchronize().unwrap())),
+            per_iter: 1.0,
+        },
+        Op {
             name: "launch empty kernel (queue full)",
             iters: 20_000,
             cpp: Some(floor(FloorOp::LaunchEmpty)),
+            driver: driver_floor(FloorOp::LaunchEmpty),
             ffi: Some(Box::new(|n| {
                 // SAFETY: see above.
                 let t = time(n, || ok(unsafe { cs_bench_launch_empty(ra) }));
@@ -318,6 +369,7 @@ fn main() {
             name: "launch + synchronize",
             iters: 5_000,
             cpp: Some(floor(FloorOp::LaunchSync)),
+            driver: driver_floor(FloorOp::LaunchSync),
             ffi: Some(Box::new(|n| {
                 time(n, || {
                     // SAFETY: see above.
@@ -340,6 +392,7 @@ fn main() {
             name: "host fn round trip (closure vs C fn)",
             iters: 2_000,
             cpp: Some(floor(FloorOp::HostFnRoundTrip)),
+            driver: driver_floor(FloorOp::HostFnRoundTrip),
             ffi: Some(Box::new(|n| {
                 time(n, || {
                     // SAFETY: see above; the C function ignores its argument.
@@ -365,6 +418,7 @@ fn main() {
             name: "completion future round trip",
             iters: 2_000,
             cpp: Some(floor(FloorOp::HostFnRoundTrip)),
+            driver: driver_floor(FloorOp::HostFnRoundTrip),
             ffi: None,
             safe: Box::new(|n| time(n, || cuda_stream_tests::block_on(a.completion()).unwrap())),
             per_iter: 1.0,
@@ -373,6 +427,7 @@ fn main() {
             name: "current stream: as_current enter+exit",
             iters: 1_000_000,
             cpp: None,
+            driver: None,
             ffi: None,
             safe: Box::new(|n| time(n, || a.as_current(|| black_box(())))),
             per_iter: 1.0,
@@ -381,6 +436,7 @@ fn main() {
             name: "graph replay, per kernel of 100",
             iters: 1_000,
             cpp: Some(floor(FloorOp::GraphReplay100)),
+            driver: driver_floor(FloorOp::GraphReplay100),
             ffi: None,
             safe: Box::new(|n| {
                 time(n, || {
@@ -394,6 +450,7 @@ fn main() {
             name: "direct launch, per kernel of 100",
             iters: 200,
             cpp: Some(floor(FloorOp::DirectLaunch100)),
+            driver: driver_floor(FloorOp::DirectLaunch100),
             ffi: None,
             safe: Box::new(|n| {
                 time(n, || {
@@ -413,44 +470,50 @@ fn main() {
         device.name().unwrap(),
         cuda_stream::driver_version().unwrap()
     );
-    println!("{:<38} {:>8} {:>8} {:>8} {:>10}   spread safe (min..max)", "operation", "C++", "FFI", "safe", "safe/C++");
+    println!(
+        "{:<38} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}   spread safe (min..max)",
+        "operation", "C++ rt", "C++ drv", "FFI", "safe", "safe/rt", "safe/drv"
+    );
     let mut json = Vec::new();
     for op in &mut ops {
         let iters = (op.iters / scale).max(10);
+        let per_iter = op.per_iter;
+        let mut sides: [(Option<&mut Measure<'_>>, Vec<f64>); 4] = [
+            (op.cpp.as_mut(), Vec::new()),
+            (op.driver.as_mut(), Vec::new()),
+            (op.ffi.as_mut(), Vec::new()),
+            (Some(&mut op.safe), Vec::new()),
+        ];
         // Warm up every side once.
-        for measure in [op.cpp.as_mut(), op.ffi.as_mut(), Some(&mut op.safe)].into_iter().flatten() {
-            measure(iters / 10 + 1);
+        for (measure, _) in &mut sides {
+            if let Some(measure) = measure {
+                measure(iters / 10 + 1);
+            }
         }
-        let (mut cpp, mut ffi, mut safe) = (Vec::new(), Vec::new(), Vec::new());
         for rep in 0..REPETITIONS {
             // Interleave, rotating who goes first.
-            for side in 0..3 {
-                match (rep + side) % 3 {
-                    0 => {
-                        if let Some(m) = op.cpp.as_mut() {
-                            cpp.push(m(iters) / op.per_iter)
-                        }
-                    }
-                    1 => {
-                        if let Some(m) = op.ffi.as_mut() {
-                            ffi.push(m(iters) / op.per_iter)
-                        }
-                    }
-                    _ => safe.push((op.safe)(iters) / op.per_iter),
+            for turn in 0..sides.len() {
+                let (measure, samples) = &mut sides[(rep + turn) % 4];
+                if let Some(measure) = measure {
+                    samples.push(measure(iters) / per_iter);
                 }
             }
         }
-        let (cpp, ffi, safe) =
-            ((!cpp.is_empty()).then(|| Stats::of(cpp)), (!ffi.is_empty()).then(|| Stats::of(ffi)), Stats::of(safe));
+        let [cpp, driver, ffi, safe] = sides.map(|(_, samples)| (!samples.is_empty()).then(|| Stats::of(samples)));
+        let safe = safe.expect("the safe side always runs");
         let show = |s: &Option<Stats>| s.as_ref().map_or("-".to_string(), |s| format!("{:.0}", s.median));
-        let ratio = cpp.as_ref().map(|c| safe.median / c.median);
+        let over = |floor: &Option<Stats>| floor.as_ref().map(|f| safe.median / f.median);
+        let show_ratio = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.3}"));
+        let (over_rt, over_drv) = (over(&cpp), over(&driver));
         println!(
-            "{:<38} {:>8} {:>8} {:>8.0} {:>10}   {:.0}..{:.0}",
+            "{:<38} {:>8} {:>8} {:>8} {:>8.0} {:>9} {:>9}   {:.0}..{:.0}",
             op.name,
             show(&cpp),
+            show(&driver),
             show(&ffi),
             safe.median,
-            ratio.map_or("-".to_string(), |r| format!("{r:.3}")),
+            show_ratio(over_rt),
+            show_ratio(over_drv),
             safe.min,
             safe.max
         );
@@ -459,13 +522,16 @@ fn main() {
                 format!("{{\"median\":{:.1},\"min\":{:.1},\"max\":{:.1}}}", s.median, s.min, s.max)
             })
         };
+        let json_ratio = |r: Option<f64>| r.map_or("null".to_string(), |r| format!("{r:.4}"));
         json.push(format!(
-            "{{\"op\":\"{}\",\"iterations\":{iters},\"cpp_ns\":{},\"ffi_ns\":{},\"safe_ns\":{},\"safe_over_cpp\":{}}}",
+            "{{\"op\":\"{}\",\"iterations\":{iters},\"cpp_ns\":{},\"driver_ns\":{},\"ffi_ns\":{},\"safe_ns\":{},\"safe_over_cpp\":{},\"safe_over_driver\":{}}}",
             op.name,
             field(&cpp),
+            field(&driver),
             field(&ffi),
             field(&Some(safe)),
-            ratio.map_or("null".to_string(), |r| format!("{r:.4}"))
+            json_ratio(over_rt),
+            json_ratio(over_drv)
         ));
     }
     let dir = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target".to_string());

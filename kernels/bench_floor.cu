@@ -1,6 +1,7 @@
 // The floor of the overhead benchmark: each stream operation in a raw C++ loop on the CUDA
 // runtime, timed here, in the same process as the Rust measurements (benches/overhead.rs).
 #include <chrono>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "test_kernels.h"
@@ -27,6 +28,7 @@ enum FloorOp {
   HostFnRoundTrip = 12,
   GraphReplay100 = 13,
   DirectLaunch100 = 14,
+  EventSynchronize = 15,
 };
 
 // Runs `iters` operations of `op` with streams `a`, `b` and event `e`; returns ns per operation,
@@ -87,6 +89,7 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
         ok(cudaStreamWaitEvent(b, e, 0));
         break;
       case EventQuery: ok(cudaEventQuery(e)); break;
+      case EventSynchronize: ok(cudaEventSynchronize(e)); break;
       case LaunchEmpty:
         floor_empty_kernel<<<1, 1, 0, a>>>();
         ok(cudaGetLastError());
@@ -115,6 +118,105 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
   auto end = std::chrono::steady_clock::now();
   if (exec) ok(cudaGraphExecDestroy(exec));
   if (failed != cudaSuccess) return -1.0;
+  return std::chrono::duration<double, std::nano>(end - start).count() / iters;
+}
+
+namespace {
+// The driver entry points of the driver floor, fetched through the runtime as the crate does.
+struct DriverFloor {
+  CUresult (*stream_query)(CUstream);
+  CUresult (*stream_synchronize)(CUstream);
+  CUresult (*event_record)(CUevent, CUstream);
+  CUresult (*stream_wait_event)(CUstream, CUevent, unsigned);
+  CUresult (*event_query)(CUevent);
+  CUresult (*event_synchronize)(CUevent);
+  CUresult (*launch_host_func)(CUstream, CUhostFn, void*);
+  CUresult (*graph_launch)(CUgraphExec, CUstream);
+  bool loaded = true;
+};
+
+template <class F>
+void load(DriverFloor& d, F& slot, const char* symbol) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(symbol, &f, 12000, cudaEnableDefault, &found) != cudaSuccess || !f) {
+    d.loaded = false;
+  }
+  slot = reinterpret_cast<F>(f);
+}
+
+const DriverFloor& driver_floor() {
+  static DriverFloor d = [] {
+    DriverFloor d{};
+    load(d, d.stream_query, "cuStreamQuery");
+    load(d, d.stream_synchronize, "cuStreamSynchronize");
+    load(d, d.event_record, "cuEventRecord");
+    load(d, d.stream_wait_event, "cuStreamWaitEvent");
+    load(d, d.event_query, "cuEventQuery");
+    load(d, d.event_synchronize, "cuEventSynchronize");
+    load(d, d.launch_host_func, "cuLaunchHostFunc");
+    load(d, d.graph_launch, "cuGraphLaunch");
+    return d;
+  }();
+  return d;
+}
+}  // namespace
+
+// The driver floor: the operations that have a driver entry point, as the same loops through
+// the driver API. Returns ns per operation; -1 if a call failed; -2 for an operation without
+// a driver loop here.
+extern "C" double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEvent_t e) {
+  const DriverFloor& d = driver_floor();
+  if (!d.loaded) return -1.0;
+  CUstream sa = a, sb = b;
+  CUevent ev = e;
+  CUresult failed = CUDA_SUCCESS;
+  auto ok = [&](CUresult code) {
+    if (code != CUDA_SUCCESS) failed = code;
+  };
+  CUgraphExec exec = nullptr;
+  if (op == GraphReplay100) {
+    cudaGraph_t graph;
+    cudaGraphExec_t rt_exec;
+    if (cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1.0;
+    for (int k = 0; k < 100; ++k) floor_empty_kernel<<<1, 1, 0, a>>>();
+    if (cudaStreamEndCapture(a, &graph) != cudaSuccess || cudaGraphInstantiate(&rt_exec, graph, 0) != cudaSuccess ||
+        cudaGraphDestroy(graph) != cudaSuccess || cudaGraphUpload(rt_exec, a) != cudaSuccess ||
+        cudaStreamSynchronize(a) != cudaSuccess)
+      return -1.0;
+    exec = rt_exec;
+  }
+  switch (op) {
+    case QueryIdle: case SynchronizeIdle: case EventRecord: case RecordWaitEvent: case EventQuery:
+    case EventSynchronize: case HostFnRoundTrip: case GraphReplay100: break;
+    default: return -2.0;
+  }
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    switch (op) {
+      case QueryIdle: ok(d.stream_query(sa)); break;
+      case SynchronizeIdle: ok(d.stream_synchronize(sa)); break;
+      case EventRecord: ok(d.event_record(ev, sa)); break;
+      case RecordWaitEvent:
+        ok(d.event_record(ev, sa));
+        ok(d.stream_wait_event(sb, ev, 0));
+        break;
+      case EventQuery: ok(d.event_query(ev)); break;
+      case EventSynchronize: ok(d.event_synchronize(ev)); break;
+      case HostFnRoundTrip:
+        ok(d.launch_host_func(sa, floor_noop_host_fn, nullptr));
+        ok(d.stream_synchronize(sa));
+        break;
+      case GraphReplay100:
+        ok(d.graph_launch(exec, sa));
+        ok(d.stream_synchronize(sa));
+        break;
+    }
+  }
+  if (op == EventRecord || op == RecordWaitEvent) ok(cudaDeviceSynchronize() == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+  auto end = std::chrono::steady_clock::now();
+  if (exec) ok(cudaGraphExecDestroy(exec) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+  if (failed != CUDA_SUCCESS) return -1.0;
   return std::chrono::duration<double, std::nano>(end - start).count() / iters;
 }
 

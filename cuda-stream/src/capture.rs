@@ -146,11 +146,17 @@ impl StreamRef {
     /// # Errors
     /// `cudaErrorStreamCaptureImplicit` for the legacy stream while another stream captures in
     /// Global mode.
+    #[inline]
     pub fn capture_status(&self) -> Result<CaptureStatus> {
-        let _current = self.enter()?;
-        let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
-        // SAFETY: a live stream; `status` is a valid out-pointer.
-        check(unsafe { sys::cudaStreamIsCapturing(self.as_raw(), &mut status) }, "cudaStreamIsCapturing")?;
+        let status = match self.enter()? {
+            None => crate::driver::stream_is_capturing(self.as_raw())?,
+            Some(_current) => {
+                let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
+                // SAFETY: a special handle of the current device; a valid out-pointer.
+                check(unsafe { sys::cudaStreamIsCapturing(self.as_raw(), &mut status) }, "cudaStreamIsCapturing")?;
+                status
+            }
+        };
         Ok(CaptureStatus::of(status))
     }
 
@@ -282,11 +288,15 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         // The stream stays in this capture until `end`, which needs `self`: nothing can take
         // it out between the check and the launch.
         let data = keep_alive(state.graph, Counted::boxed(f))?;
-        let _current = stream.enter()?;
-        // SAFETY: `run_repeatable::<F>` honours the contract of `data`, which the graph keeps.
-        let code =
-            unsafe { sys::cudaLaunchHostFunc(stream.as_raw(), Some(run_repeatable::<F>), data.cast_mut().cast()) };
-        check(code, "cudaLaunchHostFunc")
+        let (function, data) = (Some(run_repeatable::<F> as unsafe extern "C" fn(*mut c_void)), data.cast_mut().cast());
+        match stream.enter()? {
+            // SAFETY: `run_repeatable::<F>` honours the contract of `data`, which the graph keeps.
+            None => unsafe { crate::driver::launch_host_func(stream.as_raw(), function, data) },
+            Some(_current) => {
+                // SAFETY: as above.
+                check(unsafe { sys::cudaLaunchHostFunc(stream.as_raw(), function, data) }, "cudaLaunchHostFunc")
+            }
+        }
     }
 
     /// Ends the capture and returns the graph

@@ -1,12 +1,24 @@
-//! The few driver API entry points that the runtime API has no equivalent for, fetched once
-//! through the runtime
+//! Driver API entry points, fetched once through the runtime
 //! ([`cudaGetDriverEntryPointByVersion`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DRIVER__ENTRY__POINT.html)),
-//! so that nothing links against `libcuda` directly.
+//! so that nothing links against `libcuda` directly. Two kinds:
 //!
-//! Driver result codes (`CUresult`) are reported as [`Error::Cuda`] under the driver
-//! function's name; for the codes these calls return they have the runtime's numbers.
+//! * context calls the runtime API has no equivalent for (`cuCtxGetCurrent`, ...);
+//! * the hot stream and event operations, which skip the runtime's layer (10 to 25% of each
+//!   call, see BENCHMARKS.md). They are used for real stream handles only: the special handles
+//!   (0, `cudaStreamLegacy`, `cudaStreamPerThread`) name a stream of the *current* context,
+//!   which the runtime binds lazily on a thread's first call and the driver does not (a fresh
+//!   thread gets `CUDA_ERROR_INVALID_CONTEXT`), and 0 means per-thread or legacy by the
+//!   runtime's compile mode. A real handle carries its context: the driver calls below work
+//!   from a thread with no current context, or another device's (probed on CUDA 13.0).
+//!
+//! Errors keep the runtime's shape: [`Error::Cuda`] under the name of the runtime call the
+//! operation stands for, with the code's runtime number. The driver's `CUresult` and the
+//! runtime's `cudaError_t` share their numbers for every code these calls return (not ready
+//! 600, invalid handle 400, capture errors 900 to 907, sticky faults 7xx: compared side by
+//! side on the GPU by `tests/driver_paths.rs`); [`runtime_code`] is where a difference would be
+//! mapped. A driver call leaves the runtime's last error untouched.
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, check_code};
 use crate::sys;
 use std::ffi::{CStr, c_int, c_uint, c_void};
 use std::sync::OnceLock;
@@ -15,35 +27,71 @@ use std::sync::OnceLock;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Context(pub(crate) *mut c_void);
 
+// The signatures of `cuda.h` (CUDA 12.0 and later), written with the runtime's handle types,
+// which are the same C types (`cudaStream_t` is `CUstream`, ...). `CUresult` and the status a
+// stream callback receives are C enums like `cudaError_t`: `c_int` here.
 type CtxGetCurrent = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
 type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> c_int;
 type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
 type PrimaryCtxGetState = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> c_int;
+type OnStream = unsafe extern "C" fn(sys::cudaStream_t) -> c_int;
+type OnEvent = unsafe extern "C" fn(sys::cudaEvent_t) -> c_int;
+type StreamIsCapturing = unsafe extern "C" fn(sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus) -> c_int;
+type EventRecordWithFlags = unsafe extern "C" fn(sys::cudaEvent_t, sys::cudaStream_t, c_uint) -> c_int;
+type StreamWaitEvent = unsafe extern "C" fn(sys::cudaStream_t, sys::cudaEvent_t, c_uint) -> c_int;
+type StreamAddCallback =
+    unsafe extern "C" fn(sys::cudaStream_t, sys::cudaStreamCallback_t, *mut c_void, c_uint) -> c_int;
+type LaunchHostFunc = unsafe extern "C" fn(sys::cudaStream_t, sys::cudaHostFn_t, *mut c_void) -> c_int;
+type GraphLaunch = unsafe extern "C" fn(sys::cudaGraphExec_t, sys::cudaStream_t) -> c_int;
 
-/// The entry points, with the signatures of `cuda.h` (CUDA 12.0 and later).
+/// The entry points.
 struct Driver {
     ctx_get_current: CtxGetCurrent,
     ctx_set_current: CtxSetCurrent,
     device_get: DeviceGet,
     primary_ctx_get_state: PrimaryCtxGetState,
+    stream_query: OnStream,
+    stream_synchronize: OnStream,
+    stream_is_capturing: StreamIsCapturing,
+    event_record_with_flags: EventRecordWithFlags,
+    stream_wait_event: StreamWaitEvent,
+    event_query: OnEvent,
+    event_synchronize: OnEvent,
+    stream_add_callback: StreamAddCallback,
+    launch_host_func: LaunchHostFunc,
+    graph_launch: GraphLaunch,
 }
 
+/// Fetches one entry point as the function type `$ty`.
+macro_rules! entry_point {
+    ($symbol:literal as $ty:ty) => {
+        // SAFETY: the symbol has the signature of `$ty` in cuda.h as of CUDA 12.0, the version
+        // asked for; both are function pointers.
+        unsafe { std::mem::transmute::<*mut c_void, $ty>(entry($symbol)?) }
+    };
+}
+
+#[inline(always)]
 fn driver() -> Result<&'static Driver> {
     static DRIVER: OnceLock<Result<Driver>> = OnceLock::new();
     DRIVER
         .get_or_init(|| {
-            // SAFETY: each symbol has the signature of its type alias in cuda.h (as of 12.0,
-            // the version asked for).
-            unsafe {
-                Ok(Driver {
-                    ctx_get_current: std::mem::transmute::<*mut c_void, CtxGetCurrent>(entry(c"cuCtxGetCurrent")?),
-                    ctx_set_current: std::mem::transmute::<*mut c_void, CtxSetCurrent>(entry(c"cuCtxSetCurrent")?),
-                    device_get: std::mem::transmute::<*mut c_void, DeviceGet>(entry(c"cuDeviceGet")?),
-                    primary_ctx_get_state: std::mem::transmute::<*mut c_void, PrimaryCtxGetState>(entry(
-                        c"cuDevicePrimaryCtxGetState",
-                    )?),
-                })
-            }
+            Ok(Driver {
+                ctx_get_current: entry_point!(c"cuCtxGetCurrent" as CtxGetCurrent),
+                ctx_set_current: entry_point!(c"cuCtxSetCurrent" as CtxSetCurrent),
+                device_get: entry_point!(c"cuDeviceGet" as DeviceGet),
+                primary_ctx_get_state: entry_point!(c"cuDevicePrimaryCtxGetState" as PrimaryCtxGetState),
+                stream_query: entry_point!(c"cuStreamQuery" as OnStream),
+                stream_synchronize: entry_point!(c"cuStreamSynchronize" as OnStream),
+                stream_is_capturing: entry_point!(c"cuStreamIsCapturing" as StreamIsCapturing),
+                event_record_with_flags: entry_point!(c"cuEventRecordWithFlags" as EventRecordWithFlags),
+                stream_wait_event: entry_point!(c"cuStreamWaitEvent" as StreamWaitEvent),
+                event_query: entry_point!(c"cuEventQuery" as OnEvent),
+                event_synchronize: entry_point!(c"cuEventSynchronize" as OnEvent),
+                stream_add_callback: entry_point!(c"cuStreamAddCallback" as StreamAddCallback),
+                launch_host_func: entry_point!(c"cuLaunchHostFunc" as LaunchHostFunc),
+                graph_launch: entry_point!(c"cuGraphLaunch" as GraphLaunch),
+            })
         })
         .as_ref()
         .map_err(Clone::clone)
@@ -64,8 +112,27 @@ fn entry(symbol: &CStr) -> Result<*mut c_void> {
     Ok(function)
 }
 
+/// The runtime's number for a driver result code. The two enums agree on every code the calls
+/// here return (see the module docs), so this is the identity; it is the one place to map a
+/// code that would differ.
+#[inline(always)]
+pub(crate) fn runtime_code(code: c_int) -> sys::cudaError_t {
+    sys::cudaError(code as u32)
+}
+
+#[inline(always)]
 fn check_driver(code: c_int, api: &'static str) -> Result<()> {
-    check(sys::cudaError(code as u32), api)
+    check_code(runtime_code(code), api)
+}
+
+/// Like `check_driver`, but not ready is `Ok(false)` and success `Ok(true)`.
+#[inline(always)]
+fn check_driver_ready(code: c_int, api: &'static str) -> Result<bool> {
+    if runtime_code(code) == sys::cudaError::cudaErrorNotReady {
+        Ok(false)
+    } else {
+        check_driver(code, api).map(|()| true)
+    }
 }
 
 /// The calling thread's current context (`cuCtxGetCurrent`), null when there is none.
@@ -94,4 +161,100 @@ pub(crate) fn primary_context_active(ordinal: i32) -> Result<bool> {
     let code = unsafe { (driver.primary_ctx_get_state)(device, &mut flags, &mut active) };
     check_driver(code, "cuDevicePrimaryCtxGetState")?;
     Ok(active != 0)
+}
+
+// The hot operations. Each takes a real handle (never 0, `cudaStreamLegacy` or
+// `cudaStreamPerThread`: see the module docs) and reports errors under the runtime call's name.
+
+/// `cuStreamQuery`, as `cudaStreamQuery`: `Ok(false)` while work is pending.
+#[inline]
+pub(crate) fn stream_query(stream: sys::cudaStream_t) -> Result<bool> {
+    // SAFETY: the caller passes a live, real stream handle.
+    check_driver_ready(unsafe { (driver()?.stream_query)(stream) }, "cudaStreamQuery")
+}
+
+/// `cuStreamSynchronize`, as `cudaStreamSynchronize`.
+#[inline]
+pub(crate) fn stream_synchronize(stream: sys::cudaStream_t) -> Result<()> {
+    // SAFETY: the caller passes a live, real stream handle.
+    check_driver(unsafe { (driver()?.stream_synchronize)(stream) }, "cudaStreamSynchronize")
+}
+
+/// `cuStreamIsCapturing`, as `cudaStreamIsCapturing`.
+#[inline]
+pub(crate) fn stream_is_capturing(stream: sys::cudaStream_t) -> Result<sys::cudaStreamCaptureStatus> {
+    let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
+    // SAFETY: the caller passes a live, real stream handle; `status` is a valid out-pointer
+    // (`CUstreamCaptureStatus` has the runtime enum's values).
+    check_driver(unsafe { (driver()?.stream_is_capturing)(stream, &mut status) }, "cudaStreamIsCapturing")?;
+    Ok(status)
+}
+
+/// `cuEventRecordWithFlags`, as `cudaEventRecord`.
+#[inline]
+pub(crate) fn event_record(event: sys::cudaEvent_t, stream: sys::cudaStream_t, flags: c_uint) -> Result<()> {
+    // SAFETY: the caller passes live handles, a real stream; `flags` is one of CUDA's record
+    // flags (the runtime's have the driver's values).
+    check_driver(unsafe { (driver()?.event_record_with_flags)(event, stream, flags) }, "cudaEventRecord")
+}
+
+/// `cuStreamWaitEvent`, as `cudaStreamWaitEvent`.
+#[inline]
+pub(crate) fn stream_wait_event(stream: sys::cudaStream_t, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
+    // SAFETY: the caller passes live handles, a real stream; `flags` is one of CUDA's wait
+    // flags (the runtime's have the driver's values).
+    check_driver(unsafe { (driver()?.stream_wait_event)(stream, event, flags) }, "cudaStreamWaitEvent")
+}
+
+/// `cuEventQuery`, as `cudaEventQuery`: `Ok(false)` while the recorded work is pending.
+#[inline]
+pub(crate) fn event_query(event: sys::cudaEvent_t) -> Result<bool> {
+    // SAFETY: the caller passes a live event, which carries its context.
+    check_driver_ready(unsafe { (driver()?.event_query)(event) }, "cudaEventQuery")
+}
+
+/// `cuEventSynchronize`, as `cudaEventSynchronize`.
+#[inline]
+pub(crate) fn event_synchronize(event: sys::cudaEvent_t) -> Result<()> {
+    // SAFETY: the caller passes a live event, which carries its context.
+    check_driver(unsafe { (driver()?.event_synchronize)(event) }, "cudaEventSynchronize")
+}
+
+/// `cuStreamAddCallback`, as `cudaStreamAddCallback`. The callback receives a `CUresult`, with
+/// the numbers of `cudaError_t`.
+///
+/// # Safety
+/// `callback` must honour the contract of `data`, as for `cudaStreamAddCallback`.
+#[inline]
+pub(crate) unsafe fn stream_add_callback(
+    stream: sys::cudaStream_t,
+    callback: sys::cudaStreamCallback_t,
+    data: *mut c_void,
+) -> Result<()> {
+    // SAFETY: the caller's contract; flags must be 0.
+    check_driver(unsafe { (driver()?.stream_add_callback)(stream, callback, data, 0) }, "cudaStreamAddCallback")
+}
+
+/// `cuLaunchHostFunc`, as `cudaLaunchHostFunc`.
+///
+/// # Safety
+/// `function` must honour the contract of `data`, as for `cudaLaunchHostFunc`.
+#[inline]
+pub(crate) unsafe fn launch_host_func(
+    stream: sys::cudaStream_t,
+    function: sys::cudaHostFn_t,
+    data: *mut c_void,
+) -> Result<()> {
+    // SAFETY: the caller's contract.
+    check_driver(unsafe { (driver()?.launch_host_func)(stream, function, data) }, "cudaLaunchHostFunc")
+}
+
+/// `cuGraphLaunch`, as `cudaGraphLaunch`.
+///
+/// # Safety
+/// `exec` must be live and not in use by another thread.
+#[inline]
+pub(crate) unsafe fn graph_launch(exec: sys::cudaGraphExec_t, stream: sys::cudaStream_t) -> Result<()> {
+    // SAFETY: the caller's contract, and a real stream handle.
+    check_driver(unsafe { (driver()?.graph_launch)(exec, stream) }, "cudaGraphLaunch")
 }

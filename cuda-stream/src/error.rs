@@ -212,29 +212,44 @@ impl Error {
     }
 }
 
-/// Turns a runtime return code into a `Result`, naming the API that returned it: the one
-/// checker behind every call in this crate, public for launchers of your own kernels.
+/// Turns a runtime return code into a `Result`, naming the API that returned it: the checker
+/// behind every runtime call in this crate, public for launchers of your own kernels. A failure
+/// also clears the runtime's last error (`cudaGetLastError`), which the failed call set: a
+/// launcher that checks `cudaGetLastError()` after its next `<<<>>>` sees its own error, not
+/// this one. Sticky errors stay, as CUDA keeps them.
+///
+/// Outside a host function only: a failure makes a CUDA call.
 ///
 /// # Errors
 /// [`Error::Cuda`] for every code but `cudaSuccess`.
 #[inline(always)]
 pub fn check(code: sys::cudaError_t, api: &'static str) -> Result<()> {
-    if code == sys::cudaError::cudaSuccess { Ok(()) } else { Err(cuda_error(code, api)) }
+    if code == sys::cudaError::cudaSuccess { Ok(()) } else { Err(runtime_error(code, api)) }
 }
 
 /// Like [`check`], but `cudaErrorNotReady` is `Ok(false)` and success is `Ok(true)`.
 #[inline(always)]
 pub(crate) fn check_ready(code: sys::cudaError_t, api: &'static str) -> Result<bool> {
-    if code == sys::cudaError::cudaSuccess {
-        Ok(true)
-    } else if code == sys::cudaError::cudaErrorNotReady {
-        Ok(false)
-    } else {
-        Err(cuda_error(code, api))
-    }
+    if code == sys::cudaError::cudaErrorNotReady { Ok(false) } else { check(code, api).map(|()| true) }
 }
 
-/// The error for a failed call, out of line to keep the callers' hot paths small.
+/// Like [`check`], for a code that is not the runtime's last error (a driver call's result, a
+/// callback's status): nothing to clear, no CUDA call.
+#[inline(always)]
+pub(crate) fn check_code(code: sys::cudaError_t, api: &'static str) -> Result<()> {
+    if code == sys::cudaError::cudaSuccess { Ok(()) } else { Err(cuda_error(code, api)) }
+}
+
+/// The error for a failed runtime call, which leaves no last error behind. Out of line to keep
+/// the callers' hot paths small.
+#[cold]
+#[inline(never)]
+fn runtime_error(code: sys::cudaError_t, api: &'static str) -> Error {
+    // SAFETY: no arguments; reads and resets this thread's last error.
+    let _ = unsafe { sys::cudaGetLastError() };
+    cuda_error(code, api)
+}
+
 #[cold]
 #[inline(never)]
 fn cuda_error(code: sys::cudaError_t, api: &'static str) -> Error {

@@ -166,8 +166,7 @@ impl Event {
     #[inline]
     pub fn query(&self) -> Result<bool> {
         refuse_inside_host_fn()?;
-        // SAFETY: `raw` is a live event.
-        check_ready(unsafe { sys::cudaEventQuery(self.raw) }, "cudaEventQuery")
+        crate::driver::event_query(self.raw)
     }
 
     /// Blocks until the work before the last record has completed
@@ -177,8 +176,7 @@ impl Event {
     /// Errors of earlier asynchronous work.
     pub fn synchronize(&self) -> Result<()> {
         refuse_inside_host_fn()?;
-        // SAFETY: `raw` is a live event.
-        check(unsafe { sys::cudaEventSynchronize(self.raw) }, "cudaEventSynchronize")
+        crate::driver::event_synchronize(self.raw)
     }
 
     /// The GPU time from `start` to this event, or `None` while either has not completed

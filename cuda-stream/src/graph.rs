@@ -158,9 +158,12 @@ impl GraphExec {
     /// CUDA's errors.
     #[inline]
     pub fn launch(&self, stream: &StreamRef) -> Result<()> {
-        let _current = stream.enter()?;
-        // SAFETY: a live executable used by this thread only, and a live stream.
-        check(unsafe { sys::cudaGraphLaunch(self.raw, stream.as_raw()) }, "cudaGraphLaunch")
+        match stream.enter()? {
+            // SAFETY: a live executable used by this thread only, and a live real stream.
+            None => unsafe { crate::driver::graph_launch(self.raw, stream.as_raw()) },
+            // SAFETY: as above, with a special handle of the current device.
+            Some(_current) => check(unsafe { sys::cudaGraphLaunch(self.raw, stream.as_raw()) }, "cudaGraphLaunch"),
+        }
     }
 
     /// Uploads the graph to the device ahead of its first launch

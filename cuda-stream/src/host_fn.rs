@@ -29,7 +29,7 @@
 //!
 //! [`CudaCode::name`]: crate::CudaCode::name
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, check_code};
 use crate::stream::StreamRef;
 use crate::sys;
 use std::any::Any;
@@ -149,7 +149,7 @@ unsafe extern "C" fn run_callback<F: FnOnce(Result<()>) + Send + 'static>(
     let f = counted.f.take();
     run_guarded(Some(stream as usize), move || {
         if let Some(f) = f {
-            f(check(status, "cudaStreamAddCallback"));
+            f(check_code(status, "cudaStreamAddCallback"));
         }
     });
     // Dropping `counted` frees the box and uncounts it; `f` was taken, so this cannot panic.
@@ -179,7 +179,7 @@ impl StreamRef {
     /// # Errors
     /// As [`StreamRef::launch_host_fn`]; in every error case `f` is dropped and never runs.
     pub fn launch_host_callback<F: FnOnce(Result<()>) + Send + 'static>(&self, f: F) -> Result<()> {
-        let _current = self.enter()?;
+        let current = self.enter()?;
         let transitions = crate::capture::no_capture_transitions();
         // Refuse a capturing stream before CUDA sees it: cudaStreamAddCallback refuses it too
         // (atomically, even if a foreign capture begins between here and there), but only after
@@ -190,11 +190,20 @@ impl StreamRef {
             ));
         }
         let data = Box::into_raw(Counted::boxed(f));
-        // SAFETY: `run_callback::<F>` honours the contract of `data`: a leaked box it takes
-        // back once. Flags must be 0.
-        let code = unsafe { sys::cudaStreamAddCallback(self.as_raw(), Some(run_callback::<F>), data.cast(), 0) };
+        let callback =
+            Some(run_callback::<F> as unsafe extern "C" fn(sys::cudaStream_t, sys::cudaError_t, *mut c_void));
+        let enqueued = if current.is_none() {
+            // SAFETY: `run_callback::<F>` honours the contract of `data`: a leaked box it takes
+            // back once. A real stream handle.
+            unsafe { crate::driver::stream_add_callback(self.as_raw(), callback, data.cast()) }
+        } else {
+            // SAFETY: as above; flags must be 0.
+            check(
+                unsafe { sys::cudaStreamAddCallback(self.as_raw(), callback, data.cast(), 0) },
+                "cudaStreamAddCallback",
+            )
+        };
         drop(transitions);
-        let enqueued = check(code, "cudaStreamAddCallback");
         if enqueued.is_err() {
             // SAFETY: the driver did not take `data`: we still own the box, freed once here.
             drop(unsafe { Box::from_raw(data) });

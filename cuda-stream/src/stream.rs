@@ -12,6 +12,7 @@
 //! holds a stream without a lifetime or an ownership that keeps it alive.
 
 use crate::device::{Device, DeviceGuard};
+use crate::driver;
 use crate::error::{Error, Result, check, check_ready};
 use crate::event::{Event, EventFlags};
 use crate::host_fn::refuse_inside_host_fn;
@@ -258,9 +259,11 @@ impl StreamRef {
     /// (which invalidates the capture: CUDA's rule).
     #[inline]
     pub fn query(&self) -> Result<bool> {
-        let _current = self.enter()?;
-        // SAFETY: `raw` is a live stream of the current device.
-        check_ready(unsafe { sys::cudaStreamQuery(self.raw) }, "cudaStreamQuery")
+        match self.enter()? {
+            None => driver::stream_query(self.raw),
+            // SAFETY: `raw` is a special handle, for the stream of the current device.
+            Some(_current) => check_ready(unsafe { sys::cudaStreamQuery(self.raw) }, "cudaStreamQuery"),
+        }
     }
 
     /// Blocks until all work enqueued so far has completed
@@ -271,9 +274,11 @@ impl StreamRef {
     /// (which invalidates the capture: CUDA's rule).
     #[inline]
     pub fn synchronize(&self) -> Result<()> {
-        let _current = self.enter()?;
-        // SAFETY: `raw` is a live stream of the current device.
-        check(unsafe { sys::cudaStreamSynchronize(self.raw) }, "cudaStreamSynchronize")
+        match self.enter()? {
+            None => driver::stream_synchronize(self.raw),
+            // SAFETY: `raw` is a special handle, for the stream of the current device.
+            Some(_current) => check(unsafe { sys::cudaStreamSynchronize(self.raw) }, "cudaStreamSynchronize"),
+        }
     }
 
     /// Records `event` here: it completes when the work enqueued so far has
@@ -293,15 +298,14 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn record_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        let _current = self.enter()?;
-        let code = if flags == 0 {
-            // SAFETY: `event` and `raw` are live handles of the same device.
-            unsafe { sys::cudaEventRecord(event, self.raw) }
-        } else {
-            // SAFETY: as above; `flags` is one of CUDA's record flags.
-            unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }
-        };
-        check(code, "cudaEventRecord")
+        match self.enter()? {
+            None => driver::event_record(event, self.raw, flags),
+            Some(_current) => {
+                // SAFETY: `event` is live, of the device whose stream the special handle `raw`
+                // names; `flags` is one of CUDA's record flags.
+                check(unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }, "cudaEventRecord")
+            }
+        }
     }
 
     /// Records a new event (default [`EventFlags`]: no timing) and returns it.
@@ -329,9 +333,12 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn wait_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        let _current = self.enter()?;
-        // SAFETY: `event` and `raw` are live handles; `flags` is one of CUDA's wait flags.
-        check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent")
+        match self.enter()? {
+            None => driver::stream_wait_event(self.raw, event, flags),
+            // SAFETY: `event` is live, `raw` a special handle; `flags` is one of CUDA's wait
+            // flags.
+            Some(_current) => check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent"),
+        }
     }
 
     /// Makes later work on this stream wait for the work enqueued on `other` so far. Costs one

@@ -31,5 +31,9 @@ double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEvent_t e
   (void)op; (void)iters; (void)a; (void)b; (void)e; (void)p;
   return -1.0;
 }
+double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEvent_t e) {
+  (void)op; (void)iters; (void)a; (void)b; (void)e;
+  return -1.0;
+}
 cudaError_t cs_bench_launch_empty(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
 void cs_bench_noop_host_fn(void* data) { (void)data; }
