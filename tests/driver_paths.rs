@@ -210,8 +210,8 @@ fn both_paths_report_a_sticky_fault_as_the_runtime_does() {
         &[
             "runtime: Some(\"cudaErrorIllegalAddress\")",
             "driver sync: Some(\"cudaErrorIllegalAddress\")",
-            "driver query: Some(\"cudaErrorIllegalAddress\")",
-            "driver record: Some(\"cudaErrorIllegalAddress\")",
+            "driver query: Err(Some(\"cudaErrorIllegalAddress\"))",
+            "driver record: Err(Some(\"cudaErrorIllegalAddress\"))",
             "builtin sync: Some(\"cudaErrorIllegalAddress\")",
         ],
     );
