@@ -37,6 +37,11 @@ cargo test --workspace --release --no-run --message-format=json --quiet | collec
 echo "building tests (per-thread default stream)..."
 cargo test --workspace --release --no-run --features per-thread-default-stream --message-format=json --quiet \
   | collect "$bundle/bin/per-thread" lib,test
+echo "building templates/kernel-tests (both modes)..."
+(cd templates/kernel-tests && CARGO_TARGET_DIR=../../target/kernel-tests cargo test --release --no-run \
+  --message-format=json --quiet) | collect "$bundle/bin/legacy" test
+(cd templates/kernel-tests && CARGO_TARGET_DIR=../../target/kernel-tests cargo test --release --no-run \
+  --features per-thread-default-stream --message-format=json --quiet) | collect "$bundle/bin/per-thread" test
 if [ -n "${CUDA12_ROOT:-}" ]; then
   echo "building cuda-stream's own tests against CUDA 12 ($CUDA12_ROOT)..."
   CUDA_PATH="$CUDA12_ROOT" CARGO_TARGET_DIR=target/cuda12 cargo test -p cuda-stream -p cuda-stream-sys --release \

@@ -1,31 +1,22 @@
-//! The gate every GPU test starts with: a device, or a loud skip, or (under
-//! `CUDA_STREAM_REQUIRE_GPU=1`) a failure.
+//! The gate every GPU test of this workspace starts with: `cuda_stream::testing`'s (a device,
+//! or a loud skip, or under `CUDA_STREAM_REQUIRE_GPU=1` a failure), plus this workspace's own
+//! condition, the test kernels, which it loads on each device it hands out.
 
 use cuda_stream::Device;
-use std::io::Write;
+pub use cuda_stream::testing::{REQUIRE_GPU, REQUIRE_GPUS};
 
-/// Set to `1` on the GPU host: a missing GPU then fails the test instead of skipping it.
-pub const REQUIRE_GPU: &str = "CUDA_STREAM_REQUIRE_GPU";
+const NO_KERNELS: &str = "the test kernels were not built (the toolkit has no nvcc)";
 
-/// Device 0, or `None` after printing why the test `name` is skipped. Panics instead of
-/// skipping when [`REQUIRE_GPU`] is `1`.
+/// Device 0 with the test kernels loaded, or `None` after printing why the test `name` is
+/// skipped. Panics instead of skipping when [`REQUIRE_GPU`] is `1`.
 pub fn device_or_skip(name: &str) -> Option<Device> {
-    let why = match Device::count() {
-        _ if !crate::KERNELS_BUILT => "the test kernels were not built (the toolkit has no nvcc)".to_string(),
-        Ok(count) if count > 0 => {
-            let device = Device::new(0).expect("device 0 exists when count > 0");
-            crate::preload_kernels(device).expect("the test kernels load on device 0");
-            return Some(device);
-        }
-        Ok(_) => "no usable CUDA GPU (the driver reports 0 devices)".to_string(),
-        Err(error) => format!("no usable CUDA GPU ({error})"),
-    };
-    if std::env::var(REQUIRE_GPU).as_deref() == Ok("1") {
-        panic!("{name}: a GPU and the test kernels are required ({REQUIRE_GPU}=1): {why}");
+    if !crate::KERNELS_BUILT {
+        cuda_stream::testing::skip(name, NO_KERNELS);
+        return None;
     }
-    // Written to stderr directly: the test harness captures `eprintln!` of passing tests.
-    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {why}");
-    None
+    let device = cuda_stream::testing::device_or_skip(name)?;
+    crate::preload_kernels(device).expect("the test kernels load on device 0");
+    Some(device)
 }
 
 /// Starts a GPU test: binds the device, or returns from the test after a loud skip.
@@ -39,31 +30,19 @@ macro_rules! gpu_or_skip {
     };
 }
 
-/// Set to `N` on a host with N GPUs: multi-GPU tests then fail instead of skipping with fewer.
-pub const REQUIRE_GPUS: &str = "CUDA_STREAM_REQUIRE_GPUS";
-
-/// The first `count` devices, or `None` after printing why the test `name` is skipped. Panics
-/// instead of skipping when [`REQUIRE_GPUS`] asks for at least `count` devices.
+/// The first `count` devices with the test kernels loaded, or `None` after printing why the
+/// test `name` is skipped. Panics instead of skipping when [`REQUIRE_GPUS`] asks for at least
+/// `count` devices.
 pub fn devices_or_skip(name: &str, count: i32) -> Option<Vec<Device>> {
-    let available = Device::count().unwrap_or(0);
     if !crate::KERNELS_BUILT {
-        device_or_skip(name);
+        cuda_stream::testing::skip(name, NO_KERNELS);
         return None;
     }
-    if available >= count {
-        let devices: Vec<Device> =
-            (0..count).map(|ordinal| Device::new(ordinal).expect("ordinal below count")).collect();
-        for device in &devices {
-            crate::preload_kernels(*device).expect("the test kernels load on every device");
-        }
-        return Some(devices);
+    let devices = cuda_stream::testing::devices_or_skip(name, count)?;
+    for device in &devices {
+        crate::preload_kernels(*device).expect("the test kernels load on every device");
     }
-    let required = std::env::var(REQUIRE_GPUS).ok().and_then(|value| value.parse::<i32>().ok()).unwrap_or(0);
-    if required >= count {
-        panic!("{name}: {count} GPUs are required ({REQUIRE_GPUS}={required}) but {available} are usable");
-    }
-    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: needs {count} CUDA GPUs, {available} usable");
-    None
+    Some(devices)
 }
 
 /// Starts a multi-GPU test: the first N devices, or returns from the test after a loud skip.

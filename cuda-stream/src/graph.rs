@@ -43,7 +43,7 @@ pub(crate) fn keep_alive<T: Send + 'static>(graph: sys::cudaGraph_t, value: Box<
     };
     if let Err(error) = check(code, "cudaGraphRetainUserObject") {
         // SAFETY: we still hold the one reference; releasing it makes CUDA run `release`.
-        let _ = unsafe { sys::cudaUserObjectRelease(object, 1) };
+        let _ = check(unsafe { sys::cudaUserObjectRelease(object, 1) }, "cudaUserObjectRelease");
         return Err(error);
     }
     Ok(data)
@@ -109,7 +109,7 @@ impl Drop for Graph {
         destroy_outside_captures(move || {
             // SAFETY: we own the graph and destroy it once; executables made from it do not
             // need it, and what its nodes use is owned by user objects CUDA releases.
-            let _ = unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) };
+            let _ = check(unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) }, "cudaGraphDestroy");
         });
     }
 }
@@ -127,11 +127,16 @@ fn destroy_outside_captures(destroy: impl FnOnce() + Send + 'static) {
 fn relaxed_capture_mode(destroy: impl FnOnce()) {
     let mut mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
     // SAFETY: `mode` is a valid in/out pointer.
-    let exchanged = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) } == sys::cudaError::cudaSuccess;
+    let exchanged =
+        check(unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) }, "cudaThreadExchangeStreamCaptureMode")
+            .is_ok();
     destroy();
     if exchanged {
         // SAFETY: as above; puts back the mode this thread had.
-        let _ = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) };
+        let _ = check(
+            unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) },
+            "cudaThreadExchangeStreamCaptureMode",
+        );
     }
 }
 
@@ -195,7 +200,7 @@ impl Drop for GraphExec {
             // SAFETY: we own the executable and destroy it once. CUDA frees it after launches
             // in flight complete, and releases the user objects they use only then: no wait for
             // the device is needed here, and nothing is freed early.
-            let _ = unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) };
+            let _ = check(unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) }, "cudaGraphExecDestroy");
         });
     }
 }

@@ -118,10 +118,13 @@ mod error;
 mod event;
 mod graph;
 pub mod host_fn;
+mod launch;
 mod live;
 mod pool;
 mod priority;
 mod stream;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureStatus};
 pub use completion::Completion;

@@ -539,7 +539,7 @@ impl Stream {
 
 fn destroy_stream(raw: usize) {
     // SAFETY: called once, by the stream's owner, after which nothing uses the handle.
-    let _ = unsafe { sys::cudaStreamDestroy(raw as sys::cudaStream_t) };
+    let _ = check(unsafe { sys::cudaStreamDestroy(raw as sys::cudaStream_t) }, "cudaStreamDestroy");
 }
 
 impl Deref for Stream {

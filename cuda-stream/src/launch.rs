@@ -1,0 +1,55 @@
+//! Launching your own kernels on a stream: the scope a C launcher runs in.
+//!
+//! A kernel launches into the *current* device's context, and a `<<<>>>` launch reports its
+//! error only through the runtime's per-thread last error. [`StreamRef::launch`] takes care of
+//! both: it makes the stream's device current for the call (and restores the previous one), and
+//! returns the error of this launch, not one that an earlier call left behind.
+
+use crate::error::{Result, check_code};
+use crate::stream::StreamRef;
+use crate::sys;
+
+impl StreamRef {
+    /// Calls `launcher` with this stream's raw handle, with the stream's device current, and
+    /// returns the launch's own error under the name `launcher_name`.
+    ///
+    /// `launcher` is typically an `extern "C"` function of your `.cu` file that launches with
+    /// `<<<grid, block, shared, stream>>>` and returns `cudaGetLastError()`. The runtime's last
+    /// error is reset before the call (an error an earlier, unchecked call left there is not
+    /// this launch's) and read after it, so a launcher that returns `cudaSuccess` without
+    /// checking still has its launch error reported; nothing is left behind either way.
+    ///
+    /// ```no_run
+    /// # use cuda_stream::{Device, Stream, StreamOptions, sys};
+    /// unsafe extern "C" {
+    ///     fn my_kernel_launch(stream: sys::cudaStream_t, n: u32) -> sys::cudaError_t;
+    /// }
+    /// # fn main() -> cuda_stream::Result<()> {
+    /// let stream = Stream::new(Device::new(0)?, StreamOptions::non_blocking())?;
+    /// // SAFETY: the launcher takes a live stream of the current device and a length.
+    /// stream.launch("my_kernel_launch", |raw| unsafe { my_kernel_launch(raw, 1024) })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The launch error (`cudaErrorInvalidConfiguration`, `cudaErrorLaunchOutOfResources`, ...,
+    /// or a sticky error of earlier work); [`crate::Error::WrongThread`] for another thread's
+    /// per-thread stream; refused inside a host function; the errors of making the device
+    /// current.
+    pub fn launch(
+        &self,
+        launcher_name: &'static str,
+        launcher: impl FnOnce(sys::cudaStream_t) -> sys::cudaError_t,
+    ) -> Result<()> {
+        let _current = match self.enter()? {
+            Some(builtin_current) => builtin_current,
+            None => self.device().make_current()?,
+        };
+        // SAFETY: no arguments; reads and resets this thread's last error.
+        let _ = unsafe { sys::cudaGetLastError() };
+        let returned = launcher(self.as_raw());
+        // SAFETY: as above.
+        let last = unsafe { sys::cudaGetLastError() };
+        check_code(if returned == sys::cudaError::cudaSuccess { last } else { returned }, launcher_name)
+    }
+}
