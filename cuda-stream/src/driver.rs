@@ -3,8 +3,8 @@
 //! so that nothing links against `libcuda` directly. Two kinds:
 //!
 //! * context calls the runtime API has no equivalent for (`cuCtxGetCurrent`, ...);
-//! * the hot stream and event operations, which skip the runtime's layer (10 to 25% of each
-//!   call, see BENCHMARKS.md). They are used for real stream handles only: the special handles
+//! * the hot stream and event operations and the event destroy, which skip the runtime's layer
+//!   (10 to 25% of each call, see BENCHMARKS.md). They are used for real stream handles only: the special handles
 //!   (0, `cudaStreamLegacy`, `cudaStreamPerThread`) name a stream of the *current* context,
 //!   which the runtime binds lazily on a thread's first call and the driver does not (a fresh
 //!   thread gets `CUDA_ERROR_INVALID_CONTEXT`), and 0 means per-thread or legacy by the
@@ -57,6 +57,7 @@ struct Driver {
     stream_wait_event: StreamWaitEvent,
     event_query: OnEvent,
     event_synchronize: OnEvent,
+    event_destroy: OnEvent,
     stream_add_callback: StreamAddCallback,
     launch_host_func: LaunchHostFunc,
     graph_launch: GraphLaunch,
@@ -88,6 +89,7 @@ fn driver() -> Result<&'static Driver> {
                 stream_wait_event: entry_point!(c"cuStreamWaitEvent" as StreamWaitEvent),
                 event_query: entry_point!(c"cuEventQuery" as OnEvent),
                 event_synchronize: entry_point!(c"cuEventSynchronize" as OnEvent),
+                event_destroy: entry_point!(c"cuEventDestroy" as OnEvent),
                 stream_add_callback: entry_point!(c"cuStreamAddCallback" as StreamAddCallback),
                 launch_host_func: entry_point!(c"cuLaunchHostFunc" as LaunchHostFunc),
                 graph_launch: entry_point!(c"cuGraphLaunch" as GraphLaunch),
@@ -218,6 +220,16 @@ pub(crate) fn event_query(event: sys::cudaEvent_t) -> Result<bool> {
 pub(crate) fn event_synchronize(event: sys::cudaEvent_t) -> Result<()> {
     // SAFETY: the caller passes a live event, which carries its context.
     check_driver(unsafe { (driver()?.event_synchronize)(event) }, "cudaEventSynchronize")
+}
+
+/// `cuEventDestroy`, as `cudaEventDestroy` (works from a thread with no current context).
+///
+/// # Safety
+/// `event` must be live and owned by the caller, and not used after this.
+#[inline]
+pub(crate) unsafe fn event_destroy(event: sys::cudaEvent_t) -> Result<()> {
+    // SAFETY: the caller's contract.
+    check_driver(unsafe { (driver()?.event_destroy)(event) }, "cudaEventDestroy")
 }
 
 /// `cuStreamAddCallback`, as `cudaStreamAddCallback`. The callback receives a `CUresult`, with

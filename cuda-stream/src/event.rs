@@ -253,7 +253,7 @@ impl Drop for Event {
             // function the destroy is made outside it.
             crate::host_fn::call_outside_host_fn(move || {
                 // SAFETY: we own the handle and nothing uses it after this.
-                let _ = check(unsafe { sys::cudaEventDestroy(raw as sys::cudaEvent_t) }, "cudaEventDestroy");
+                let _ = unsafe { crate::driver::event_destroy(raw as sys::cudaEvent_t) };
             });
         }
     }
