@@ -56,6 +56,8 @@ pub mod ffi {
         pub static cs_header_stream_per_thread: usize;
         pub static cs_header_cudart_version: i32;
         pub static cs_header_error_size: u32;
+        pub static cs_header_error_pairs: [[i32; 2]; 35];
+        pub static cs_header_error_pair_count: u32;
     }
 }
 

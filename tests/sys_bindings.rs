@@ -58,3 +58,18 @@ fn runtime_version_needs_no_device() {
     assert_eq!(code, sys::cudaError::cudaSuccess);
     assert_eq!(version, sys::CUDART_VERSION as i32);
 }
+
+/// The crate reports a driver call's `CUresult` under the runtime's number for the same error
+/// (`cuda-stream/src/driver.rs`): each pair from the headers must agree, and name the runtime
+/// error the crate will show.
+#[test]
+fn driver_result_codes_have_the_runtimes_numbers() {
+    // SAFETY: constant data exported by kernels/header_values.c, of the declared length
+    // (checked against its own count).
+    let (pairs, count) = unsafe { (&ffi::cs_header_error_pairs, ffi::cs_header_error_pair_count) };
+    assert_eq!(count as usize, pairs.len(), "update the array length in src/lib.rs");
+    for [driver, runtime] in pairs {
+        assert_eq!(driver, runtime, "CUresult {driver} is runtime error {runtime}");
+        assert!(cuda_stream::CudaCode(*runtime).name().starts_with("cudaError"), "{runtime}");
+    }
+}
