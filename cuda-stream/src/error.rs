@@ -245,9 +245,16 @@ pub(crate) fn check_code(code: sys::cudaError_t, api: &'static str) -> Result<()
 #[cold]
 #[inline(never)]
 fn runtime_error(code: sys::cudaError_t, api: &'static str) -> Error {
-    // SAFETY: no arguments; reads and resets this thread's last error.
-    let _ = unsafe { sys::cudaGetLastError() };
+    let _ = take_last_error();
     cuda_error(code, api)
+}
+
+/// Reads and resets the calling thread's runtime last error (`cudaGetLastError`). Not inside a
+/// host function: it is a CUDA call.
+#[inline]
+pub(crate) fn take_last_error() -> sys::cudaError_t {
+    // SAFETY: no arguments; reads and resets this thread's last error.
+    unsafe { sys::cudaGetLastError() }
 }
 
 #[cold]

@@ -5,7 +5,7 @@
 //! both: it makes the stream's device current for the call (and restores the previous one), and
 //! returns the error of this launch, not one that an earlier call left behind.
 
-use crate::error::{Result, check_code};
+use crate::error::{Result, check_code, take_last_error};
 use crate::stream::StreamRef;
 use crate::sys;
 
@@ -45,11 +45,9 @@ impl StreamRef {
             Some(builtin_current) => builtin_current,
             None => self.device().make_current()?,
         };
-        // SAFETY: no arguments; reads and resets this thread's last error.
-        let _ = unsafe { sys::cudaGetLastError() };
+        let _ = take_last_error();
         let returned = launcher(self.as_raw());
-        // SAFETY: as above.
-        let last = unsafe { sys::cudaGetLastError() };
+        let last = take_last_error();
         check_code(if returned == sys::cudaError::cudaSuccess { last } else { returned }, launcher_name)
     }
 }
