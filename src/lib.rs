@@ -3,7 +3,9 @@
 //! flags, and the gate that skips GPU tests loudly (or fails them under
 //! `CUDA_STREAM_REQUIRE_GPU=1`).
 
-use cuda_stream::{BorrowedStream, BuiltinStream, Device, Result, Stream, StreamLease, StreamRef, check, sys};
+use cuda_stream::{
+    BorrowedStream, BuiltinStream, Device, Result, Stream, StreamLease, StreamOptions, StreamRef, check, sys,
+};
 use std::ffi::c_void;
 use std::time::Duration;
 
@@ -330,10 +332,37 @@ pub fn child_test_prints(test: &str, expected: &[&str]) {
     }
 }
 
+/// [`child_test_prints`] for a child that faults the GPU on purpose, skipped (and said so)
+/// under compute-sanitizer, which rightly reports the fault.
+///
+/// # Panics
+/// As [`child_test_prints`].
+pub fn faulting_child_test_prints(test: &str, expected: &[&str]) {
+    if under_sanitizer() {
+        eprintln!("SKIPPED under compute-sanitizer: the fault is deliberate");
+        return;
+    }
+    child_test_prints(test, expected);
+}
+
 /// Whether the suite runs under compute-sanitizer (`run.sh --sanitize` sets this): tests that
 /// fault on purpose skip themselves then, since the sanitizer rightly reports their fault.
 pub fn under_sanitizer() -> bool {
     std::env::var_os("CUDA_STREAM_SANITIZER").is_some()
+}
+
+/// A new non-blocking stream on `device`, the stream most tests work on.
+///
+/// # Panics
+/// If CUDA cannot create it.
+pub fn non_blocking_stream(device: Device) -> Stream {
+    Stream::new(device, StreamOptions::non_blocking()).expect("a non-blocking stream")
+}
+
+/// Reads and resets the calling thread's runtime last error (`cudaGetLastError`).
+pub fn take_last_error() -> sys::cudaError_t {
+    // SAFETY: no arguments.
+    unsafe { sys::cudaGetLastError() }
 }
 
 /// Launch on the calling thread's current stream of its current device

@@ -4,26 +4,15 @@
 //! paths; the error codes and names of both paths side by side with raw runtime calls; and no
 //! stale runtime last error after a refused call, on either path.
 
-use cuda_stream::{
-    BuiltinStream, CaptureStatus, Device, Error, Event, EventFlags, Stream, StreamOptions, StreamRef, capture, sys,
-};
-use cuda_stream_tests::{MappedFlag, gpu_or_skip};
+use cuda_stream::{BuiltinStream, CaptureStatus, Device, Error, Event, EventFlags, StreamRef, capture, sys};
+use cuda_stream_tests::non_blocking_stream as stream;
+use cuda_stream_tests::{MappedFlag, gpu_or_skip, take_last_error};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-fn stream(device: Device) -> Stream {
-    Stream::new(device, StreamOptions::non_blocking()).unwrap()
-}
-
 fn cuda_name(error: &Error) -> Option<&'static str> {
     error.cuda_code().map(|code| code.name())
-}
-
-/// The runtime's last error of the calling thread, reset (`cudaGetLastError`).
-fn last_error() -> sys::cudaError_t {
-    // SAFETY: no arguments.
-    unsafe { sys::cudaGetLastError() }
 }
 
 /// Runs `f` as the first CUDA call of a new thread.
@@ -154,7 +143,7 @@ fn both_paths_report_the_runtimes_codes() {
         let isolation = captured.wait_event(&outside).unwrap_err();
         drop(capture);
         seen.push((name, cuda_name(&query), cuda_name(&ended), cuda_name(&isolation)));
-        assert_eq!(last_error(), sys::cudaError::cudaSuccess, "{name}: a stale last error");
+        assert_eq!(take_last_error(), sys::cudaError::cudaSuccess, "{name}: a stale last error");
     }
     // The same through raw runtime calls.
     let raw = owned.as_raw();
@@ -170,7 +159,7 @@ fn both_paths_report_the_runtimes_codes() {
         let _ = sys::cudaStreamEndCapture(raw, &mut graph);
         (query, ended, isolation)
     };
-    let _ = last_error();
+    let _ = take_last_error();
     let name = |code: sys::cudaError_t| Some(cuda_stream::CudaCode(code.0 as i32).name());
     let expected = (name(query), name(ended), name(isolation));
     assert_eq!(
@@ -201,11 +190,7 @@ fn both_paths_report_the_runtimes_codes() {
 #[test]
 fn both_paths_report_a_sticky_fault_as_the_runtime_does() {
     let _device = gpu_or_skip!();
-    if cuda_stream_tests::under_sanitizer() {
-        eprintln!("SKIPPED under compute-sanitizer: the fault is deliberate");
-        return;
-    }
-    cuda_stream_tests::child_test_prints(
+    cuda_stream_tests::faulting_child_test_prints(
         "sticky_fault_child",
         &[
             "runtime: Some(\"cudaErrorIllegalAddress\")",
@@ -227,7 +212,7 @@ fn sticky_fault_child() {
     let sync = owned.synchronize().unwrap_err();
     // SAFETY: a live stream.
     let runtime = unsafe { sys::cudaStreamQuery(owned.as_raw()) };
-    let _ = last_error();
+    let _ = take_last_error();
     println!("runtime: {:?}", Some(cuda_stream::CudaCode(runtime.0 as i32).name()));
     println!("driver sync: {:?}", cuda_name(&sync));
     println!("driver query: {:?}", owned.query().as_ref().map_err(cuda_name));

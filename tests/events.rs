@@ -2,13 +2,10 @@
 //! sticky-error fact, in a child process.
 
 use cuda_stream::{Device, Error, Event, EventFlags, Stream, StreamOptions};
+use cuda_stream_tests::non_blocking_stream as stream;
 use cuda_stream_tests::{LONG_SPIN, MappedFlag, gpu_or_skip, spawn_child_test};
 use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
-
-fn stream(device: Device) -> Stream {
-    Stream::new(device, StreamOptions::non_blocking()).unwrap()
-}
 
 #[test]
 fn elapsed_measures_the_kernel_between_two_timing_events() {
@@ -106,11 +103,7 @@ fn ipc_child() {
 #[test]
 fn a_sticky_error_poisons_the_process_and_is_reported_typed() {
     let _device = gpu_or_skip!();
-    if cuda_stream_tests::under_sanitizer() {
-        eprintln!("SKIPPED under compute-sanitizer: the fault is deliberate");
-        return;
-    }
-    cuda_stream_tests::child_test_prints(
+    cuda_stream_tests::faulting_child_test_prints(
         "sticky_child",
         &[
             "sticky: synchronize: cudaStreamSynchronize failed: cudaErrorIllegalAddress (700)",

@@ -2,19 +2,10 @@
 //! the launch's own error; a refused call of the crate leaves no runtime last error that a
 //! user's launcher would then report as its own.
 
-use cuda_stream::{BuiltinStream, Device, Stream, StreamOptions, capture, sys};
+use cuda_stream::{BuiltinStream, Device, capture, sys};
 use cuda_stream_tests::ffi::{cs_launch_empty, cs_launch_spin};
-use cuda_stream_tests::{TagLog, gpu_or_skip, gpus_or_skip};
-
-fn stream(device: Device) -> Stream {
-    Stream::new(device, StreamOptions::non_blocking()).unwrap()
-}
-
-/// The runtime's last error of the calling thread, reset (`cudaGetLastError`).
-fn last_error() -> sys::cudaError_t {
-    // SAFETY: no arguments.
-    unsafe { sys::cudaGetLastError() }
-}
+use cuda_stream_tests::non_blocking_stream as stream;
+use cuda_stream_tests::{TagLog, gpu_or_skip, gpus_or_skip, take_last_error};
 
 /// Leaves `cudaErrorInvalidDevice` as this thread's last error, as an unchecked call would.
 fn leave_a_stale_error() {
@@ -38,7 +29,7 @@ fn launch_returns_its_own_error_and_leaves_none_behind() {
     let code = error.cuda_code().expect("a CUDA error");
     assert!(!code.is_sticky(), "{error}");
     assert!(error.to_string().starts_with("cs_launch_spin failed"), "{error}");
-    assert_eq!(last_error(), sys::cudaError::cudaSuccess, "the launch left its error behind");
+    assert_eq!(take_last_error(), sys::cudaError::cudaSuccess, "the launch left its error behind");
     stream.synchronize().unwrap();
 }
 

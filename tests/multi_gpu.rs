@@ -5,12 +5,9 @@
 use cuda_stream::{
     BuiltinStream, Device, Error, Event, EventFlags, Stream, StreamOptions, StreamPool, StreamRef, capture,
 };
+use cuda_stream_tests::non_blocking_stream as stream;
 use cuda_stream_tests::{MappedFlag, TagLog, gpus_or_skip, poll_until};
 use std::time::Duration;
-
-fn stream(device: Device) -> Stream {
-    Stream::new(device, StreamOptions::non_blocking()).unwrap()
-}
 
 #[test]
 fn an_event_of_gpu_1_orders_a_stream_of_gpu_0() {

@@ -8,6 +8,7 @@ use cuda_stream::{
     BorrowedStream, Builtin, BuiltinStream, CaptureStatus, Device, Error, Event, EventFlags, Ownership, Stream,
     StreamOptions, StreamRef, capture, live_events, live_host_fns, live_streams,
 };
+use cuda_stream_tests::non_blocking_stream as stream;
 use cuda_stream_tests::{MappedFlag, TagLog, gpu_or_skip, gpus_or_skip, poll_until};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -19,10 +20,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn stream(device: Device) -> Stream {
-    Stream::new(device, StreamOptions::non_blocking()).unwrap()
 }
 
 /// What happened to the closures holding a probe's tokens.
@@ -297,11 +294,7 @@ fn a_per_thread_stream_from_a_finished_thread_is_refused_on_new_threads() {
 #[test]
 fn after_a_fault_futures_resolve_with_the_error_and_closures_are_freed() {
     let _device = gpu_or_skip!();
-    if cuda_stream_tests::under_sanitizer() {
-        eprintln!("SKIPPED under compute-sanitizer: the fault is deliberate");
-        return;
-    }
-    cuda_stream_tests::child_test_prints(
+    cuda_stream_tests::faulting_child_test_prints(
         "fault_child",
         &[
             "fault: completion: sticky true",
