@@ -21,6 +21,7 @@ unsafe extern "C" {
         e: sys::cudaEvent_t,
         priority: i32,
     ) -> f64;
+    fn cs_floor_driver_has(op: i32) -> i32;
     fn cs_floor_driver(op: i32, iters: i32, a: sys::cudaStream_t, b: sys::cudaStream_t, e: sys::cudaEvent_t) -> f64;
     fn cs_bench_launch_empty(stream: sys::cudaStream_t) -> sys::cudaError_t;
     fn cs_bench_noop_host_fn(data: *mut c_void);
@@ -109,19 +110,8 @@ fn main() {
     };
     // The driver floor, for the operations that have one in `cs_floor_driver`.
     let driver_floor = |op: FloorOp| -> Option<Measure<'_>> {
-        use FloorOp::*;
-        matches!(
-            op,
-            QueryIdle
-                | SynchronizeIdle
-                | EventRecord
-                | RecordWaitEvent
-                | EventQuery
-                | EventSynchronize
-                | HostFnRoundTrip
-                | GraphReplay100
-        )
-        .then(|| -> Measure<'_> {
+        // SAFETY: a pure function of its argument.
+        (unsafe { cs_floor_driver_has(op as i32) } != 0).then(|| -> Measure<'_> {
             Box::new(move |iters| {
                 // SAFETY: see above.
                 let ns = unsafe { cs_floor_driver(op as i32, iters as i32, ra, rb, re) };

@@ -31,6 +31,23 @@ enum FloorOp {
   EventSynchronize = 15,
 };
 
+namespace {
+// The graph of 100 empty kernels that the replay rows launch, instantiated and uploaded on `a`;
+// nullptr if a call failed.
+cudaGraphExec_t replay_graph(cudaStream_t a) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec = nullptr;
+  if (cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return nullptr;
+  for (int k = 0; k < 100; ++k) floor_empty_kernel<<<1, 1, 0, a>>>();
+  if (cudaStreamEndCapture(a, &graph) != cudaSuccess) return nullptr;
+  bool ok = cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  ok = cudaGraphDestroy(graph) == cudaSuccess && ok;
+  ok = ok && cudaGraphUpload(exec, a) == cudaSuccess && cudaStreamSynchronize(a) == cudaSuccess;
+  if (!ok && exec) cudaGraphExecDestroy(exec);
+  return ok ? exec : nullptr;
+}
+}  // namespace
+
 // Runs `iters` operations of `op` with streams `a`, `b` and event `e`; returns ns per operation,
 // or -1 if a CUDA call failed.
 extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEvent_t e, int priority) {
@@ -39,16 +56,7 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
     if (code != cudaSuccess) failed = code;
   };
   cudaGraphExec_t exec = nullptr;
-  if (op == GraphReplay100) {
-    cudaGraph_t graph;
-    ok(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
-    for (int k = 0; k < 100; ++k) floor_empty_kernel<<<1, 1, 0, a>>>();
-    ok(cudaStreamEndCapture(a, &graph));
-    ok(cudaGraphInstantiate(&exec, graph, 0));
-    ok(cudaGraphDestroy(graph));
-    ok(cudaGraphUpload(exec, a));
-    ok(cudaStreamSynchronize(a));
-  }
+  if (op == GraphReplay100 && !(exec = replay_graph(a))) return -1.0;
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
     switch (op) {
@@ -162,10 +170,20 @@ const DriverFloor& driver_floor() {
 }
 }  // namespace
 
+// Whether `cs_floor_driver` has a loop for `op`: the operations with a driver entry point.
+extern "C" int cs_floor_driver_has(int op) {
+  switch (op) {
+    case QueryIdle: case SynchronizeIdle: case EventRecord: case RecordWaitEvent: case EventQuery:
+    case EventSynchronize: case HostFnRoundTrip: case GraphReplay100: return 1;
+    default: return 0;
+  }
+}
+
 // The driver floor: the operations that have a driver entry point, as the same loops through
 // the driver API. Returns ns per operation; -1 if a call failed; -2 for an operation without
 // a driver loop here.
 extern "C" double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEvent_t e) {
+  if (!cs_floor_driver_has(op)) return -2.0;
   const DriverFloor& d = driver_floor();
   if (!d.loaded) return -1.0;
   CUstream sa = a, sb = b;
@@ -175,22 +193,7 @@ extern "C" double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_
     if (code != CUDA_SUCCESS) failed = code;
   };
   CUgraphExec exec = nullptr;
-  if (op == GraphReplay100) {
-    cudaGraph_t graph;
-    cudaGraphExec_t rt_exec;
-    if (cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1.0;
-    for (int k = 0; k < 100; ++k) floor_empty_kernel<<<1, 1, 0, a>>>();
-    if (cudaStreamEndCapture(a, &graph) != cudaSuccess || cudaGraphInstantiate(&rt_exec, graph, 0) != cudaSuccess ||
-        cudaGraphDestroy(graph) != cudaSuccess || cudaGraphUpload(rt_exec, a) != cudaSuccess ||
-        cudaStreamSynchronize(a) != cudaSuccess)
-      return -1.0;
-    exec = rt_exec;
-  }
-  switch (op) {
-    case QueryIdle: case SynchronizeIdle: case EventRecord: case RecordWaitEvent: case EventQuery:
-    case EventSynchronize: case HostFnRoundTrip: case GraphReplay100: break;
-    default: return -2.0;
-  }
+  if (op == GraphReplay100 && !(exec = replay_graph(a))) return -1.0;
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
     switch (op) {

@@ -31,6 +31,7 @@ double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEvent_t e
   (void)op; (void)iters; (void)a; (void)b; (void)e; (void)p;
   return -1.0;
 }
+int cs_floor_driver_has(int op) { (void)op; return 0; }
 double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEvent_t e) {
   (void)op; (void)iters; (void)a; (void)b; (void)e;
   return -1.0;
