@@ -172,7 +172,8 @@ pub struct Kernels {
     includes: Vec<PathBuf>,
     flags: Vec<OsString>,
     eager: bool,
-    listing_error: Option<(PathBuf, String)>,
+    /// Directories whose `*.cu` files are listed when compiling.
+    dirs: Vec<PathBuf>,
 }
 
 impl Default for Kernels {
@@ -184,30 +185,37 @@ impl Default for Kernels {
 impl Kernels {
     /// No files yet; eager loading in tests on.
     pub fn new() -> Kernels {
-        Kernels { sources: Vec::new(), includes: Vec::new(), flags: Vec::new(), eager: true, listing_error: None }
+        Kernels { sources: Vec::new(), dirs: Vec::new(), includes: Vec::new(), flags: Vec::new(), eager: true }
     }
 
     /// Every `*.cu` file directly in `dir`, with `dir` as an include directory (for its
     /// headers).
     pub fn from_dir(dir: impl AsRef<Path>) -> Kernels {
         let dir = dir.as_ref();
+        println!("cargo:rerun-if-changed={}", dir.display());
         let mut kernels = Kernels::new();
         kernels.include(dir);
-        println!("cargo:rerun-if-changed={}", dir.display());
-        match std::fs::read_dir(dir) {
-            Ok(entries) => {
-                let mut files: Vec<PathBuf> = entries
-                    .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-                    .filter(|path| path.extension().is_some_and(|ext| ext == "cu"))
-                    .collect();
-                files.sort();
-                for file in files {
-                    kernels.file(file);
+        kernels.dirs.push(dir.to_path_buf());
+        kernels
+    }
+
+    /// The files added one by one, then each directory's `*.cu` files in name order.
+    fn all_sources(&self) -> Result<Vec<PathBuf>, Error> {
+        let mut all = self.sources.clone();
+        for dir in &self.dirs {
+            let listing = |error| Error::Io { what: format!("listing {}", dir.display()), error };
+            let mut files = Vec::new();
+            for entry in std::fs::read_dir(dir).map_err(listing)? {
+                let path = entry.map_err(listing)?.path();
+                if path.extension().is_some_and(|ext| ext == "cu") {
+                    println!("cargo:rerun-if-changed={}", path.display());
+                    files.push(path);
                 }
             }
-            Err(error) => kernels.listing_error = Some((dir.to_path_buf(), error.to_string())),
+            files.sort();
+            all.extend(files);
         }
-        kernels
+        Ok(all)
     }
 
     /// Adds a `.cu` file.
@@ -256,10 +264,7 @@ impl Kernels {
     /// See [`Error`].
     pub fn try_compile(&self, name: &str) -> Result<Built, Error> {
         println!("cargo::rustc-check-cfg=cfg({MISSING_CFG})");
-        if let Some((dir, error)) = &self.listing_error {
-            let what = format!("listing {}", dir.display());
-            return Err(Error::Io { what, error: std::io::Error::other(error.clone()) });
-        }
+        let sources = self.all_sources()?;
         let toolkit = Toolkit::from_dependencies()?;
         let Some(nvcc) = toolkit.nvcc.clone() else {
             let root = toolkit.root.as_ref().map_or("(unknown)".to_string(), |root| root.display().to_string());
@@ -277,7 +282,7 @@ impl Kernels {
 
         let args = self.nvcc_args(&toolkit);
         let mut running = Vec::new();
-        for (index, source) in self.sources.iter().enumerate() {
+        for (index, source) in sources.iter().enumerate() {
             let stem = source.file_stem().map_or("kernel".into(), |stem| stem.to_string_lossy());
             let object = objects_dir.join(format!("{index}-{stem}.o"));
             let child = Command::new(&nvcc).args(&args).arg("-c").arg(source).arg("-o").arg(&object).spawn();
