@@ -3,7 +3,7 @@
 //!
 //! From Python, `torch.cuda.current_stream().cuda_stream` (or CuPy's `stream.ptr`, or any
 //! object's `__cuda_stream__()` tuple) is that pointer as an integer: pass it to a Rust extension
-//! and wrap it with `unsafe { BorrowedStream::borrow_raw(ptr as cudaStream_t, device) }` (borrowed: PyTorch
+//! and wrap it with `unsafe { BorrowedStream::borrow_raw_on(ptr as cudaStream_t, device) }?` (borrowed: PyTorch
 //! keeps owning it); hand ours back as `stream.as_raw() as usize` into
 //! `torch.cuda.ExternalStream(ptr)`.
 
@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let theirs = context.new_stream()?;
     let done = {
         // SAFETY: cudarc keeps the stream alive for this whole block.
-        let borrowed = unsafe { BorrowedStream::borrow_raw(theirs.cu_stream().cast(), device) };
+        let borrowed = unsafe { BorrowedStream::borrow_raw_on(theirs.cu_stream().cast(), device) }?;
         cuda_stream_tests::tag(&borrowed, &log, 1, Duration::from_millis(5))?;
         borrowed.record_event()?
     };
@@ -37,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let foreign = ForeignStream::create()?;
     {
         // SAFETY: the C library owns the stream until `destroy`, after this block.
-        let c_stream = unsafe { BorrowedStream::borrow_raw(foreign.raw(), device) };
+        let c_stream = unsafe { BorrowedStream::borrow_raw_on(foreign.raw(), device) }?;
         cuda_stream_tests::tag(&c_stream, &log, 3, Duration::ZERO)?;
         c_stream.synchronize()?;
     }

@@ -122,6 +122,14 @@ impl std::ops::Deref for HeldStream {
     }
 }
 
+/// A type of the user's own that holds a stream: it lends it through `AsStream` (what
+/// `wait_stream`, `record` and the graph launches take).
+impl cuda_stream::AsStream for HeldStream {
+    fn as_stream(&self) -> BorrowedStream<'_> {
+        (**self).as_stream()
+    }
+}
+
 /// Calls the C launcher `launch` with the stream's handle, its device current, and checks the
 /// returned launch error under the launcher's `name`.
 fn launch(

@@ -1085,7 +1085,7 @@ impl<'p> World<'p> {
             // SAFETY: `owner` is a `Stream` this program owns (a slot, or the stream being
             // captured), borrowed here for the whole block: nothing drops, moves or destroys it
             // before `view`, which does not leave the block, is gone.
-            let view = unsafe { BorrowedStream::borrow_raw(owner.as_raw(), self.device) };
+            let view = unsafe { BorrowedStream::borrow_raw_on(owner.as_raw(), self.device) }.unwrap();
             note_infallible();
             assert_eq!(view.ownership(), Ownership::Borrowed, "a borrowed ordinary handle is Borrowed");
             assert!(*view == **owner, "a borrowed view compares equal to the stream it borrows");

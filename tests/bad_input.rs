@@ -89,7 +89,7 @@ fn special_handles_are_builtin_streams_never_owned() {
     let device = gpu_or_skip!();
     leaks_nothing(|| {
         // SAFETY: the special handles are valid for every device.
-        let null = unsafe { BorrowedStream::borrow_raw(std::ptr::null_mut(), device) };
+        let null = unsafe { BorrowedStream::borrow_raw_on(std::ptr::null_mut(), device) }.unwrap();
         assert_eq!(null.ownership(), Ownership::Builtin(Builtin::Null));
         for special in [std::ptr::null_mut(), cuda_stream::sys::cudaStreamLegacy, cuda_stream::sys::cudaStreamPerThread]
         {

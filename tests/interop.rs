@@ -70,7 +70,7 @@ fn a_cudarc_stream_borrowed_by_us_orders_its_own_work_and_survives_our_drop() {
     let flag = MappedFlag::new().unwrap();
     {
         // SAFETY: cudarc keeps its stream alive longer than this borrowed wrapper.
-        let borrowed = unsafe { BorrowedStream::borrow_raw(theirs.cu_stream().cast(), device) };
+        let borrowed = unsafe { BorrowedStream::borrow_raw_on(theirs.cu_stream().cast(), device) }.unwrap();
         assert_eq!(borrowed.ownership(), Ownership::Borrowed);
         cuda_stream_tests::wait_flag(&borrowed, &flag, Duration::from_secs(10)).unwrap();
         // SAFETY: cudarc's own live stream; the buffer outlives the work.
@@ -103,7 +103,7 @@ fn c_code_enqueues_on_our_stream_and_we_borrow_its_stream() {
     let foreign = ForeignStream::create().unwrap();
     {
         // SAFETY: the C library keeps its stream until `destroy` below.
-        let borrowed = unsafe { BorrowedStream::borrow_raw(foreign.raw(), device) };
+        let borrowed = unsafe { BorrowedStream::borrow_raw_on(foreign.raw(), device) }.unwrap();
         ForeignStream::c_tag(&foreign.raw(), &log, 3).unwrap();
         cuda_stream_tests::tag(&borrowed, &log, 4, Duration::ZERO).unwrap();
         borrowed.synchronize().unwrap();

@@ -339,7 +339,7 @@ fn fault_child() {
 fn capture_survives_identification<M: cuda_stream::CaptureMode>(device: Device, target: &StreamRef, mode: M) {
     let capture = target.begin_capture(mode).unwrap();
     // SAFETY: `target` outlives this borrow.
-    let wrapped = unsafe { BorrowedStream::borrow_raw(target.as_raw(), device) };
+    let wrapped = unsafe { BorrowedStream::borrow_raw_on(target.as_raw(), device) }.unwrap();
     assert_eq!(*wrapped, *target);
     let set: HashSet<&StreamRef> = [target, &*wrapped].into_iter().collect();
     assert_eq!(set.len(), 1);

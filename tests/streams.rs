@@ -255,7 +255,7 @@ fn a_borrowed_stream_is_never_destroyed() {
     let log = TagLog::new(4).unwrap();
     {
         // SAFETY: the C library keeps the stream alive until `foreign.destroy()` below.
-        let borrowed = unsafe { BorrowedStream::borrow_raw(foreign.raw(), device) };
+        let borrowed = unsafe { BorrowedStream::borrow_raw_on(foreign.raw(), device) }.unwrap();
         assert_eq!(borrowed.ownership(), Ownership::Borrowed);
         cuda_stream_tests::tag(&borrowed, &log, 1, Duration::ZERO).unwrap();
         borrowed.synchronize().unwrap();
@@ -263,7 +263,7 @@ fn a_borrowed_stream_is_never_destroyed() {
     // The wrapper is gone; the C side still uses its stream, then destroys it itself.
     ForeignStream::c_tag(&foreign.raw(), &log, 2).unwrap();
     // SAFETY: still alive, and the borrow ends with this statement.
-    unsafe { BorrowedStream::borrow_raw(foreign.raw(), device) }.synchronize().unwrap();
+    unsafe { BorrowedStream::borrow_raw_on(foreign.raw(), device) }.unwrap().synchronize().unwrap();
     assert_eq!(log.tags(), vec![1, 2]);
     foreign.destroy().expect("the C library destroys its own stream exactly once");
 }
@@ -295,7 +295,7 @@ fn into_raw_and_from_raw_owned_hand_ownership_over() {
 fn the_null_handle_means_the_null_stream() {
     let device = gpu_or_skip!();
     // SAFETY: the null handle is always valid.
-    let null = unsafe { BorrowedStream::borrow_raw(std::ptr::null_mut(), device) };
+    let null = unsafe { BorrowedStream::borrow_raw_on(std::ptr::null_mut(), device) }.unwrap();
     assert_eq!(null.ownership(), Ownership::Builtin(Builtin::Null));
     let expected = if cuda_stream::NULL_STREAM_IS_PER_THREAD {
         BuiltinStream::per_thread(device)
@@ -327,7 +327,7 @@ fn equality_follows_the_stream_not_the_handle_value() {
     eprintln!("handle value reused after destroy: {reused_handle}");
     let stream = non_blocking(device);
     // SAFETY: `stream` outlives the borrowed wrapper.
-    let wrapped = unsafe { BorrowedStream::borrow_raw(stream.as_raw(), device) };
+    let wrapped = unsafe { BorrowedStream::borrow_raw_on(stream.as_raw(), device) }.unwrap();
     assert_eq!(*wrapped, *stream);
     assert_eq!(wrapped.ownership(), Ownership::Borrowed);
     let (view, other): (&StreamRef, _) = (&stream, non_blocking(device));

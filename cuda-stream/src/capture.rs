@@ -207,6 +207,12 @@ fn capture_state(stream: &StreamRef) -> Result<CaptureState> {
     Ok(CaptureState { info: CaptureInfo { status: CaptureStatus::of(status), id }, graph })
 }
 
+/// The graph `stream`'s capture is building, while the capture is active.
+pub(crate) fn active_graph(stream: &StreamRef) -> Result<Option<sys::cudaGraph_t>> {
+    let state = capture_state(stream)?;
+    Ok((state.info.status == CaptureStatus::Active).then_some(state.graph))
+}
+
 /// `this.wait_stream(other)` while `this` is being captured (see [`StreamRef::wait_stream`]).
 pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Result<()> {
     let mine = capture_state(this)?;

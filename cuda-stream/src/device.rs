@@ -43,6 +43,12 @@ impl Device {
         }
     }
 
+    /// The device of an ordinal known to be valid (one a driver context was made for).
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn from_ordinal(ordinal: i32) -> Device {
+        Device { ordinal }
+    }
+
     /// The calling thread's current device
     /// ([`cudaGetDevice`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
     ///

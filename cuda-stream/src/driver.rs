@@ -32,6 +32,10 @@ pub(crate) struct Context(pub(crate) *mut c_void);
 // stream callback receives are C enums like `cudaError_t`: `c_int` here.
 type CtxGetCurrent = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
 type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> c_int;
+type CtxPushCurrent = unsafe extern "C" fn(*mut c_void) -> c_int;
+type CtxPopCurrent = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
+type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
+type StreamGetCtx = unsafe extern "C" fn(sys::cudaStream_t, *mut *mut c_void) -> c_int;
 type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
 type PrimaryCtxGetState = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> c_int;
 type OnStream = unsafe extern "C" fn(sys::cudaStream_t) -> c_int;
@@ -48,6 +52,10 @@ type GraphLaunch = unsafe extern "C" fn(sys::cudaGraphExec_t, sys::cudaStream_t)
 struct Driver {
     ctx_get_current: CtxGetCurrent,
     ctx_set_current: CtxSetCurrent,
+    ctx_push_current: CtxPushCurrent,
+    ctx_pop_current: CtxPopCurrent,
+    ctx_get_device: CtxGetDevice,
+    stream_get_ctx: StreamGetCtx,
     device_get: DeviceGet,
     primary_ctx_get_state: PrimaryCtxGetState,
     stream_query: OnStream,
@@ -80,6 +88,10 @@ fn driver() -> Result<&'static Driver> {
             Ok(Driver {
                 ctx_get_current: entry_point!(c"cuCtxGetCurrent" as CtxGetCurrent),
                 ctx_set_current: entry_point!(c"cuCtxSetCurrent" as CtxSetCurrent),
+                ctx_push_current: entry_point!(c"cuCtxPushCurrent" as CtxPushCurrent),
+                ctx_pop_current: entry_point!(c"cuCtxPopCurrent" as CtxPopCurrent),
+                ctx_get_device: entry_point!(c"cuCtxGetDevice" as CtxGetDevice),
+                stream_get_ctx: entry_point!(c"cuStreamGetCtx" as StreamGetCtx),
                 device_get: entry_point!(c"cuDeviceGet" as DeviceGet),
                 primary_ctx_get_state: entry_point!(c"cuDevicePrimaryCtxGetState" as PrimaryCtxGetState),
                 stream_query: entry_point!(c"cuStreamQuery" as OnStream),
@@ -150,6 +162,38 @@ pub(crate) fn set_current_context(context: Context) -> Result<()> {
     // SAFETY: `context` was current on this thread before (or is null); a context destroyed
     // since is reported as an error.
     check_driver(unsafe { (driver()?.ctx_set_current)(context.0) }, "cuCtxSetCurrent")
+}
+
+/// The runtime ordinal of the device a real stream handle belongs to: its context
+/// (`cuStreamGetCtx`), pushed for `cuCtxGetDevice` and popped again, and that `CUdevice`
+/// matched against each ordinal's (`cuDeviceGet`). None of these disturbs a capture of the
+/// stream, where `cudaStreamGetDevice` would invalidate it.
+pub(crate) fn stream_device_ordinal(stream: sys::cudaStream_t) -> Result<i32> {
+    let driver = driver()?;
+    let mut context: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the caller passes a live, real stream handle; a valid out-pointer.
+    check_driver(unsafe { (driver.stream_get_ctx)(stream, &mut context) }, "cuStreamGetCtx")?;
+    // SAFETY: a live context, the stream's own; popped below before anything else runs here.
+    check_driver(unsafe { (driver.ctx_push_current)(context) }, "cuCtxPushCurrent")?;
+    let mut device: c_int = 0;
+    // SAFETY: a valid out-pointer; the stream's context is current.
+    let read = check_driver(unsafe { (driver.ctx_get_device)(&mut device) }, "cuCtxGetDevice");
+    let mut popped: *mut c_void = std::ptr::null_mut();
+    // SAFETY: pops the context pushed above; a valid out-pointer.
+    let pop = check_driver(unsafe { (driver.ctx_pop_current)(&mut popped) }, "cuCtxPopCurrent");
+    read.and(pop)?;
+    let mut count: c_int = 0;
+    // SAFETY: a valid out-pointer.
+    check(unsafe { sys::cudaGetDeviceCount(&mut count) }, "cudaGetDeviceCount")?;
+    for ordinal in 0..count {
+        let mut candidate: c_int = 0;
+        // SAFETY: a valid out-pointer and an ordinal below the count.
+        check_driver(unsafe { (driver.device_get)(&mut candidate, ordinal) }, "cuDeviceGet")?;
+        if candidate == device {
+            return Ok(ordinal);
+        }
+    }
+    Err(Error::Cuda { api: "cuCtxGetDevice", code: crate::CudaCode(sys::cudaError::cudaErrorInvalidDevice.0 as i32) })
 }
 
 /// Whether the device's primary context is active (`cuDevicePrimaryCtxGetState`).

@@ -166,6 +166,11 @@ pub enum Error {
         /// The handle value.
         handle: usize,
     },
+    /// A [`CurrentStream`](crate::CurrentStream) used after the
+    /// [`as_current`](crate::StreamRef::as_current) scope that made its stream current ended:
+    /// the stream may be gone, and its handle value may name another stream by now.
+    #[error("the stream was current in a scope that has ended")]
+    NotCurrent,
 }
 
 /// Why no GPU can be used, read from the code CUDA returned.
@@ -209,6 +214,16 @@ impl Error {
     /// Whether this error poisoned the process's CUDA context (see [`CudaCode::is_sticky`]).
     pub fn is_sticky(&self) -> bool {
         self.cuda_code().is_some_and(CudaCode::is_sticky)
+    }
+}
+
+/// `Ok` when `found` is `expected`, else the [`Error::DeviceMismatch`] saying `what` was being
+/// done: the one check behind every device mismatch of this crate.
+pub(crate) fn same_device(what: &'static str, expected: crate::Device, found: crate::Device) -> Result<()> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(Error::DeviceMismatch { what, expected: expected.ordinal(), found: found.ordinal() })
     }
 }
 

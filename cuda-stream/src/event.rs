@@ -1,13 +1,14 @@
 //! Events: markers recorded on a stream, to wait on, query, time, or share with another process.
 
+use crate::as_stream::AsStream;
 use crate::device::Device;
-use crate::error::{Error, Result, check, check_ready};
+use crate::error::{Error, Result, check, check_ready, same_device};
 use crate::host_fn::refuse_inside_host_fn;
 use crate::live;
-use crate::stream::StreamRef;
 use crate::sys;
 use std::ffi::c_uint;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -47,14 +48,57 @@ impl EventFlags {
     }
 }
 
+/// An event's creation flags as far as this process can know them: `None` where it cannot
+/// (CUDA has no call that reads an event's flags back).
+///
+/// * An event created here: every flag is known.
+/// * An event opened from another process ([`Event::from_ipc_handle`]): interprocess `Some(true)`
+///   and timing `Some(false)` (CUDA requires `cudaEventDisableTiming` with
+///   `cudaEventInterprocess`), but blocking sync `None`: the exporter may or may not have set it.
+/// * A borrowed handle ([`Event::from_raw`]): nothing is known.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KnownEventFlags {
+    /// Whether the event records timestamps.
+    pub timing: Option<bool>,
+    /// Whether [`Event::synchronize`] sleeps instead of spinning.
+    pub blocking_sync: Option<bool>,
+    /// Whether the event can be shared with another process.
+    pub interprocess: Option<bool>,
+}
+
+impl KnownEventFlags {
+    /// Every flag, when every flag is known.
+    pub fn exact(self) -> Option<EventFlags> {
+        Some(EventFlags { timing: self.timing?, blocking_sync: self.blocking_sync?, interprocess: self.interprocess? })
+    }
+}
+
+impl From<EventFlags> for KnownEventFlags {
+    fn from(flags: EventFlags) -> KnownEventFlags {
+        KnownEventFlags {
+            timing: Some(flags.timing),
+            blocking_sync: Some(flags.blocking_sync),
+            interprocess: Some(flags.interprocess),
+        }
+    }
+}
+
 /// A CUDA event of one device. Owned events are destroyed on drop; borrowed ones
 /// ([`Event::from_raw`]) never are.
+///
+/// `Eq` and `Hash` compare the event (device and handle), not the Rust value: a borrowed view
+/// ([`Event::from_raw`]) equals the `Event` that owns the handle. A handle value that CUDA
+/// reuses after a destroy cannot fool them: two `Event`s are alive together only while both
+/// handles are (the contract of `from_raw`), and two live events never share a handle.
 pub struct Event {
     raw: sys::cudaEvent_t,
     device: Device,
     ownership: EventOwnership,
-    /// `None` for a borrowed event, whose flags we cannot know.
-    flags: Option<EventFlags>,
+    flags: KnownEventFlags,
+    /// For an event opened from another process: the handle it was opened with, which is the
+    /// event's IPC handle (CUDA refuses `cudaIpcGetEventHandle` on an opened event). Boxed: 64
+    /// bytes that other events do not need.
+    imported_from: Option<Box<sys::cudaIpcEventHandle_t>>,
     recorded: AtomicBool,
 }
 
@@ -96,7 +140,11 @@ impl Event {
         // SAFETY: `raw` is a valid out-pointer.
         let code = unsafe { sys::cudaEventCreateWithFlags(&mut raw, flags.raw()) };
         check(code, "cudaEventCreateWithFlags")?;
-        Ok(Event { raw, device, ownership, flags: Some(flags), recorded: AtomicBool::new(false) })
+        Ok(Event::wrap(raw, device, ownership, flags.into()))
+    }
+
+    fn wrap(raw: sys::cudaEvent_t, device: Device, ownership: EventOwnership, flags: KnownEventFlags) -> Event {
+        Event { raw, device, ownership, flags, imported_from: None, recorded: AtomicBool::new(false) }
     }
 
     /// Wraps an event handle someone else owns; dropping the `Event` never destroys it.
@@ -104,12 +152,14 @@ impl Event {
     /// # Safety
     /// `raw` must be a valid event of `device`, and stay valid while this `Event` is in use.
     pub unsafe fn from_raw(raw: sys::cudaEvent_t, device: Device) -> Event {
-        Event { raw, device, ownership: EventOwnership::Borrowed, flags: None, recorded: AtomicBool::new(false) }
+        Event::wrap(raw, device, EventOwnership::Borrowed, KnownEventFlags::default())
     }
 
     /// Opens an event that another process exported with [`Event::ipc_handle`]
     /// ([`cudaIpcOpenEventHandle`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
-    /// The result is owned (closed on drop) and can be waited on, queried and synchronized.
+    /// The result is owned (closed on drop) and can be waited on, queried and synchronized;
+    /// its [`ipc_handle`](Event::ipc_handle) is `handle`, so it can be passed on to a third
+    /// process, and its [`flags`](Event::flags) say what can be known of the exporter's.
     ///
     /// # Safety
     /// The exporting process must keep the event alive while this one uses it: by NVIDIA's
@@ -124,19 +174,30 @@ impl Event {
         let mut raw: sys::cudaEvent_t = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the handle is plain bytes the driver checks.
         check(unsafe { sys::cudaIpcOpenEventHandle(&mut raw, handle) }, "cudaIpcOpenEventHandle")?;
-        let flags = EventFlags { interprocess: true, ..EventFlags::default() };
+        // Interprocess events are created without timing (CUDA refuses the pair); whether the
+        // exporter asked for blocking sync cannot be read from here.
+        let flags = KnownEventFlags { timing: Some(false), blocking_sync: None, interprocess: Some(true) };
         live::event_created();
-        Ok(Event { raw, device, ownership: EventOwnership::Owned, flags: Some(flags), recorded: AtomicBool::new(true) })
+        let mut event = Event::wrap(raw, device, EventOwnership::Owned, flags);
+        event.imported_from = Some(Box::new(handle));
+        event.mark_recorded();
+        Ok(event)
     }
 
     /// The handle another process opens with [`Event::from_ipc_handle`]
     /// ([`cudaIpcGetEventHandle`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+    /// For an event that was itself opened from a handle, that same handle: CUDA refuses
+    /// `cudaIpcGetEventHandle` on an opened event (`cudaErrorInvalidResourceHandle`), and the
+    /// handle names the exporter's event, which every importer shares.
     ///
     /// # Errors
-    /// [`Error::NotInterprocess`] unless created with [`EventFlags::interprocess`].
+    /// [`Error::NotInterprocess`] unless created with [`EventFlags::interprocess`]; CUDA's errors.
     pub fn ipc_handle(&self) -> Result<sys::cudaIpcEventHandle_t> {
         refuse_inside_host_fn()?;
-        if self.flags.is_some_and(|flags| !flags.interprocess) {
+        if let Some(handle) = &self.imported_from {
+            return Ok(**handle);
+        }
+        if self.flags.interprocess == Some(false) {
             return Err(Error::NotInterprocess);
         }
         let mut handle = sys::cudaIpcEventHandle_t::default();
@@ -145,13 +206,13 @@ impl Event {
         Ok(handle)
     }
 
-    /// Records this event on `stream` (the same as [`StreamRef::record`]).
+    /// Records this event on `stream` (the same as [`StreamRef::record`](crate::StreamRef::record)).
     ///
     /// # Errors
-    /// As [`StreamRef::record`].
+    /// As [`StreamRef::record`](crate::StreamRef::record).
     #[inline]
-    pub fn record(&self, stream: &StreamRef) -> Result<()> {
-        stream.record(self)
+    pub fn record(&self, stream: impl AsStream) -> Result<()> {
+        stream.as_stream().record(self)
     }
 
     pub(crate) fn mark_recorded(&self) {
@@ -183,16 +244,18 @@ impl Event {
     /// ([`cudaEventElapsedTime`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     ///
     /// # Errors
-    /// [`Error::TimingDisabled`] if either event was created without timing,
-    /// [`Error::EventNotRecorded`] if either was never recorded; [`Error::NegativeElapsed`]
-    /// (with CUDA's value) if this event completed before `start` (events recorded on two
-    /// streams); CUDA's errors.
+    /// [`Error::DeviceMismatch`] for events of two devices (their clocks are not comparable;
+    /// CUDA would answer `cudaErrorInvalidResourceHandle`); [`Error::TimingDisabled`] if either
+    /// event was created without timing, [`Error::EventNotRecorded`] if either was never
+    /// recorded; [`Error::NegativeElapsed`] (with CUDA's value) if this event completed before
+    /// `start` (events recorded on two streams); CUDA's errors.
     pub fn elapsed(&self, start: &Event) -> Result<Option<Duration>> {
+        same_device("elapsed time is measured between events of one device", start.device, self.device)?;
         for event in [start, self] {
-            if event.flags.is_some_and(|flags| !flags.timing) {
+            if event.flags.timing == Some(false) {
                 return Err(Error::TimingDisabled);
             }
-            if event.flags.is_some() && !event.recorded.load(Ordering::Relaxed) {
+            if event.is_owned() && !event.recorded.load(Ordering::Relaxed) {
                 return Err(Error::EventNotRecorded);
             }
         }
@@ -231,8 +294,8 @@ impl Event {
         self.device
     }
 
-    /// The flags it was created with; `None` for a borrowed event.
-    pub fn flags(&self) -> Option<EventFlags> {
+    /// The flags it was created with, as far as they can be known (see [`KnownEventFlags`]).
+    pub fn flags(&self) -> KnownEventFlags {
         self.flags
     }
 
@@ -256,6 +319,20 @@ impl Drop for Event {
                 let _ = unsafe { crate::driver::event_destroy(raw as sys::cudaEvent_t) };
             });
         }
+    }
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Event) -> bool {
+        (self.device, self.raw) == (other.device, other.raw)
+    }
+}
+
+impl Eq for Event {}
+
+impl Hash for Event {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.device, self.raw as usize).hash(state);
     }
 }
 

@@ -109,8 +109,11 @@
 
 pub use cuda_stream_sys as sys;
 
+mod as_stream;
 pub mod capture;
 mod completion;
+#[cfg(feature = "cudarc")]
+mod cudarc;
 mod current;
 mod device;
 mod driver;
@@ -126,17 +129,19 @@ mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use as_stream::AsStream;
 pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureStatus};
 pub use completion::Completion;
+pub use current::CurrentStream;
 pub use device::{Device, DeviceGuard, driver_version, runtime_version};
 pub use error::{CudaCode, Error, GpuUnavailable, Result, check};
-pub use event::{Event, EventFlags};
+pub use event::{Event, EventFlags, KnownEventFlags};
 pub use graph::{Graph, GraphExec};
 pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
 pub use live::{live_events, live_streams};
 pub use pool::{StreamLease, StreamPool};
 pub use priority::{Priority, PriorityRange};
-pub use stream::{BorrowedStream, Builtin, BuiltinStream, Ownership, Stream, StreamOptions, StreamRef};
+pub use stream::{BorrowedStream, Builtin, BuiltinStream, Ownership, RecordFlags, Stream, StreamOptions, StreamRef};
 
 /// Whether handle 0 (the null stream) means the per-thread default stream in this build
 /// (`cuda-stream-sys`'s `per-thread-default-stream` feature) rather than the legacy stream.

@@ -11,9 +11,10 @@
 //! inside one of them and is never handed out by value, so nothing reachable from safe code
 //! holds a stream without a lifetime or an ownership that keeps it alive.
 
+use crate::as_stream::AsStream;
 use crate::device::{Device, DeviceGuard};
 use crate::driver;
-use crate::error::{Error, Result, check, check_ready};
+use crate::error::{Error, Result, check, check_ready, same_device};
 use crate::event::{Event, EventFlags};
 use crate::host_fn::refuse_inside_host_fn;
 use crate::live;
@@ -26,6 +27,7 @@ use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Who owns a stream handle, and so whether anything here ever destroys it.
@@ -288,12 +290,51 @@ impl StreamRef {
     /// [`Error::DeviceMismatch`] if the event belongs to another device; CUDA's errors.
     #[inline]
     pub fn record(&self, event: &Event) -> Result<()> {
-        if event.device() != self.device {
-            return Err(mismatch("an event is recorded on a stream of its own device", self.device, event.device()));
-        }
+        same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
         self.record_raw(event.as_raw(), 0)?;
         event.mark_recorded();
         Ok(())
+    }
+
+    /// Records `event` here with CUDA's record flags
+    /// ([`cudaEventRecordWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+    ///
+    /// With [`RecordFlags::external`] on a stream being captured, the record becomes an
+    /// event-record node of the graph (`cudaEventRecordExternal`): every launch of the graph
+    /// records the event, which other streams and processes can wait on. The node names the
+    /// event by its handle, so the graph keeps the event alive (a clone of the `Arc`, held by a
+    /// CUDA user object of the graph) for as long as any graph or executable made from it may
+    /// record it: dropping your `Arc` never frees an event a launch still records. Outside a
+    /// capture the flag changes nothing and nothing is kept.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] if the event belongs to another device; CUDA's errors.
+    pub fn record_with(&self, event: &Arc<Event>, flags: RecordFlags) -> Result<()> {
+        same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
+        if !flags.external {
+            return self.record(event);
+        }
+        // No capture of this crate's begins or ends between the status read and the record, so
+        // the graph that keeps the event is the one the record goes into.
+        let _transitions = crate::capture::no_capture_transitions();
+        if let Some(graph) = crate::capture::active_graph(self)? {
+            crate::graph::keep_alive(graph, Box::new(Arc::clone(event)))?;
+        }
+        self.record_raw(event.as_raw(), sys::cudaEventRecordExternal)?;
+        event.mark_recorded();
+        Ok(())
+    }
+
+    /// Creates an event with `event_flags` and records it here with `record_flags`, in one call
+    /// (see [`StreamRef::record_with`]).
+    ///
+    /// # Errors
+    /// CUDA's errors creating or recording the event (`cudaErrorInvalidValue` for interprocess
+    /// with timing).
+    pub fn record_event_with(&self, event_flags: EventFlags, record_flags: RecordFlags) -> Result<Arc<Event>> {
+        let event = Arc::new(Event::new(self.device, event_flags)?);
+        self.record_with(&event, record_flags)?;
+        Ok(event)
     }
 
     #[inline(always)]
@@ -356,11 +397,12 @@ impl StreamRef {
     /// # Errors
     /// [`Error::CaptureMisuse`] for streams of two different captures; CUDA's errors.
     #[inline]
-    pub fn wait_stream(&self, other: &StreamRef) -> Result<()> {
+    pub fn wait_stream(&self, other: impl AsStream) -> Result<()> {
+        let other = other.as_stream();
         if self.capture_status()? != crate::CaptureStatus::None {
-            return crate::capture::wait_stream_in_capture(self, other);
+            return crate::capture::wait_stream_in_capture(self, &other);
         }
-        self.wait_stream_now(other)
+        self.wait_stream_now(&other)
     }
 
     /// `wait_stream` through this thread's marker event of `other`'s device.
@@ -422,16 +464,33 @@ impl StreamRef {
 
     /// The identity `Eq` and `Hash` use: device, the stream the handle stands for, thread.
     fn identity(&self) -> (Device, usize, u64) {
-        let handle = match self.builtin() {
-            Some(builtin) => builtin.canonical().handle() as usize,
-            None => self.raw as usize,
-        };
-        (self.device, handle, self.thread)
+        (self.device, self.unambiguous_raw() as usize, self.thread)
+    }
+
+    /// The handle, with 0 replaced by the handle of the stream it stands for in this build
+    /// (`cudaStreamLegacy` or `cudaStreamPerThread`): what it means in any other code.
+    pub(crate) fn unambiguous_raw(&self) -> sys::cudaStream_t {
+        match self.builtin() {
+            Some(builtin) => builtin.canonical().handle(),
+            None => self.raw,
+        }
     }
 }
 
-fn mismatch(what: &'static str, expected: Device, found: Device) -> Error {
-    Error::DeviceMismatch { what, expected: expected.ordinal(), found: found.ordinal() }
+/// CUDA's flags for recording an event
+/// ([`cudaEventRecordWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RecordFlags {
+    /// `cudaEventRecordExternal`: during stream capture, the record is a node of the graph
+    /// that records the event at every launch, instead of a dependency inside the capture.
+    pub external: bool,
+}
+
+impl RecordFlags {
+    /// `cudaEventRecordExternal`.
+    pub fn external() -> RecordFlags {
+        RecordFlags { external: true }
+    }
 }
 
 impl PartialEq for StreamRef {
@@ -491,19 +550,24 @@ impl Stream {
         Ok(stream)
     }
 
-    /// Takes ownership of a stream handle: dropping the `Stream` destroys it. Makes no CUDA
-    /// call (so it never disturbs a capture in progress).
+    /// Takes ownership of a stream handle: dropping the `Stream` destroys it. Checks that the
+    /// handle belongs to `device` (see [`BorrowedStream::borrow_raw`] for how, without
+    /// disturbing a capture in progress).
     ///
     /// # Safety
-    /// `handle` must be a live stream of `device` that nobody else will destroy or use after
-    /// this `Stream` destroys it (for example one from [`Stream::into_raw`]).
+    /// `handle` must be a live stream that nobody else will destroy or use after this `Stream`
+    /// destroys it (for example one from [`Stream::into_raw`]).
     ///
     /// # Errors
-    /// [`Error::BuiltinNotOwnable`] for the special handles (0, 0x1, 0x2).
+    /// [`Error::BuiltinNotOwnable`] for the special handles (0, 0x1, 0x2);
+    /// [`Error::DeviceMismatch`] if the handle belongs to another device (nothing is taken:
+    /// the caller still owns it); CUDA's errors reading its device.
     pub unsafe fn from_raw_owned(handle: sys::cudaStream_t, device: Device) -> Result<Stream> {
         if Builtin::of_handle(handle).is_some() {
             return Err(Error::BuiltinNotOwnable { handle: handle as usize });
         }
+        refuse_inside_host_fn()?;
+        same_device("an owned stream handle belongs to the device it is taken for", device, stream_device(handle)?)?;
         live::stream_created();
         Ok(Stream { stream: StreamRef::new(handle, device, Ownership::Owned) })
     }
@@ -571,19 +635,88 @@ pub struct BorrowedStream<'a> {
 }
 
 impl<'a> BorrowedStream<'a> {
-    /// Borrows a stream handle for `'a`, a lifetime the caller picks. Makes no CUDA call, so
-    /// wrapping a stream that is being captured (say by `torch.cuda.graph`) leaves the capture
-    /// intact. The special handles (0, `cudaStreamLegacy`, `cudaStreamPerThread`) give the
-    /// matching built-in stream: **the null handle means the device's null stream**, not "no
-    /// stream"; a per-thread handle means the calling thread's.
+    /// Borrows a stream handle for `'a`, a lifetime the caller picks, on the device it belongs
+    /// to. The special handles (0, `cudaStreamLegacy`, `cudaStreamPerThread`) give the
+    /// matching built-in stream of the current device: **the null handle means the device's
+    /// null stream**, not "no stream"; a per-thread handle means the calling thread's.
+    ///
+    /// The device of any other handle is read from the driver (`cuStreamGetCtx`, then
+    /// `cuCtxGetDevice` with that context pushed), which leaves a capture of the stream intact:
+    /// so wrapping a stream that is being captured (say by `torch.cuda.graph`) is safe.
+    /// (`cudaStreamGetDevice`, CUDA 12.8, would invalidate that capture.) These driver calls
+    /// exist in every CUDA 12 and 13 driver.
     ///
     /// # Safety
-    /// `handle` must be a live stream of `device` (or a special handle), and its owner must not
-    /// destroy it during `'a`.
-    pub unsafe fn borrow_raw(handle: sys::cudaStream_t, device: Device) -> BorrowedStream<'a> {
+    /// `handle` must be a live stream (or a special handle), and its owner must not destroy it
+    /// during `'a`.
+    ///
+    /// # Errors
+    /// CUDA's errors reading the device; [`Error::InsideHostFn`] inside a host function.
+    pub unsafe fn borrow_raw(handle: sys::cudaStream_t) -> Result<BorrowedStream<'a>> {
+        refuse_inside_host_fn()?;
+        let device = match Builtin::of_handle(handle) {
+            Some(_) => Device::current()?,
+            None => stream_device(handle)?,
+        };
+        // SAFETY: the caller's contract; `device` is the handle's own.
+        Ok(unsafe { BorrowedStream::borrow_unchecked(handle, device) })
+    }
+
+    /// Borrows a stream handle of `device` for `'a`, checking that it belongs there: a wrong
+    /// device is an error now rather than a failed launch later. A special handle means
+    /// `device`'s built-in stream.
+    ///
+    /// # Safety
+    /// As [`BorrowedStream::borrow_raw`].
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] if the handle belongs to another device; CUDA's errors
+    /// reading the device.
+    pub unsafe fn borrow_raw_on(handle: sys::cudaStream_t, device: Device) -> Result<BorrowedStream<'a>> {
+        refuse_inside_host_fn()?;
+        if Builtin::of_handle(handle).is_none() {
+            same_device("a borrowed stream handle belongs to the device named for it", device, stream_device(handle)?)?;
+        }
+        // SAFETY: the caller's contract; the device is checked.
+        Ok(unsafe { BorrowedStream::borrow_unchecked(handle, device) })
+    }
+
+    /// Borrows `handle` as a stream of `device` without asking CUDA anything.
+    ///
+    /// # Safety
+    /// As [`BorrowedStream::borrow_raw`], and `handle` must belong to `device` (or be a special
+    /// handle, which then means `device`'s built-in stream).
+    pub(crate) unsafe fn borrow_unchecked(handle: sys::cudaStream_t, device: Device) -> BorrowedStream<'a> {
         let ownership = Builtin::of_handle(handle).map_or(Ownership::Borrowed, Ownership::Builtin);
         BorrowedStream { stream: StreamRef::new(handle, device, ownership), _lifetime: PhantomData }
     }
+
+    /// A view of `stream` for `'a`, keeping its ownership, thread and id.
+    pub(crate) fn of(stream: &'a StreamRef) -> BorrowedStream<'a> {
+        // SAFETY: `stream` is borrowed for `'a`.
+        unsafe { BorrowedStream::from_view(stream.view()) }
+    }
+
+    /// Lends a view (see [`StreamRef::view`]) for `'a`.
+    ///
+    /// # Safety
+    /// The stream the view was taken from must stay alive during `'a`.
+    pub(crate) unsafe fn from_view(view: StreamRef) -> BorrowedStream<'a> {
+        BorrowedStream { stream: view, _lifetime: PhantomData }
+    }
+}
+
+impl From<BuiltinStream> for BorrowedStream<'static> {
+    /// A built-in stream is never destroyed, so it can be lent for any lifetime.
+    fn from(builtin: BuiltinStream) -> BorrowedStream<'static> {
+        // SAFETY: CUDA's built-in streams are never destroyed.
+        unsafe { BorrowedStream::from_view(builtin.stream) }
+    }
+}
+
+/// The device a real (not special) stream handle belongs to, read through its context.
+fn stream_device(handle: sys::cudaStream_t) -> Result<Device> {
+    Device::new(driver::stream_device_ordinal(handle)?)
 }
 
 impl Clone for BorrowedStream<'_> {

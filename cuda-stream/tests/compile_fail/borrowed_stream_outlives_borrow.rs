@@ -4,7 +4,7 @@ use cuda_stream::{BorrowedStream, Device, Stream, StreamOptions};
 
 fn borrow(stream: &Stream) -> BorrowedStream<'_> {
     // SAFETY: `stream` owns the handle and, by this signature, outlives the borrow.
-    unsafe { BorrowedStream::borrow_raw(stream.as_raw(), stream.device()) }
+    unsafe { BorrowedStream::borrow_raw(stream.as_raw()) }.unwrap()
 }
 
 fn main() {
