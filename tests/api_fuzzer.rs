@@ -1654,7 +1654,7 @@ fn random_api_programs_return_typed_results_and_leave_nothing_behind() {
     // range), so that the baseline is steady.
     {
         let warm = Stream::new(device, StreamOptions::non_blocking()).expect("a stream");
-        warm.wait_stream(&BuiltinStream::legacy(device)).expect("wait_stream");
+        warm.wait_stream(BuiltinStream::legacy(device)).expect("wait_stream");
         warm.synchronize().expect("synchronize");
     }
     let baseline = (live_streams(), live_events(), live_host_fns());

@@ -1,6 +1,6 @@
 //! The current-stream guards and the stream pool on a GPU.
 
-use cuda_stream::{BuiltinStream, Error, Ownership, Stream, StreamOptions, StreamPool, StreamRef};
+use cuda_stream::{BuiltinStream, Device, Error, Ownership, Stream, StreamOptions, StreamPool, StreamRef};
 use cuda_stream_tests::{Current, MappedFlag, TagLog, gpu_or_skip, poll_until};
 use std::collections::HashSet;
 use std::sync::{Barrier, Mutex};
@@ -108,4 +108,60 @@ fn pool_reuses_released_streams_refuses_past_its_bound_and_honours_priority() {
     assert!(pool.acquire().is_ok());
     let bad = StreamOptions::non_blocking().with_priority(cuda_stream::Priority(range.greatest - 1));
     assert!(matches!(StreamPool::new(device, bad, 4), Err(Error::PriorityOutOfRange { .. })));
+}
+
+#[test]
+fn the_current_stream_as_a_value_names_its_scope_and_refuses_once_it_ended() {
+    let device = gpu_or_skip!();
+    let null = BuiltinStream::null(device);
+    let outside = StreamRef::current(device);
+    assert_eq!(outside.with(|s| s == &*null), Ok(true), "no scope: the null stream");
+    let log = TagLog::new(8).unwrap();
+    let flag = MappedFlag::new().unwrap();
+    let (outer, inner) = (
+        Stream::new(device, StreamOptions::non_blocking()).unwrap(),
+        Stream::new(device, StreamOptions::non_blocking()).unwrap(),
+    );
+    cuda_stream_tests::wait_flag(&outer, &flag, Duration::from_secs(10)).unwrap();
+    let escaped = outer.as_current(|| {
+        let current = StreamRef::current(device);
+        inner.as_current(|| {
+            assert!(StreamRef::with_current(device, |s| s == &*inner), "the innermost scope is current");
+            assert_eq!(current.with(|s| s == &*outer), Ok(true), "the value keeps naming its own scope");
+            // Work through the value goes to its stream: behind `outer`'s flag kernel.
+            current.with(|s| cuda_stream_tests::tag(s, &log, 1, Duration::ZERO)).unwrap().unwrap();
+        });
+        assert!(current.is_current());
+        current
+    });
+    assert!(!escaped.is_current());
+    assert_eq!(escaped.with(|_| ()), Err(Error::NotCurrent), "its scope ended: the stream may be gone");
+    let early = poll_until(Duration::from_millis(100), || log.count() > 0);
+    assert!(early.is_none(), "the tag ran before `outer`'s kernel: it went to another stream");
+    flag.set();
+    outer.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![1]);
+    // A new stream at the same handle value (CUDA reuses them) is not mistaken for the old one.
+    let handle = outer.as_raw();
+    drop(outer);
+    let reused = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    reused.as_current(|| {
+        assert_eq!(escaped.with(|_| ()), Err(Error::NotCurrent), "reused handle {}", reused.as_raw() == handle);
+    });
+}
+
+#[test]
+fn as_current_with_device_makes_device_and_stream_current_and_restores_both() {
+    let device = gpu_or_skip!();
+    let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let inside = stream
+        .as_current_with_device(|| (Device::current().unwrap(), StreamRef::with_current(device, |s| s == &*stream)))
+        .unwrap();
+    assert_eq!(inside, (device, true));
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = stream.as_current_with_device(|| panic!("unwinding through as_current_with_device"));
+    }));
+    assert!(unwound.is_err());
+    assert!(StreamRef::with_current(device, |s| s == &*BuiltinStream::null(device)), "restored on panic");
+    assert_eq!(Device::current().unwrap(), device);
 }

@@ -1,10 +1,13 @@
 //! Events on a GPU: timing, the errors of misuse, and sharing with another process. Also the
 //! sticky-error fact, in a child process.
 
-use cuda_stream::{Device, Error, Event, EventFlags, Stream, StreamOptions};
+use cuda_stream::capture::Global;
+use cuda_stream::{Device, Error, Event, EventFlags, KnownEventFlags, RecordFlags, Stream, StreamOptions, sys};
 use cuda_stream_tests::non_blocking_stream as stream;
-use cuda_stream_tests::{LONG_SPIN, MappedFlag, gpu_or_skip, spawn_child_test};
+use cuda_stream_tests::{LONG_SPIN, MappedFlag, TagLog, gpu_or_skip, poll_until, spawn_child_test};
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[test]
@@ -60,6 +63,7 @@ fn an_event_exported_over_ipc_is_waited_on_in_another_process() {
     cuda_stream_tests::wait_flag(&stream, &flag, Duration::from_secs(20)).unwrap();
     stream.record(&event).unwrap();
     let handle = event.ipc_handle().unwrap();
+    assert_eq!(event.flags().exact(), Some(EventFlags { interprocess: true, ..EventFlags::default() }));
     let hex: String = handle.reserved.iter().map(|byte| format!("{:02x}", *byte as u8)).collect();
     let mut child = spawn_child_test("ipc_child", &[(IPC_HANDLE, hex)]);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -76,6 +80,8 @@ fn an_event_exported_over_ipc_is_waited_on_in_another_process() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "child failed: {rest:?} {stderr}");
     assert!(rest.iter().any(|line| line.contains("ipc: complete")), "{rest:?}");
+    assert!(rest.iter().any(|line| line.contains("ipc: handle given back, byte for byte")), "{rest:?}");
+    assert!(rest.iter().any(|line| line.contains("ipc: flags timing false, blocking unknown, interprocess true")));
 }
 
 #[test]
@@ -91,6 +97,19 @@ fn ipc_child() {
     let event = unsafe { Event::from_ipc_handle(device, handle) }.unwrap();
     assert!(!event.query().unwrap(), "the parent's kernel waits for its flag");
     println!("ipc: opened, pending");
+    // An opened event gives its handle back (CUDA's cudaIpcGetEventHandle refuses it), so a
+    // third process could open it too; and it says what it cannot know of the exporter's flags.
+    let again = event.ipc_handle().unwrap();
+    if again.reserved == handle.reserved {
+        println!("ipc: handle given back, byte for byte");
+    }
+    let flags = event.flags();
+    assert_eq!(flags, KnownEventFlags { timing: Some(false), blocking_sync: None, interprocess: Some(true) });
+    println!(
+        "ipc: flags timing {}, blocking unknown, interprocess {}",
+        flags.timing.unwrap(),
+        flags.interprocess.unwrap()
+    );
     std::io::stdout().flush().unwrap();
     // A stream of this process waits on the other process's event.
     let stream = stream(device);
@@ -131,4 +150,97 @@ fn sticky_child() {
     assert_eq!(bystander.query().unwrap_err().cuda_code(), error.cuda_code());
     drop((faulty, bystander, event));
     println!("sticky: drops done");
+}
+
+#[test]
+fn events_are_equal_by_device_and_handle_and_hash_alike() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let owner = Event::new(device, EventFlags::default()).unwrap();
+    // SAFETY: `owner` keeps the handle alive longer than this view.
+    let view = unsafe { Event::from_raw(owner.as_raw(), device) };
+    assert_eq!(view, owner, "a borrowed view is the event it views");
+    assert!(!view.is_owned());
+    assert_eq!(view.flags(), KnownEventFlags::default(), "nothing is known of a borrowed handle");
+    assert_eq!(owner.flags().exact(), Some(EventFlags::default()));
+    // Many live events: all distinct, whatever handle values CUDA reuses after destroys.
+    let mut live: Vec<Event> = (0..64).map(|_| Event::new(device, EventFlags::default()).unwrap()).collect();
+    live.truncate(32);
+    live.extend((0..32).map(|_| Event::new(device, EventFlags::default()).unwrap()));
+    // `Event` has an atomic inside (whether it was ever recorded) that its `Hash` never reads.
+    #[allow(clippy::mutable_key_type)]
+    let set: HashSet<&Event> = live.iter().chain([&owner, &view]).collect();
+    assert_eq!(set.len(), 65, "64 distinct live events and one owner with its view");
+    // The view and the owner are one event to CUDA too: a record through one completes both.
+    let flag = MappedFlag::new().unwrap();
+    cuda_stream_tests::wait_flag(&stream, &flag, Duration::from_secs(10)).unwrap();
+    stream.record(&view).unwrap();
+    assert!(!owner.query().unwrap(), "recorded through the view, pending for the owner");
+    flag.set();
+    owner.synchronize().unwrap();
+    assert!(view.query().unwrap());
+}
+
+/// The types of a graph's nodes, for asserting what a capture recorded.
+fn node_types(graph: &cuda_stream::Graph) -> Vec<sys::cudaGraphNodeType> {
+    let mut count = 0usize;
+    // SAFETY: a live graph; a null node array asks for the count only.
+    let code = unsafe { sys::cudaGraphGetNodes(graph.as_raw(), std::ptr::null_mut(), &mut count) };
+    assert_eq!(code, sys::cudaError::cudaSuccess);
+    let mut nodes = vec![std::ptr::null_mut(); count];
+    // SAFETY: `nodes` has room for `count` nodes.
+    let code = unsafe { sys::cudaGraphGetNodes(graph.as_raw(), nodes.as_mut_ptr(), &mut count) };
+    assert_eq!(code, sys::cudaError::cudaSuccess);
+    nodes
+        .into_iter()
+        .map(|node| {
+            let mut kind = sys::cudaGraphNodeType::cudaGraphNodeTypeEmpty;
+            // SAFETY: a node of the live graph; a valid out-pointer.
+            let code = unsafe { sys::cudaGraphNodeGetType(node, &mut kind) };
+            assert_eq!(code, sys::cudaError::cudaSuccess);
+            kind
+        })
+        .collect()
+}
+
+#[test]
+fn an_external_record_in_a_capture_is_a_graph_node_that_every_launch_records() {
+    let device = gpu_or_skip!();
+    let (capturing, waiter) = (stream(device), stream(device));
+    let log = TagLog::new(8).unwrap();
+    let flag = MappedFlag::new().unwrap();
+    let capture = capturing.begin_capture(Global).unwrap();
+    cuda_stream_tests::wait_flag(&capturing, &flag, Duration::from_secs(10)).unwrap();
+    let event = capturing.record_event_with(EventFlags::default(), RecordFlags::external()).unwrap();
+    // An ordinary record inside a capture is a dependency, not a node: the control.
+    let internal = Arc::new(Event::new(device, EventFlags::default()).unwrap());
+    capturing.record_with(&internal, RecordFlags::default()).unwrap();
+    let graph = capture.end().unwrap();
+    let types = node_types(&graph);
+    let records = types.iter().filter(|kind| **kind == sys::cudaGraphNodeType::cudaGraphNodeTypeEventRecord).count();
+    assert_eq!(records, 1, "one event-record node, for the external record only: {types:?}");
+    assert_eq!(Arc::strong_count(&event), 2, "the graph keeps the external event alive");
+    assert_eq!(Arc::strong_count(&internal), 1, "nothing keeps the internal one");
+    let exec = graph.instantiate().unwrap();
+    drop(graph);
+    assert!(event.query().unwrap(), "capturing recorded nothing yet");
+    exec.launch(&capturing).unwrap();
+    assert!(!event.query().unwrap(), "the launch records the event behind the flag kernel");
+    waiter.wait_event(&event).unwrap();
+    cuda_stream_tests::tag(&waiter, &log, 7, Duration::ZERO).unwrap();
+    let early = poll_until(Duration::from_millis(100), || log.count() > 0);
+    assert!(early.is_none(), "the waiter ran before the graph's record: {:?}", log.tags());
+    flag.set();
+    waiter.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![7]);
+    // A second launch records it again: the waiter's next work waits for it.
+    exec.launch(&capturing).unwrap();
+    waiter.wait_event(&event).unwrap();
+    cuda_stream_tests::tag(&waiter, &log, 8, Duration::ZERO).unwrap();
+    waiter.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![7, 8]);
+    capturing.synchronize().unwrap();
+    drop(exec);
+    let released = poll_until(Duration::from_secs(5), || Arc::strong_count(&event) == 1);
+    assert!(released.is_some(), "CUDA releases the graph's reference once graph and executable are gone");
 }

@@ -173,3 +173,21 @@ fn an_event_completion_resolves_after_the_work_before_the_event() {
     stream.synchronize().unwrap();
     assert_eq!(live_host_fns(), 0);
 }
+
+#[test]
+fn a_host_callback_gets_ok_after_the_work_before_it() {
+    let device = gpu_or_skip!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let log = Arc::new(TagLog::new(8).unwrap());
+    cuda_stream_tests::tag(&stream, &log, 1, Duration::from_millis(30)).unwrap();
+    let (sender, receiver) = mpsc::channel();
+    let log_in_fn = Arc::clone(&log);
+    stream.launch_host_callback(move |status| sender.send((status, log_in_fn.tags())).unwrap()).unwrap();
+    cuda_stream_tests::tag(&stream, &log, 2, Duration::ZERO).unwrap();
+    let (status, seen) = receiver.recv_timeout(Duration::from_secs(10)).expect("the callback ran");
+    assert_eq!(status, Ok(()), "no fault: the callback gets Ok");
+    assert_eq!(seen, vec![1], "it ran after tag 1 and before tag 2");
+    stream.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![1, 2]);
+}

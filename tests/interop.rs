@@ -2,8 +2,9 @@
 //! streams borrowed by cuda-stream; the order of work is proven with our events and kernels.
 //! `cudaStream_t` (runtime) and `CUstream` (driver, cudarc) are the same `CUstream_st*`.
 
-use cuda_stream::{BorrowedStream, Ownership, Stream, StreamOptions};
-use cuda_stream_tests::{ForeignStream, MappedFlag, TagLog, gpu_or_skip};
+use cuda_stream::capture::Global;
+use cuda_stream::{AsStream, BorrowedStream, Builtin, CaptureStatus, Device, Ownership, Stream, StreamOptions};
+use cuda_stream_tests::{ForeignStream, MappedFlag, TagLog, gpu_or_skip, poll_until};
 use cudarc::driver::{CudaContext, result, sys as driver};
 use std::time::Duration;
 
@@ -110,4 +111,93 @@ fn c_code_enqueues_on_our_stream_and_we_borrow_its_stream() {
     }
     foreign.destroy().unwrap();
     assert_eq!(log.tags(), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn a_cudarc_stream_is_an_as_stream_that_our_streams_wait_on() {
+    let device = gpu_or_skip!();
+    let context = CudaContext::new(0).unwrap();
+    let theirs = context.new_stream().unwrap();
+    let ours = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let log = TagLog::new(8).unwrap();
+    let flag = MappedFlag::new().unwrap();
+    let lent = theirs.as_stream();
+    assert_eq!(
+        (lent.as_raw(), lent.device(), lent.ownership()),
+        (theirs.cu_stream().cast(), device, Ownership::Borrowed)
+    );
+    cuda_stream_tests::wait_flag(&lent, &flag, Duration::from_secs(10)).unwrap();
+    cuda_stream_tests::tag(&lent, &log, 1, Duration::ZERO).unwrap();
+    ours.wait_stream(&theirs).unwrap(); // `&Arc<CudaStream>`: anything that is a stream
+    cuda_stream_tests::tag(&ours, &log, 2, Duration::ZERO).unwrap();
+    let early = poll_until(Duration::from_millis(100), || log.count() > 0);
+    assert!(early.is_none(), "our stream ran before cudarc's: {:?}", log.tags());
+    flag.set();
+    ours.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![1, 2]);
+    // cudarc's default stream (the driver's handle 0) is the legacy stream in both our builds.
+    let default = context.default_stream();
+    assert_eq!(default.as_stream().ownership(), Ownership::Builtin(Builtin::Legacy));
+}
+
+#[test]
+fn our_stream_lent_to_cudarc_is_ordered_by_cudarcs_own_event() {
+    let device = gpu_or_skip!();
+    let context = CudaContext::new(0).unwrap();
+    // cudarc's first stream may synchronize the context: made before any kernel is pending.
+    let theirs = context.new_stream().unwrap();
+    let buffer = DeviceBuffer::zeroed();
+    let ours = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let flag = MappedFlag::new().unwrap();
+    // SAFETY: `ours` outlives `lent` and everything cudarc makes from it (dropped below first);
+    // the work of both libraries is ordered by the events below.
+    let lent = unsafe { ours.to_cudarc(&context) }.unwrap();
+    assert_eq!(lent.cu_stream(), ours.as_raw().cast());
+    cuda_stream_tests::wait_flag(&ours, &flag, Duration::from_secs(10)).unwrap();
+    // SAFETY: the lent stream is live; the buffer outlives the work.
+    unsafe { result::memset_d8_async(buffer.0, 5, BYTES, lent.cu_stream()) }.unwrap();
+    let recorded = lent.record_event(None).unwrap();
+    theirs.wait(&recorded).unwrap();
+    // SAFETY: cudarc's live stream; the buffer outlives the work.
+    unsafe { result::memset_d8_async(buffer.0, 6, BYTES, theirs.cu_stream()) }.unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(all(&buffer.read(), 0), "both memsets wait behind our kernel");
+    flag.set();
+    theirs.synchronize().unwrap();
+    assert!(all(&buffer.read(), 6), "cudarc's event ordered its stream after ours");
+    drop((recorded, lent));
+    ours.synchronize().expect("lending never destroys our stream");
+}
+
+#[test]
+fn a_foreign_handle_is_borrowed_on_its_own_device_without_breaking_its_capture() {
+    let device = gpu_or_skip!();
+    let foreign = ForeignStream::create().unwrap();
+    {
+        // SAFETY: the C library keeps its stream until `destroy` below.
+        let borrowed = unsafe { BorrowedStream::borrow_raw(foreign.raw()) }.unwrap();
+        assert_eq!((borrowed.device(), borrowed.ownership()), (device, Ownership::Borrowed));
+        // SAFETY: as above.
+        let named = unsafe { BorrowedStream::borrow_raw_on(foreign.raw(), device) }.unwrap();
+        assert_eq!(named, borrowed);
+        // SAFETY: handle 0 is CUDA's; it means the current device's null stream.
+        let null = unsafe { BorrowedStream::borrow_raw(std::ptr::null_mut()) }.unwrap();
+        assert_eq!((null.device(), null.ownership()), (Device::current().unwrap(), Ownership::Builtin(Builtin::Null)));
+    }
+    // Reading the device of a stream someone is capturing leaves the capture intact.
+    let capturing = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let log = TagLog::new(8).unwrap();
+    let capture = capturing.begin_capture(Global).unwrap();
+    cuda_stream_tests::tag(&capturing, &log, 1, Duration::ZERO).unwrap();
+    // SAFETY: `capturing` outlives the borrow.
+    let borrowed = unsafe { BorrowedStream::borrow_raw(capturing.as_raw()) }.unwrap();
+    assert_eq!(borrowed.device(), device);
+    assert_eq!(capturing.capture_status().unwrap(), CaptureStatus::Active);
+    cuda_stream_tests::tag(&capturing, &log, 2, Duration::ZERO).unwrap();
+    let exec = capture.end().expect("the capture survived the device read").instantiate().unwrap();
+    assert_eq!(log.count(), 0, "captured, not run");
+    exec.launch(&capturing).unwrap();
+    capturing.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![1, 2]);
+    foreign.destroy().unwrap();
 }

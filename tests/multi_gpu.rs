@@ -110,3 +110,45 @@ fn every_operation_works_on_a_device_that_is_not_current() {
     s1.destroy().unwrap();
     unchanged();
 }
+
+#[test]
+fn a_wrong_device_is_a_typed_error_when_a_handle_is_wrapped_and_when_events_are_timed() {
+    let devices = gpus_or_skip!(2);
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    let s1 = stream(gpu1);
+    // SAFETY: `s1` outlives every borrow; nothing is taken over on error.
+    let wrong = unsafe { cuda_stream::BorrowedStream::borrow_raw_on(s1.as_raw(), gpu0) }.unwrap_err();
+    assert!(matches!(wrong, Error::DeviceMismatch { expected: 0, found: 1, .. }), "{wrong:?}");
+    // SAFETY: as above.
+    let read = unsafe { cuda_stream::BorrowedStream::borrow_raw(s1.as_raw()) }.unwrap();
+    assert_eq!(read.device(), gpu1, "the device is read from the handle, whatever is current");
+    // SAFETY: on error the handle is not taken: `s1` still owns it.
+    let owned = unsafe { Stream::from_raw_owned(s1.as_raw(), gpu0) }.unwrap_err();
+    assert!(matches!(owned, Error::DeviceMismatch { .. }), "{owned:?}");
+    s1.synchronize().expect("still ours");
+    let (e0, e1) = (Event::new(gpu0, EventFlags::timing()).unwrap(), Event::new(gpu1, EventFlags::timing()).unwrap());
+    stream(gpu0).record(&e0).unwrap();
+    s1.record(&e1).unwrap();
+    e1.synchronize().unwrap();
+    let elapsed = e1.elapsed(&e0).unwrap_err();
+    assert!(matches!(elapsed, Error::DeviceMismatch { expected: 0, found: 1, .. }), "{elapsed:?}");
+}
+
+#[test]
+fn as_current_with_device_switches_both_and_restores_both_on_two_gpus() {
+    let devices = gpus_or_skip!(2);
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    let _current = gpu0.make_current().unwrap();
+    let s1 = stream(gpu1);
+    let seen = s1
+        .as_current_with_device(|| (Device::current().unwrap(), StreamRef::with_current(gpu1, |s| s == &*s1)))
+        .unwrap();
+    assert_eq!(seen, (gpu1, true));
+    assert_eq!(Device::current().unwrap(), gpu0);
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = s1.as_current_with_device(|| panic!("unwinding"));
+    }));
+    assert!(unwound.is_err());
+    assert_eq!(Device::current().unwrap(), gpu0, "the device is restored on panic");
+    assert!(StreamRef::with_current(gpu1, |s| s == &*BuiltinStream::null(gpu1)), "and the stream");
+}
