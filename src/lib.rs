@@ -17,6 +17,7 @@ mod stats;
 /// skips, saying why.
 pub const KERNELS_BUILT: bool = !cfg!(kernels_missing);
 pub mod mapped;
+pub mod nccl;
 
 pub use mapped::{FlagOutcome, MappedFlag, TagEntry, TagLog};
 pub use rng::Rng;

@@ -1,0 +1,173 @@
+//! A real all-reduce (NVIDIA's NCCL, loaded at run time: see `cuda_stream_tests::nccl`) over
+//! every GPU of the machine, enqueued on our streams and ordered before and after by our
+//! `wait_stream` and events. Each rank's input is written late, by a stream held back by a
+//! host flag: with our `wait_stream` every element of every rank's result is the sum; without
+//! it (the control) the all-reduce reads the inputs before they are written. One GPU is a
+//! clique of one; the two-GPU test skips with fewer (fails under `CUDA_STREAM_REQUIRE_GPUS=2`).
+//! Without NCCL the tests skip loudly, or fail under `CUDA_STREAM_REQUIRE_NCCL=1`.
+
+use cuda_stream::{Device, Result, Stream, check, sys};
+use cuda_stream_tests::nccl::{Nccl, nccl};
+use cuda_stream_tests::non_blocking_stream as stream;
+use cuda_stream_tests::{MappedFlag, gpu_or_skip, gpus_or_skip};
+use std::ffi::c_void;
+use std::time::Duration;
+
+const COUNT: usize = 1 << 20;
+const BYTES: usize = COUNT * size_of::<i32>();
+
+/// NCCL, or `None` after saying why the test `test` skips.
+fn nccl_or_skip(test: &str) -> Option<&'static Nccl> {
+    match nccl() {
+        Ok(nccl) => {
+            eprintln!("{test}: NCCL {} from {}", nccl.version().unwrap(), nccl.path);
+            Some(nccl)
+        }
+        Err(why) if std::env::var("CUDA_STREAM_REQUIRE_NCCL").as_deref() == Ok("1") => panic!("{test}: {why}"),
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            None
+        }
+    }
+}
+
+/// Device memory of one device, freed on drop.
+struct DeviceBuffer {
+    device: Device,
+    ptr: *mut c_void,
+}
+
+impl DeviceBuffer {
+    /// `BYTES` bytes on `device`, each set to `byte`.
+    fn filled(device: Device, byte: u8) -> Result<DeviceBuffer> {
+        let _current = device.make_current()?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        check(unsafe { sys::cudaMalloc(&mut ptr, BYTES) }, "cudaMalloc")?;
+        let buffer = DeviceBuffer { device, ptr };
+        // SAFETY: `ptr` holds BYTES bytes.
+        check(unsafe { sys::cudaMemset(ptr, i32::from(byte), BYTES) }, "cudaMemset")?;
+        // The fill runs on a default stream, which our non-blocking streams do not wait for.
+        // SAFETY: no arguments; the device is current.
+        check(unsafe { sys::cudaDeviceSynchronize() }, "cudaDeviceSynchronize")?;
+        Ok(buffer)
+    }
+
+    /// Copies the buffer to the host, in `stream`'s order (pageable memory: the call returns
+    /// once the copy is done).
+    fn read_on(&self, stream: &Stream) -> Result<Vec<i32>> {
+        let mut host = vec![0i32; COUNT];
+        let kind = sys::cudaMemcpyKind::cudaMemcpyDeviceToHost;
+        // SAFETY: `host` and the buffer hold BYTES bytes; `stream` is live.
+        let code = unsafe { sys::cudaMemcpyAsync(host.as_mut_ptr().cast(), self.ptr, BYTES, kind, stream.as_raw()) };
+        check(code, "cudaMemcpyAsync")?;
+        stream.synchronize()?;
+        Ok(host)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Ok(_current) = self.device.make_current() {
+            // SAFETY: our allocation, freed once, after the tests synchronized its users.
+            let _ = unsafe { sys::cudaFree(self.ptr) };
+        }
+    }
+}
+
+/// What `all_reduce` leaves in every rank's result, per element.
+fn expected_sum(ranks: usize) -> i32 {
+    // Rank r's input bytes are r + 1, so its i32s are (r + 1) * 0x01010101.
+    (1..=ranks as i32).sum::<i32>() * 0x0101_0101
+}
+
+/// The all-reduce over `devices`, each rank's input written late (behind a host flag) on a
+/// producer stream. With `ordered`, each rank's stream waits for its producer first
+/// (`wait_stream`); the results are read on a third stream that waits for the all-reduce by
+/// an event. Returns every rank's result.
+fn all_reduce(nccl: &'static Nccl, devices: &[Device], ordered: bool) -> Vec<Vec<i32>> {
+    let comms = nccl.comms(devices).unwrap();
+    let flag = MappedFlag::new().unwrap();
+    let (mut streams, mut producers, mut readers, mut buffers) = (vec![], vec![], vec![], vec![]);
+    for (rank, device) in devices.iter().enumerate() {
+        let (work, producer, reader) = (stream(*device), stream(*device), stream(*device));
+        let (send, receive) = (DeviceBuffer::filled(*device, 0).unwrap(), DeviceBuffer::filled(*device, 0xff).unwrap());
+        cuda_stream_tests::wait_flag(&producer, &flag, Duration::from_secs(20)).unwrap();
+        // SAFETY: `send` holds BYTES bytes and outlives the producer's work (synchronized below).
+        let code = unsafe { sys::cudaMemsetAsync(send.ptr, rank as i32 + 1, BYTES, producer.as_raw()) };
+        check(code, "cudaMemsetAsync").unwrap();
+        if ordered {
+            work.wait_stream(&producer).unwrap();
+        }
+        streams.push(work);
+        producers.push(producer);
+        readers.push(reader);
+        buffers.push((send, receive));
+    }
+    let pointers: Vec<_> = buffers.iter().map(|(send, receive)| (send.ptr.cast_const(), receive.ptr)).collect();
+    let stream_refs: Vec<_> = streams.iter().map(|stream| &**stream).collect();
+    // SAFETY: each pair holds COUNT i32s of its rank's device and outlives the work (every stream
+    // is synchronized before the buffers drop); stream r belongs to rank r's device.
+    unsafe { comms.all_reduce_sum_i32(&pointers, COUNT, &stream_refs) }.unwrap();
+    if !ordered {
+        // The control: the all-reduce finishes before any input is written.
+        for stream in &streams {
+            stream.synchronize().unwrap();
+        }
+    }
+    flag.set();
+    let results = readers
+        .iter()
+        .zip(&streams)
+        .zip(&buffers)
+        .map(|((reader, work), (_, receive))| {
+            reader.wait_event(&work.record_event().unwrap()).unwrap();
+            receive.read_on(reader).unwrap()
+        })
+        .collect();
+    for stream in producers.iter().chain(&streams) {
+        stream.synchronize().unwrap();
+    }
+    results
+}
+
+fn assert_every_element(results: &[Vec<i32>], expected: i32, what: &str) {
+    for (rank, result) in results.iter().enumerate() {
+        let wrong = result.iter().filter(|value| **value != expected).count();
+        assert_eq!(
+            wrong, 0,
+            "{what}: rank {rank}: {wrong} of {COUNT} elements are not {expected:#x} (first {:#x})",
+            result[0]
+        );
+    }
+}
+
+fn every_device() -> Vec<Device> {
+    (0..Device::count().unwrap()).map(|ordinal| Device::new(ordinal).unwrap()).collect()
+}
+
+#[test]
+fn an_all_reduce_on_our_streams_is_ordered_by_wait_stream_and_events() {
+    let _device = gpu_or_skip!();
+    let Some(nccl) = nccl_or_skip("an_all_reduce_on_our_streams_is_ordered_by_wait_stream_and_events") else { return };
+    let devices = every_device();
+    let results = all_reduce(nccl, &devices, true);
+    assert_every_element(&results, expected_sum(devices.len()), "ordered by wait_stream");
+}
+
+#[test]
+fn without_the_wait_the_all_reduce_reads_inputs_not_yet_written() {
+    let _device = gpu_or_skip!();
+    let Some(nccl) = nccl_or_skip("without_the_wait_the_all_reduce_reads_inputs_not_yet_written") else { return };
+    let results = all_reduce(nccl, &every_device(), false);
+    assert_every_element(&results, 0, "the control, without wait_stream");
+}
+
+#[test]
+fn two_gpus_all_reduce_on_our_streams() {
+    let devices = gpus_or_skip!(2);
+    let Some(nccl) = nccl_or_skip("two_gpus_all_reduce_on_our_streams") else { return };
+    let results = all_reduce(nccl, &devices, true);
+    assert_eq!(results.len(), 2);
+    assert_every_element(&results, expected_sum(2), "two GPUs, ordered by wait_stream");
+}
