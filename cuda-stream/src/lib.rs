@@ -109,6 +109,7 @@
 
 pub use cuda_stream_sys as sys;
 
+pub mod attributes;
 pub mod capture;
 mod completion;
 mod current;
@@ -126,6 +127,7 @@ mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use attributes::{AccessPolicyWindow, AccessProperty, SyncPolicy};
 pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureStatus};
 pub use completion::Completion;
 pub use device::{Device, DeviceGuard, driver_version, runtime_version};
