@@ -164,7 +164,7 @@ impl StreamRef {
     pub fn set_sync_policy(&self, policy: SyncPolicy) -> Result<()> {
         let mut value = sys::cudaLaunchAttributeValue::default();
         value.syncPolicy = policy.raw();
-        self.set_attribute(sys::cudaLaunchAttributeID::cudaLaunchAttributeSynchronizationPolicy, &value)
+        self.set_attribute(sys::cudaLaunchAttributeID::cudaLaunchAttributeSynchronizationPolicy, &value, || Ok(()))
     }
 
     /// How a host thread waits for this stream's work
@@ -195,15 +195,19 @@ impl StreamRef {
     /// errors.
     pub fn set_access_policy_window(&self, window: AccessPolicyWindow) -> Result<()> {
         window.validate()?;
-        let device = self.device();
-        let max = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMaxAccessPolicyWindowSize)?;
-        let max = usize::try_from(max).unwrap_or(0);
-        if window.num_bytes > max {
-            return Err(Error::AccessPolicyWindowTooLarge { num_bytes: window.num_bytes, max, device: device.ordinal() });
-        }
+        let within_the_device_maximum = || {
+            let device = self.device();
+            let max = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMaxAccessPolicyWindowSize)?;
+            let max = usize::try_from(max).unwrap_or(0);
+            match window.num_bytes > max {
+                true => Err(Error::AccessPolicyWindowTooLarge { num_bytes: window.num_bytes, max, device: device.ordinal() }),
+                false => Ok(()),
+            }
+        };
         let mut value = sys::cudaLaunchAttributeValue::default();
         value.accessPolicyWindow = window.raw();
-        self.set_attribute(sys::cudaLaunchAttributeID::cudaLaunchAttributeAccessPolicyWindow, &value)
+        let id = sys::cudaLaunchAttributeID::cudaLaunchAttributeAccessPolicyWindow;
+        self.set_attribute(id, &value, within_the_device_maximum)
     }
 
     /// The L2 access-policy window of this stream's kernels
@@ -220,10 +224,18 @@ impl StreamRef {
         Ok(AccessPolicyWindow::of(unsafe { &value.accessPolicyWindow }))
     }
 
-    fn set_attribute(&self, id: sys::cudaLaunchAttributeID, value: &sys::cudaLaunchAttributeValue) -> Result<()> {
+    /// Sets attribute `id` to `value` once the stream is known not to be capturing and the
+    /// check `valid` passes (so that a capturing stream sees no call but the capture check).
+    fn set_attribute(
+        &self,
+        id: sys::cudaLaunchAttributeID,
+        value: &sys::cudaLaunchAttributeValue,
+        valid: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let _current = self.enter()?;
         let _transitions = crate::capture::no_capture_transitions();
         self.refuse_capturing("a stream attribute is not set during capture (CUDA may invalidate it)")?;
+        valid()?;
         // SAFETY: `raw` is live (or a special handle of the current device); `value` is a
         // valid attribute value whose member `id` names was written.
         check(unsafe { sys::cudaStreamSetAttribute(self.as_raw(), id, value) }, "cudaStreamSetAttribute")
