@@ -200,7 +200,11 @@ impl StreamRef {
             let max = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMaxAccessPolicyWindowSize)?;
             let max = usize::try_from(max).unwrap_or(0);
             match window.num_bytes > max {
-                true => Err(Error::AccessPolicyWindowTooLarge { num_bytes: window.num_bytes, max, device: device.ordinal() }),
+                true => Err(Error::AccessPolicyWindowTooLarge {
+                    num_bytes: window.num_bytes,
+                    max,
+                    device: device.ordinal(),
+                }),
                 false => Ok(()),
             }
         };
