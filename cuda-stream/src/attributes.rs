@@ -199,14 +199,14 @@ impl StreamRef {
             let device = self.device();
             let max = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMaxAccessPolicyWindowSize)?;
             let max = usize::try_from(max).unwrap_or(0);
-            match window.num_bytes > max {
-                true => Err(Error::AccessPolicyWindowTooLarge {
+            if window.num_bytes > max {
+                return Err(Error::AccessPolicyWindowTooLarge {
                     num_bytes: window.num_bytes,
                     max,
                     device: device.ordinal(),
-                }),
-                false => Ok(()),
+                });
             }
+            Ok(())
         };
         let mut value = sys::cudaLaunchAttributeValue::default();
         value.accessPolicyWindow = window.raw();
