@@ -1,11 +1,17 @@
 //! The effects streams exist for, measured on the GPU: overlap of independent streams, priority
-//! under a saturating backlog, and the stream pool in a fork/join pipeline. Prints tables
-//! (medians and min..max of 7 repetitions) and writes `$BENCH_OUT/bench-effects.json`.
-//! `--quick` runs fewer repetitions.
+//! under a saturating backlog, the stream pool in a fork/join pipeline, and where overlap stops
+//! for lack of hardware queues (at this process's `CUDA_DEVICE_MAX_CONNECTIONS`, then in a
+//! child process of this benchmark started with 32). Prints tables (medians and min..max of 7
+//! repetitions) and writes `$BENCH_OUT/bench-effects.json`. `--quick` runs fewer repetitions.
 
-use cuda_stream::{BuiltinStream, Stream, StreamOptions, StreamPool, StreamRef};
+use cuda_stream::{BuiltinStream, Device, Stream, StreamOptions, StreamPool, StreamRef};
 use cuda_stream_tests::{Stats, TagLog, poll_until};
 use std::time::{Duration, Instant};
+
+/// Runs only the hardware-queue section, and prints its JSON rows behind this prefix for the
+/// parent process to collect.
+const QUEUES_CHILD: &str = "--queues-child";
+const JSON_ROW: &str = "json-row ";
 
 fn repeat(reps: usize, mut sample: impl FnMut() -> f64) -> Stats {
     sample(); // warm-up
@@ -16,21 +22,83 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
+/// Prints one table row and keeps it as a JSON object.
+fn row(json: &mut Vec<String>, name: &str, unit: &str, s: &Stats) {
+    println!("  {name:<58} {:>9.3} {unit}  ({:.3}..{:.3})", s.median, s.min, s.max);
+    json.push(format!(
+        "{{\"name\":\"{name}\",\"unit\":\"{unit}\",\"median\":{:.4},\"min\":{:.4},\"max\":{:.4}}}",
+        s.median, s.min, s.max
+    ));
+}
+
+/// Where overlap stops: N streams, each given 4 one-block kernels of 1 ms one stream after
+/// another, against the same kernels on one stream. Streams share the context's hardware
+/// queues, and a stream's second kernel, waiting for its first, holds its queue: expect an
+/// overlap factor of about min(N, queues).
+fn queue_overlap(device: Device, reps: usize, json: &mut Vec<String>) -> cuda_stream::Result<()> {
+    let (kernels, spin) = (4, Duration::from_millis(1));
+    let queues = Device::hardware_queues();
+    println!("hardware queues: {queues} (CUDA_DEVICE_MAX_CONNECTIONS); N streams x {kernels} kernels of {spin:?}");
+    for count in [8, 32, 128] {
+        let streams: Vec<Stream> =
+            (0..count).map(|_| Stream::new(device, StreamOptions::non_blocking())).collect::<Result<_, _>>()?;
+        let time_ms = |spread: bool| -> f64 {
+            device.synchronize().unwrap();
+            let start = Instant::now();
+            for stream in 0..count {
+                for _ in 0..kernels {
+                    cuda_stream_tests::spin(&streams[if spread { stream } else { 0 }], spin).unwrap();
+                }
+            }
+            device.synchronize().unwrap();
+            ms(start.elapsed())
+        };
+        let serial = repeat(reps, || time_ms(false));
+        let spread = repeat(reps, || time_ms(true));
+        row(json, &format!("{queues} queues, {count} streams: one stream (ms)"), "ms", &serial);
+        row(json, &format!("{queues} queues, {count} streams: a stream each (ms)"), "ms", &spread);
+        row(json, &format!("{queues} queues, {count} streams: overlap factor"), "x", &serial.ratio(&spread));
+    }
+    Ok(())
+}
+
+/// [`queue_overlap`] in a child process of this benchmark with `CUDA_DEVICE_MAX_CONNECTIONS=32`
+/// (the driver reads it when it creates the context): prints its rows, keeps its JSON.
+fn queue_overlap_at_32(json: &mut Vec<String>) {
+    let exe = std::env::current_exe().expect("the benchmark knows its path");
+    let mut args: Vec<String> = std::env::args().skip(1).filter(|arg| arg == "--quick").collect();
+    args.push(QUEUES_CHILD.to_string());
+    let child = std::process::Command::new(exe)
+        .args(&args)
+        .env("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+        .output()
+        .expect("the benchmark can start itself");
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    for line in stdout.lines() {
+        match line.strip_prefix(JSON_ROW) {
+            Some(object) => json.push(object.to_string()),
+            None => println!("{line}"),
+        }
+    }
+    if !child.status.success() {
+        println!("the CUDA_DEVICE_MAX_CONNECTIONS=32 child failed: {}", String::from_utf8_lossy(&child.stderr));
+    }
+}
+
 fn main() -> cuda_stream::Result<()> {
     let quick = std::env::args().any(|arg| arg == "--quick");
     let reps = if quick { 3 } else { 7 };
     let Some(device) = cuda_stream_tests::gpu::example_device("effects benchmark") else { return Ok(()) };
+    let mut json = Vec::new();
+    if std::env::args().any(|arg| arg == QUEUES_CHILD) {
+        queue_overlap(device, reps, &mut json)?;
+        json.iter().for_each(|object| println!("{JSON_ROW}{object}"));
+        return Ok(());
+    }
     let sms = cuda_stream_tests::sm_count(device)?;
     let range = device.priority_range()?;
     println!("effects benchmark on {} ({sms} SMs), {reps} repetitions", device.name()?);
-    let mut json = Vec::new();
-    let mut row = |name: &str, unit: &str, s: &Stats| {
-        println!("  {name:<58} {:>9.3} {unit}  ({:.3}..{:.3})", s.median, s.min, s.max);
-        json.push(format!(
-            "{{\"name\":\"{name}\",\"unit\":\"{unit}\",\"median\":{:.4},\"min\":{:.4},\"max\":{:.4}}}",
-            s.median, s.min, s.max
-        ));
-    };
+    let mut row = |name: &str, unit: &str, s: &Stats| row(&mut json, name, unit, s);
 
     // Overlap: 8 kernels, each 1/8 of the GPU's thread slots (1024-thread blocks, 2 per SM),
     // spinning 2 ms.
@@ -116,6 +184,9 @@ fn main() -> cuda_stream::Result<()> {
     let leased = repeat(reps, || per_step_us(true));
     row("per step, child stream created + destroyed (us)", "us", &created);
     row("per step, child stream leased from the pool (us)", "us", &leased);
+
+    queue_overlap(device, reps, &mut json)?;
+    queue_overlap_at_32(&mut json);
 
     let dir = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target".to_string());
     let _ = std::fs::create_dir_all(&dir);

@@ -332,7 +332,15 @@ pub fn spawn_child_test(test: &str, env: &[(&str, String)]) -> std::process::Chi
 /// # Panics
 /// If the child fails or a line is missing: that is the test's failure.
 pub fn child_test_prints(test: &str, expected: &[&str]) {
-    let child = spawn_child_test(test, &[]).wait_with_output().expect("the child test runs");
+    child_test_prints_with(test, &[], expected);
+}
+
+/// [`child_test_prints`] with `env` set in the child's environment.
+///
+/// # Panics
+/// As [`child_test_prints`].
+pub fn child_test_prints_with(test: &str, env: &[(&str, String)], expected: &[&str]) {
+    let child = spawn_child_test(test, env).wait_with_output().expect("the child test runs");
     let stdout = String::from_utf8_lossy(&child.stdout);
     let stderr = String::from_utf8_lossy(&child.stderr);
     assert!(child.status.success(), "the child {test} failed: {stdout}\n{stderr}");

@@ -160,6 +160,16 @@ impl StreamRef {
         Ok(CaptureStatus::of(status))
     }
 
+    /// [`Error::CaptureMisuse`] with `why` while this stream is being captured (or its
+    /// capture is invalidated), through `cudaStreamIsCapturing`, the one query CUDA allows
+    /// on a capturing stream: the check itself never disturbs the capture.
+    pub(crate) fn refuse_capturing(&self, why: &'static str) -> Result<()> {
+        match self.capture_status()? {
+            CaptureStatus::None => Ok(()),
+            _ => Err(Error::CaptureMisuse(why)),
+        }
+    }
+
     /// The capture status and the capture's unique id
     /// ([`cudaStreamGetCaptureInfo`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
     ///

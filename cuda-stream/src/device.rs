@@ -150,6 +150,26 @@ impl Device {
         Ok(value)
     }
 
+    /// How many hardware work queues (connections) the driver gives each context it creates
+    /// in this process: `CUDA_DEVICE_MAX_CONNECTIONS` as NVIDIA documents it, 8 when unset, at
+    /// most 32 ([CUDA environment variables](https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars)).
+    /// Streams map onto these queues; work on a queue runs in order, so with more busy
+    /// streams than queues, streams that share one wait for each other (a false dependency):
+    /// a stream waiting on an event holds back every stream behind it on its queue.
+    ///
+    /// Read from this process's environment now, parsed as an integer and clamped to `1..=32`;
+    /// unset or unparsable means the default, 8 (how the driver treats malformed values is not
+    /// documented). What it cannot know:
+    /// * the environment when the driver read it, at context creation: a context created
+    ///   before a change, or by a process whose environment differed, has its own count;
+    /// * whether the driver allocated what was asked: "the number actually allocated by the
+    ///   driver may differ from what is requested based on hardware resource limitations"
+    ///   (NVIDIA's MPS documentation; under MPS, a server's clients share one pool);
+    /// * which queue a given stream maps to: the driver's choice.
+    pub fn hardware_queues() -> usize {
+        hardware_queues_of(std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref())
+    }
+
     /// Whether the device's primary context is active: whether anything in this process has
     /// initialized the device (`cuDevicePrimaryCtxGetState`, through the runtime's driver entry
     /// points). Initializes nothing.
@@ -213,6 +233,18 @@ pub fn runtime_version() -> Result<i32> {
     Ok(version)
 }
 
+/// The driver's default number of hardware queues per context, and its maximum.
+const DEFAULT_HARDWARE_QUEUES: usize = 8;
+const MAX_HARDWARE_QUEUES: usize = 32;
+
+/// [`Device::hardware_queues`] for a value of `CUDA_DEVICE_MAX_CONNECTIONS`.
+fn hardware_queues_of(variable: Option<&str>) -> usize {
+    match variable.map(str::trim).map(str::parse::<i64>) {
+        Some(Ok(requested)) => requested.clamp(1, MAX_HARDWARE_QUEUES as i64) as usize,
+        _ => DEFAULT_HARDWARE_QUEUES,
+    }
+}
+
 /// Whether the process sees exactly one device, so that no device is ever switched. Read once:
 /// the device count of a process does not change.
 fn single_device() -> bool {
@@ -256,5 +288,24 @@ impl Drop for DeviceGuard {
             // fails only if the context is already poisoned, which every later call reports.
             let _ = driver::set_current_context(previous);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardware_queues_default_to_8_and_clamp_to_1_through_32() {
+        assert_eq!(hardware_queues_of(None), 8);
+        assert_eq!(hardware_queues_of(Some("")), 8);
+        assert_eq!(hardware_queues_of(Some("many")), 8);
+        assert_eq!(hardware_queues_of(Some("32")), 32);
+        assert_eq!(hardware_queues_of(Some(" 4\n")), 4);
+        assert_eq!(hardware_queues_of(Some("1")), 1);
+        assert_eq!(hardware_queues_of(Some("0")), 1);
+        assert_eq!(hardware_queues_of(Some("-3")), 1);
+        assert_eq!(hardware_queues_of(Some("64")), 32);
+        assert_eq!(hardware_queues_of(Some("99999999999999999999")), 8);
     }
 }

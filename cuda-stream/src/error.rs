@@ -160,6 +160,21 @@ pub enum Error {
         /// The pool's bound.
         capacity: usize,
     },
+    /// An L2 access-policy window larger than the device allows
+    /// (`cudaDevAttrMaxAccessPolicyWindowSize`), refused before it reaches CUDA.
+    #[error("an L2 access-policy window of {num_bytes} bytes exceeds device {device}'s maximum of {max} bytes")]
+    AccessPolicyWindowTooLarge {
+        /// The window's size in bytes.
+        num_bytes: usize,
+        /// The device's maximum window size in bytes.
+        max: usize,
+        /// The device's ordinal.
+        device: i32,
+    },
+    /// An L2 access-policy window CUDA's documentation rules out (a hit ratio outside
+    /// `0.0..=1.0`, a persisting miss property), refused before it reaches CUDA.
+    #[error("invalid L2 access-policy window: {0}")]
+    InvalidAccessPolicyWindow(&'static str),
     /// A special handle (null, legacy, per-thread) offered as an owned stream.
     #[error("handle {handle:#x} is a built-in stream and cannot be owned or destroyed")]
     BuiltinNotOwnable {

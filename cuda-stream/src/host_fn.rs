@@ -184,11 +184,9 @@ impl StreamRef {
         // Refuse a capturing stream before CUDA sees it: cudaStreamAddCallback refuses it too
         // (atomically, even if a foreign capture begins between here and there), but only after
         // invalidating the capture.
-        if self.capture_status()? != crate::CaptureStatus::None {
-            return Err(Error::CaptureMisuse(
-                "a FnOnce host function cannot be captured (a graph may replay it); use Capture::launch_host_fn",
-            ));
-        }
+        self.refuse_capturing(
+            "a FnOnce host function cannot be captured (a graph may replay it); use Capture::launch_host_fn",
+        )?;
         let data = Box::into_raw(Counted::boxed(f));
         let callback =
             Some(run_callback::<F> as unsafe extern "C" fn(sys::cudaStream_t, sys::cudaError_t, *mut c_void));

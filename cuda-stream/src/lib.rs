@@ -110,6 +110,7 @@
 pub use cuda_stream_sys as sys;
 
 mod as_stream;
+pub mod attributes;
 pub mod capture;
 mod completion;
 #[cfg(feature = "cudarc")]
@@ -130,6 +131,7 @@ mod stream;
 pub mod testing;
 
 pub use as_stream::AsStream;
+pub use attributes::{AccessPolicyWindow, AccessProperty, SyncPolicy};
 pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureStatus};
 pub use completion::Completion;
 pub use current::CurrentStream;

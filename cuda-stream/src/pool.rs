@@ -41,6 +41,18 @@ impl StreamPool {
         Ok(StreamPool { device, options, slots })
     }
 
+    /// A pool with one stream per hardware queue ([`Device::hardware_queues`]): as many
+    /// leases as the driver has queues, so busy leases need not share a queue, where a stream
+    /// waiting on an event would hold back another lease's work (a false dependency). Which
+    /// queue a stream maps to is the driver's choice, and every other stream of the process
+    /// maps onto the same queues: this bounds the sharing, it cannot forbid it.
+    ///
+    /// # Errors
+    /// As [`StreamPool::new`].
+    pub fn with_hardware_queues(device: Device, options: StreamOptions) -> Result<StreamPool> {
+        StreamPool::new(device, options, Device::hardware_queues())
+    }
+
     /// Leases a stream no one else holds; it returns to the pool when the lease drops.
     ///
     /// # Errors

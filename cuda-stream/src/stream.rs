@@ -208,9 +208,7 @@ impl StreamRef {
         if let Some(id) = self.id {
             return Ok(id);
         }
-        if self.capture_status()? != crate::CaptureStatus::None {
-            return Err(Error::CaptureMisuse("reading the id of a capturing stream would invalidate the capture"));
-        }
+        self.refuse_capturing("reading the id of a capturing stream would invalidate the capture")?;
         self.read_id()
     }
 
