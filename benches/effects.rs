@@ -134,9 +134,9 @@ fn main() -> cuda_stream::Result<()> {
 
     // Priority: a 1-thread kernel's latency while the lowest-priority stream holds a backlog that
     // fills every thread slot for 20 waves of 1 ms.
-    let low = Stream::new(device, StreamOptions::non_blocking().with_priority(range.lowest()))?;
-    let equal = Stream::new(device, StreamOptions::non_blocking().with_priority(range.lowest()))?;
-    let high = Stream::new(device, StreamOptions::non_blocking().with_priority(range.highest()))?;
+    let low = Stream::new(device, StreamOptions::non_blocking().with_priority(range.least_urgent()))?;
+    let equal = Stream::new(device, StreamOptions::non_blocking().with_priority(range.least_urgent()))?;
+    let high = Stream::new(device, StreamOptions::non_blocking().with_priority(range.most_urgent()))?;
     let log = TagLog::new(4)?;
     let latency_ms = |stream: &Stream, backlog: bool| -> f64 {
         device.synchronize().unwrap();

@@ -90,7 +90,7 @@ fn main() {
         }
     };
     let range = device.priority_range().unwrap();
-    let high = range.highest();
+    let high = range.most_urgent();
     let a = Stream::new(device, StreamOptions::non_blocking()).unwrap();
     let b = Stream::new(device, StreamOptions::non_blocking()).unwrap();
     let event = Event::new(device, EventFlags::default()).unwrap();

@@ -9,11 +9,11 @@ fn main() -> cuda_stream::Result<()> {
     let Some(device) = cuda_stream_tests::gpu::example_device("priorities") else { return Ok(()) };
     let range = device.priority_range()?;
     let sms = cuda_stream_tests::sm_count(device)?;
-    let batch = Stream::new(device, StreamOptions::non_blocking().with_priority(range.lowest()))?;
-    let same = Stream::new(device, StreamOptions::non_blocking().with_priority(range.lowest()))?;
-    let urgent = Stream::new(device, StreamOptions::non_blocking().with_priority(range.highest()))?;
+    let batch = Stream::new(device, StreamOptions::non_blocking().with_priority(range.least_urgent()))?;
+    let same = Stream::new(device, StreamOptions::non_blocking().with_priority(range.least_urgent()))?;
+    let urgent = Stream::new(device, StreamOptions::non_blocking().with_priority(range.most_urgent()))?;
     let log = TagLog::new(2)?;
-    println!("priority range {range}; batch: 10 waves of full-GPU 1 ms blocks at {}", range.lowest().value());
+    println!("priority range {range}; batch: 10 waves of full-GPU 1 ms blocks at {}", range.least_urgent().value());
     for (name, stream) in [("batch priority", &same), ("highest priority", &urgent)] {
         log.clear();
         cuda_stream_tests::spin_grid(&batch, Duration::from_millis(1), sms * 2 * 10, 1024)?;

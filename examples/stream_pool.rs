@@ -7,7 +7,7 @@ use std::time::Duration;
 fn main() -> cuda_stream::Result<()> {
     let Some(device) = cuda_stream_tests::gpu::example_device("stream_pool") else { return Ok(()) };
     let range = device.priority_range()?;
-    let pool = StreamPool::new(device, StreamOptions::non_blocking().with_priority(range.highest()), 32)?;
+    let pool = StreamPool::new(device, StreamOptions::non_blocking().with_priority(range.most_urgent()), 32)?;
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..8)
             .map(|worker| {
@@ -29,7 +29,7 @@ fn main() -> cuda_stream::Result<()> {
         "80 leases served by {} streams (bound {}), priority {}",
         pool.created(),
         pool.capacity(),
-        range.highest().value()
+        range.most_urgent().value()
     );
     Ok(())
 }

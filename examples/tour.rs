@@ -49,13 +49,13 @@ fn show_device(ordinal: i32) -> cuda_stream::Result<()> {
     println!("  legacy stream      id {}", legacy.id()?);
     println!("  per-thread stream  id {} (this thread's)", per_thread.id()?);
 
-    let stream = Stream::new(device, StreamOptions::non_blocking().with_priority(range.highest()))?;
+    let stream = Stream::new(device, StreamOptions::non_blocking().with_priority(range.most_urgent()))?;
     println!(
         "  new stream         id {}, non-blocking {}, priority {} (asked {})",
         stream.id()?,
         stream.is_non_blocking()?,
         stream.priority()?.value(),
-        range.highest().value()
+        range.most_urgent().value()
     );
     let start = cuda_stream::Event::new(device, EventFlags::timing())?;
     let end = cuda_stream::Event::new(device, EventFlags::timing())?;

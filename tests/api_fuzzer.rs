@@ -768,9 +768,12 @@ impl<'p> World<'p> {
                 let outside = kind % 8 >= 6;
                 let options = match kind % 8 {
                     0 | 1 => options,
-                    2..=5 => options.with_priority(Priority(range.greatest + (priority % range.levels()) as i32)),
-                    _ if priority % 2 == 0 => options.with_priority(Priority(range.least + 1 + (priority % 3) as i32)),
-                    _ => options.with_priority(Priority(range.greatest - 1 - (priority % 3) as i32)),
+                    2..=5 => options
+                        .with_priority(Priority(range.most_urgent().value() + (priority % range.levels()) as i32)),
+                    _ if priority % 2 == 0 => {
+                        options.with_priority(Priority(range.least_urgent().value() + 1 + (priority % 3) as i32))
+                    }
+                    _ => options.with_priority(Priority(range.most_urgent().value() - 1 - (priority % 3) as i32)),
                 };
                 let stream = Stream::new(device, options);
                 note("Stream::new", &stream);

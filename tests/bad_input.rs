@@ -39,7 +39,7 @@ fn priorities_outside_the_range_on_both_sides() {
     let device = gpu_or_skip!();
     leaks_nothing(|| {
         let range = device.priority_range().unwrap();
-        for requested in [range.greatest - 1, range.least + 1, i32::MIN, i32::MAX] {
+        for requested in [range.most_urgent().value() - 1, range.least_urgent().value() + 1, i32::MIN, i32::MAX] {
             let options = StreamOptions::non_blocking().with_priority(Priority(requested));
             let error = Stream::new(device, options).unwrap_err();
             assert_eq!(error, Error::PriorityOutOfRange { requested, device: 0, range });

@@ -93,20 +93,20 @@ fn pool_leases_are_exclusive_under_16_threads() {
 fn pool_reuses_released_streams_refuses_past_its_bound_and_honours_priority() {
     let device = gpu_or_skip!();
     let range = device.priority_range().unwrap();
-    let options = StreamOptions::non_blocking().with_priority(range.highest());
+    let options = StreamOptions::non_blocking().with_priority(range.most_urgent());
     let pool = StreamPool::new(device, options, 2).unwrap();
     let first = pool.acquire().unwrap().id().unwrap();
     let again = pool.acquire().unwrap();
     assert_eq!(again.id().unwrap(), first, "a released stream is reused");
     assert_eq!(pool.created(), 1);
-    assert_eq!(again.priority().unwrap(), range.highest());
+    assert_eq!(again.priority().unwrap(), range.most_urgent());
     assert!(again.is_non_blocking().unwrap());
     let second = pool.acquire().unwrap();
     assert_ne!(*second, *again);
     assert_eq!(pool.acquire().unwrap_err(), Error::PoolExhausted { capacity: 2 });
     drop(second);
     assert!(pool.acquire().is_ok());
-    let bad = StreamOptions::non_blocking().with_priority(cuda_stream::Priority(range.greatest - 1));
+    let bad = StreamOptions::non_blocking().with_priority(cuda_stream::Priority(range.most_urgent().value() - 1));
     assert!(matches!(StreamPool::new(device, bad, 4), Err(Error::PriorityOutOfRange { .. })));
 }
 

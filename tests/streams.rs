@@ -128,7 +128,7 @@ fn priorities_are_checked_read_back_and_scheduled_first() {
     let device = gpu_or_skip!();
     let range = device.priority_range().unwrap();
     assert!(range.levels() > 1, "range {range}");
-    for bad in [range.greatest - 1, range.least + 1] {
+    for bad in [range.most_urgent().value() - 1, range.least_urgent().value() + 1] {
         match Stream::new(device, StreamOptions::non_blocking().with_priority(Priority(bad))) {
             Err(Error::PriorityOutOfRange { requested, range: reported, .. }) => {
                 assert_eq!((requested, reported), (bad, range));
@@ -136,12 +136,12 @@ fn priorities_are_checked_read_back_and_scheduled_first() {
             other => panic!("priority {bad} outside {range} gave {other:?}"),
         }
     }
-    let high = Stream::new(device, StreamOptions::non_blocking().with_priority(range.highest())).unwrap();
-    let low = Stream::new(device, StreamOptions::non_blocking().with_priority(range.lowest())).unwrap();
-    let equal = Stream::new(device, StreamOptions::non_blocking().with_priority(range.lowest())).unwrap();
-    assert_eq!(high.priority().unwrap(), range.highest());
-    assert_eq!(low.priority().unwrap(), range.lowest());
-    assert_eq!(range.clamp(range.greatest - 10), range.highest());
+    let high = Stream::new(device, StreamOptions::non_blocking().with_priority(range.most_urgent())).unwrap();
+    let low = Stream::new(device, StreamOptions::non_blocking().with_priority(range.least_urgent())).unwrap();
+    let equal = Stream::new(device, StreamOptions::non_blocking().with_priority(range.least_urgent())).unwrap();
+    assert_eq!(high.priority().unwrap(), range.most_urgent());
+    assert_eq!(low.priority().unwrap(), range.least_urgent());
+    assert_eq!(range.clamp(range.most_urgent().value() - 10), range.most_urgent());
 
     if !cuda_stream_tests::concurrency_visible() {
         return;

@@ -116,7 +116,7 @@ impl Device {
         // SAFETY: both out-pointers are valid for the call; the device is current.
         let code = unsafe { sys::cudaDeviceGetStreamPriorityRange(&mut least, &mut greatest) };
         check(code, "cudaDeviceGetStreamPriorityRange")?;
-        Ok(PriorityRange { least, greatest })
+        Ok(PriorityRange::new(least, greatest))
     }
 
     /// The device's name, e.g. `NVIDIA H200`

@@ -6,7 +6,7 @@
 //! # fn main() -> cuda_stream::Result<()> {
 //! let device = Device::new(0)?;
 //! let range = device.priority_range()?;
-//! let urgent = Stream::new(device, StreamOptions::non_blocking().with_priority(range.highest()))?;
+//! let urgent = Stream::new(device, StreamOptions::non_blocking().with_priority(range.most_urgent()))?;
 //! let batch = Stream::new(device, StreamOptions::non_blocking())?;
 //! // ... enqueue work on `batch` (kernels take `batch.as_raw()`) ...
 //! urgent.wait_stream(&batch)?; // later work on `urgent` waits for `batch`'s work so far
@@ -74,7 +74,7 @@
 //! | input | result |
 //! |---|---|
 //! | `Device::new(-1)`, `Device::new(count)`, `Device::new(i32::MAX)` | [`Error::InvalidDevice`] with the count |
-//! | a priority above the least or below the greatest of the device's range | [`Error::PriorityOutOfRange`] with the range |
+//! | a priority less urgent than `least_urgent()` or more urgent than `most_urgent()` | [`Error::PriorityOutOfRange`] with the range |
 //! | recording an event of device 1 on a stream of device 0 | [`Error::DeviceMismatch`] |
 //! | `elapsed` with an event created without timing | [`Error::TimingDisabled`] |
 //! | `elapsed` with an event never recorded | [`Error::EventNotRecorded`] |

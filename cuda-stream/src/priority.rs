@@ -18,25 +18,32 @@ impl Priority {
     }
 }
 
-/// A device's priority range: `least` (numerically greatest, the default) to `greatest`
-/// (numerically smallest, the most urgent).
+/// A device's priority range, from its least urgent priority (CUDA's `leastPriority`,
+/// numerically the greatest, e.g. 0: the default) to its most urgent (CUDA's
+/// `greatestPriority`, numerically the smallest, e.g. -5). CUDA's names read backwards to most
+/// users ("least" is the larger number), so this type names the ends by what they mean.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PriorityRange {
-    /// The least urgent priority (CUDA's `leastPriority`, e.g. 0).
-    pub least: i32,
-    /// The most urgent priority (CUDA's `greatestPriority`, e.g. -5).
-    pub greatest: i32,
+    least_urgent: i32,
+    most_urgent: i32,
 }
 
 impl PriorityRange {
-    /// The most urgent priority on this device.
-    pub fn highest(self) -> Priority {
-        Priority(self.greatest)
+    /// The range from `least_urgent` (numerically greater or equal) to `most_urgent`, as
+    /// `cudaDeviceGetStreamPriorityRange` reports them (`leastPriority`, `greatestPriority`).
+    pub const fn new(least_urgent: i32, most_urgent: i32) -> PriorityRange {
+        PriorityRange { least_urgent, most_urgent }
     }
 
-    /// The least urgent priority on this device.
-    pub fn lowest(self) -> Priority {
-        Priority(self.least)
+    /// The most urgent priority on this device (numerically the smallest, e.g. -5).
+    pub fn most_urgent(self) -> Priority {
+        Priority(self.most_urgent)
+    }
+
+    /// The least urgent priority on this device (numerically the greatest, e.g. 0), which is
+    /// also CUDA's default on current GPUs.
+    pub fn least_urgent(self) -> Priority {
+        Priority(self.least_urgent)
     }
 
     /// CUDA's default priority, 0, clamped into the range.
@@ -46,23 +53,23 @@ impl PriorityRange {
 
     /// Whether `priority` is inside the range.
     pub fn contains(self, priority: Priority) -> bool {
-        (self.greatest..=self.least).contains(&priority.0)
+        (self.most_urgent..=self.least_urgent).contains(&priority.0)
     }
 
     /// The nearest priority inside the range: what CUDA would apply in silence.
     pub fn clamp(self, value: i32) -> Priority {
-        Priority(value.clamp(self.greatest, self.least))
+        Priority(value.clamp(self.most_urgent, self.least_urgent))
     }
 
     /// How many distinct levels the device has.
     pub fn levels(self) -> u32 {
-        self.least.abs_diff(self.greatest) + 1
+        self.least_urgent.abs_diff(self.most_urgent) + 1
     }
 }
 
 impl fmt::Display for PriorityRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (lowest) ..= {} (highest)", self.least, self.greatest)
+        write!(f, "{} (least urgent) ..= {} (most urgent)", self.least_urgent, self.most_urgent)
     }
 }
 
@@ -70,12 +77,12 @@ impl fmt::Display for PriorityRange {
 mod tests {
     use super::*;
 
-    const H200: PriorityRange = PriorityRange { least: 0, greatest: -5 };
+    const H200: PriorityRange = PriorityRange::new(0, -5);
 
     #[test]
     fn lower_numbers_are_more_urgent() {
-        assert_eq!(H200.highest(), Priority(-5));
-        assert_eq!(H200.lowest(), Priority(0));
+        assert_eq!(H200.most_urgent(), Priority(-5));
+        assert_eq!(H200.least_urgent(), Priority(0));
         assert_eq!(H200.default_priority(), Priority(0));
         assert_eq!(H200.levels(), 6);
     }

@@ -39,9 +39,9 @@ fn hold(stream: &StreamRef) -> mpsc::Sender<()> {
 fn every_kind_of_stream_with_its_ownership_and_priority() {
     let Some(device) = device("every_kind_of_stream_with_its_ownership_and_priority") else { return };
     let range = device.priority_range().unwrap();
-    let high = Stream::new(device, StreamOptions::non_blocking().with_priority(range.highest())).unwrap();
+    let high = Stream::new(device, StreamOptions::non_blocking().with_priority(range.most_urgent())).unwrap();
     let blocking = Stream::new(device, StreamOptions::default()).unwrap();
-    assert_eq!(high.priority().unwrap(), range.highest());
+    assert_eq!(high.priority().unwrap(), range.most_urgent());
     assert!(high.is_non_blocking().unwrap() && !blocking.is_non_blocking().unwrap());
     assert_eq!(high.ownership(), Ownership::Owned);
     let (legacy, per_thread) = (BuiltinStream::legacy(device), BuiltinStream::per_thread(device));
