@@ -121,8 +121,9 @@ fn capture_misuse() {
         assert_eq!(cuda_name(&stream.begin_capture(capture::ThreadLocal).unwrap_err()), Some("cudaErrorIllegalState"));
         let refused = stream.launch_host_fn(|| ()).unwrap_err();
         assert!(matches!(refused, Error::CaptureMisuse(_)), "{refused}");
-        assert_eq!(cuda_name(&stream.query().unwrap_err()), Some("cudaErrorStreamCaptureUnsupported"));
-        assert_eq!(cuda_name(&capture.end().unwrap_err()), Some("cudaErrorStreamCaptureInvalidated"));
+        let refused = stream.query().unwrap_err();
+        assert!(matches!(refused, Error::CaptureMisuse(_)), "the crate refuses what CUDA would answer by invalidating");
+        assert!(capture.end().is_ok(), "the capture survived the refused query");
         stream.synchronize().unwrap();
     });
 }
