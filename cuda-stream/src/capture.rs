@@ -177,9 +177,9 @@ impl StreamRef {
         let transition = capture_transition();
         // SAFETY: a live stream; the mode is a valid constant.
         check(unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture")?;
-        live_captures::begun(self.device(), M::RAW);
+        let counted = live_captures::begun(self.device(), M::RAW);
         drop(transition);
-        let mut capture = Capture { stream: self, id: 0, ended: false, _mode: PhantomData };
+        let mut capture = Capture { stream: self, id: 0, counted, ended: false, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
         capture.id = capture_state(self)?.info.id;
         Ok(capture)
@@ -284,6 +284,8 @@ pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Res
 pub struct Capture<'a, M: CaptureMode> {
     stream: &'a StreamRef,
     id: u64,
+    /// This capture's entry in the captures in progress, uncounted when it ends.
+    counted: live_captures::Entry,
     ended: bool,
     _mode: PhantomData<(M, M::Thread)>,
 }
@@ -359,7 +361,7 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     fn finish(&mut self) -> Result<sys::cudaGraph_t> {
         self.ended = true;
         let graph = end_capture(self.stream);
-        live_captures::ended(self.stream.device(), M::RAW);
+        live_captures::ended(self.counted);
         graph
     }
 }

@@ -18,9 +18,9 @@ static IN_PROGRESS: AtomicUsize = AtomicUsize::new(0);
 static CAPTURES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
 /// A capture in progress: where, in which mode, and (for the modes that end on the thread that
-/// began them) by which thread.
+/// began them) by which thread. Its [`Capture`](crate::Capture) keeps it, to uncount it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-struct Entry {
+pub(crate) struct Entry {
     device: Device,
     mode: sys::cudaStreamCaptureMode,
     /// The thread identity that began it; 0 for a Relaxed capture, which may change threads.
@@ -38,17 +38,19 @@ fn captures() -> MutexGuard<'static, Vec<Entry>> {
     CAPTURES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Counts a capture of `device` in `mode` that CUDA has just begun on this thread.
-pub(crate) fn begun(device: Device, mode: sys::cudaStreamCaptureMode) {
+/// Counts a capture of `device` in `mode` that CUDA has just begun on this thread; [`ended`]
+/// takes the entry back.
+pub(crate) fn begun(device: Device, mode: sys::cudaStreamCaptureMode) -> Entry {
+    let entry = Entry::new(device, mode);
     let mut captures = captures();
-    captures.push(Entry::new(device, mode));
+    captures.push(entry);
     IN_PROGRESS.store(captures.len(), Ordering::Relaxed);
+    entry
 }
 
-/// Uncounts a capture that [`begun`] counted, once, whether or not CUDA ended it cleanly. A
-/// Global or ThreadLocal capture ends on the thread that began it (its guard is `!Send`).
-pub(crate) fn ended(device: Device, mode: sys::cudaStreamCaptureMode) {
-    let entry = Entry::new(device, mode);
+/// Uncounts a capture that [`begun`] counted: called once per capture, whether or not CUDA
+/// ended it cleanly, on any thread.
+pub(crate) fn ended(entry: Entry) {
     let mut captures = captures();
     if let Some(index) = captures.iter().position(|counted| *counted == entry) {
         captures.swap_remove(index);
@@ -137,7 +139,7 @@ mod tests {
         assert!(!any());
         assert_eq!(refuse_device_synchronize(gpu0), Ok(()));
 
-        begun(gpu0, RELAXED);
+        let relaxed = begun(gpu0, RELAXED);
         assert!(any());
         assert!(matches!(refuse_legacy_stream(gpu0), Err(Error::CaptureMisuse(_))));
         assert_eq!(refuse_legacy_stream(gpu1), Ok(()), "another device's legacy stream is free");
@@ -145,20 +147,20 @@ mod tests {
         assert_eq!(refuse_device_synchronize(gpu1), Ok(()));
         assert_eq!(refuse_unsafe_call(), Ok(()), "a Relaxed capture forbids no query");
         // A Relaxed capture may end on another thread.
-        on_another_thread(|| ended(gpu0, RELAXED));
+        on_another_thread(|| ended(relaxed));
         assert!(!any());
 
-        begun(gpu1, THREAD_LOCAL);
+        let thread_local = begun(gpu1, THREAD_LOCAL);
         assert!(matches!(refuse_unsafe_call(), Err(Error::CaptureMisuse(_))), "on its own thread");
         assert!(matches!(refuse_device_synchronize(gpu0), Err(Error::CaptureMisuse(_))), "on its own thread");
         assert_eq!(on_another_thread(refuse_unsafe_call), Ok(()), "ThreadLocal: other threads are free");
         assert_eq!(on_another_thread(|| refuse_device_synchronize(gpu0)), Ok(()));
-        ended(gpu1, THREAD_LOCAL);
+        ended(thread_local);
 
-        begun(gpu1, GLOBAL);
+        let global = begun(gpu1, GLOBAL);
         assert!(matches!(on_another_thread(refuse_unsafe_call), Err(Error::CaptureMisuse(_))), "Global: every thread");
         assert_eq!(refuse_legacy_stream(gpu0), Ok(()));
-        ended(gpu1, GLOBAL);
+        ended(global);
         assert!(!any());
         assert_eq!(refuse_unsafe_call(), Ok(()));
     }
@@ -166,11 +168,11 @@ mod tests {
     #[test]
     fn an_end_removes_one_entry_of_its_kind() {
         let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        begun(device(0), GLOBAL);
-        begun(device(0), GLOBAL);
-        ended(device(0), GLOBAL);
+        let first = begun(device(0), GLOBAL);
+        let second = begun(device(0), GLOBAL);
+        ended(first);
         assert!(any(), "one of two equal captures is still in progress");
-        ended(device(0), GLOBAL);
+        ended(second);
         assert!(!any());
     }
 }

@@ -652,13 +652,19 @@ pub struct BuiltinStream {
 
 impl BuiltinStream {
     /// The device's null stream, handle 0: the legacy stream, or the calling thread's
-    /// per-thread stream in a `per-thread-default-stream` build.
+    /// per-thread stream in a `per-thread-default-stream` build. Where it is the legacy stream,
+    /// it is refused as [`BuiltinStream::legacy`] is during a capture.
     pub fn null(device: Device) -> BuiltinStream {
         BuiltinStream::of(device, Builtin::Null)
     }
 
     /// The device's legacy default stream (`cudaStreamLegacy`): it waits for all earlier work
     /// on the device's blocking streams, and they wait for it.
+    ///
+    /// While a capture of the device begun through this crate is in progress (any mode, any
+    /// thread), every operation on it returns [`Error::CaptureMisuse`] before CUDA sees it:
+    /// CUDA would invalidate the capture. Captures begun outside this crate are not counted
+    /// ([the rules](crate::capture#calls-refused-during-a-capture)).
     pub fn legacy(device: Device) -> BuiltinStream {
         BuiltinStream::of(device, Builtin::Legacy)
     }
