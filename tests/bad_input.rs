@@ -118,11 +118,14 @@ fn capture_misuse() {
         assert!(matches!(legacy.begin_capture(capture::Global), Err(Error::CaptureMisuse(_))));
         let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
         let capture = stream.begin_capture(capture::ThreadLocal).unwrap();
-        assert_eq!(cuda_name(&stream.begin_capture(capture::ThreadLocal).unwrap_err()), Some("cudaErrorIllegalState"));
         let refused = stream.launch_host_fn(|| ()).unwrap_err();
         assert!(matches!(refused, Error::CaptureMisuse(_)), "{refused}");
-        assert_eq!(cuda_name(&stream.query().unwrap_err()), Some("cudaErrorStreamCaptureUnsupported"));
-        assert_eq!(cuda_name(&capture.end().unwrap_err()), Some("cudaErrorStreamCaptureInvalidated"));
+        let refused = stream.query().unwrap_err();
+        assert!(matches!(refused, Error::CaptureMisuse(_)), "the crate refuses what CUDA would answer by invalidating");
+        assert!(capture.end().is_ok(), "the capture survived both refusals");
+        let capture = stream.begin_capture(capture::ThreadLocal).unwrap();
+        assert_eq!(cuda_name(&stream.begin_capture(capture::ThreadLocal).unwrap_err()), Some("cudaErrorIllegalState"));
+        drop(capture);
         stream.synchronize().unwrap();
     });
 }

@@ -7,9 +7,17 @@
 use cuda_stream::{BuiltinStream, CaptureStatus, Device, Error, Event, EventFlags, StreamRef, capture, sys};
 use cuda_stream_tests::non_blocking_stream as stream;
 use cuda_stream_tests::{MappedFlag, gpu_or_skip, take_last_error};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+/// The tests that capture or use the legacy stream, one at a time: while a capture of the
+/// device is in progress the crate refuses every use of its legacy stream.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn cuda_name(error: &Error) -> Option<&'static str> {
     error.cuda_code().map(|code| code.name())
@@ -80,6 +88,7 @@ fn first_calls_on(device: Device, parked: &StreamRef, flag: &MappedFlag) {
 #[test]
 fn every_hot_operation_works_as_the_first_call_of_a_fresh_thread_on_an_owned_stream() {
     let device = gpu_or_skip!();
+    let _serial = serial();
     let owned = stream(device);
     let flag = MappedFlag::new().unwrap();
     cuda_stream_tests::wait_flag(&owned, &flag, Duration::from_secs(20)).unwrap();
@@ -89,6 +98,7 @@ fn every_hot_operation_works_as_the_first_call_of_a_fresh_thread_on_an_owned_str
 #[test]
 fn every_hot_operation_works_as_the_first_call_of_a_fresh_thread_on_the_legacy_stream() {
     let device = gpu_or_skip!();
+    let _serial = serial();
     let legacy = BuiltinStream::legacy(device);
     let flag = MappedFlag::new().unwrap();
     cuda_stream_tests::wait_flag(&legacy, &flag, Duration::from_secs(20)).unwrap();
@@ -120,6 +130,7 @@ fn a_fresh_threads_per_thread_stream_works_from_its_first_call() {
 #[test]
 fn both_paths_report_the_runtimes_codes() {
     let device = gpu_or_skip!();
+    let _serial = serial();
     let owned = stream(device);
     let outside = Event::new(device, EventFlags::default()).unwrap();
     owned.record(&outside).unwrap();
@@ -136,12 +147,20 @@ fn both_paths_report_the_runtimes_codes() {
                 &builtin
             }
         };
-        let capture = captured.begin_capture(capture::ThreadLocal).unwrap();
+        // A capture begun outside the crate is not counted, so the crate lets CUDA answer the
+        // query (a capture of its own would be refused before CUDA sees it).
+        let mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal;
+        // SAFETY: a live stream of the current device.
+        assert_eq!(unsafe { sys::cudaStreamBeginCapture(captured.as_raw(), mode) }, sys::cudaError::cudaSuccess);
         let query = captured.query().unwrap_err();
-        let ended = capture.end().unwrap_err();
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: ends the capture begun above; `graph` is a local out-pointer (null: invalidated).
+        let _ = unsafe { sys::cudaStreamEndCapture(captured.as_raw(), &mut graph) };
+        let _ = take_last_error();
+        // Through the crate's capture: a wait on an event recorded outside it invalidates it.
         let capture = captured.begin_capture(capture::ThreadLocal).unwrap();
         let isolation = captured.wait_event(&outside).unwrap_err();
-        drop(capture);
+        let ended = capture.end().unwrap_err();
         seen.push((name, cuda_name(&query), cuda_name(&ended), cuda_name(&isolation)));
         assert_eq!(take_last_error(), sys::cudaError::cudaSuccess, "{name}: a stale last error");
     }
@@ -153,10 +172,10 @@ fn both_paths_report_the_runtimes_codes() {
         let mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal;
         assert_eq!(sys::cudaStreamBeginCapture(raw, mode), sys::cudaError::cudaSuccess);
         let query = sys::cudaStreamQuery(raw);
-        let ended = sys::cudaStreamEndCapture(raw, &mut graph);
+        let _ = sys::cudaStreamEndCapture(raw, &mut graph);
         assert_eq!(sys::cudaStreamBeginCapture(raw, mode), sys::cudaError::cudaSuccess);
         let isolation = sys::cudaStreamWaitEvent(raw, outside.as_raw(), 0);
-        let _ = sys::cudaStreamEndCapture(raw, &mut graph);
+        let ended = sys::cudaStreamEndCapture(raw, &mut graph);
         (query, ended, isolation)
     };
     let _ = take_last_error();

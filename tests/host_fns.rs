@@ -1,7 +1,7 @@
 //! Host functions and completion futures on a GPU.
 
-use cuda_stream::{BuiltinStream, Error, Stream, StreamOptions, capture, live_host_fns, take_host_fn_panics};
-use cuda_stream_tests::{LONG_SPIN, TagLog, block_on, gpu_or_skip};
+use cuda_stream::{BuiltinStream, Error, Stream, StreamOptions, capture, live_host_fns, sys, take_host_fn_panics};
+use cuda_stream_tests::{LONG_SPIN, TagLog, block_on, gpu_or_skip, take_last_error};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -86,21 +86,38 @@ fn a_failed_enqueue_frees_the_closure_once_and_never_runs_it() {
     let legacy = BuiltinStream::legacy(device);
     let token = Arc::new(AtomicU32::new(0));
     {
-        let capture = capturing.begin_capture(capture::Global).unwrap();
-        // The legacy stream cannot be used while a blocking stream captures globally.
+        // A capture begun outside the crate is not counted, so the enqueue reaches CUDA, which
+        // refuses the legacy stream while a blocking stream captures globally.
+        let mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal;
+        // SAFETY: a live stream of the current device; the capture is ended below.
+        assert_eq!(unsafe { sys::cudaStreamBeginCapture(capturing.as_raw(), mode) }, sys::cudaError::cudaSuccess);
         let in_fn = Arc::clone(&token);
         let error = legacy.launch_host_fn(move || in_fn.store(1, Ordering::SeqCst)).unwrap_err();
         assert_eq!(error.cuda_code().map(|c| c.name()), Some("cudaErrorStreamCaptureImplicit"), "{error}");
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: ends the capture begun above; `graph` is a local out-pointer.
+        if unsafe { sys::cudaStreamEndCapture(capturing.as_raw(), &mut graph) } == sys::cudaError::cudaSuccess {
+            // SAFETY: the graph the end handed over, destroyed once.
+            let _ = unsafe { sys::cudaGraphDestroy(graph) };
+        }
+        let _ = take_last_error();
+    }
+    {
+        let capture = capturing.begin_capture(capture::Global).unwrap();
+        // Through the crate's own capture, the legacy stream is refused before CUDA sees it.
+        let in_fn = Arc::clone(&token);
+        let refused = legacy.launch_host_fn(move || in_fn.store(1, Ordering::SeqCst)).unwrap_err();
+        assert!(matches!(refused, Error::CaptureMisuse(_)), "{refused}");
         // A FnOnce on the capturing stream itself is refused by the crate's rule.
         let in_fn = Arc::clone(&token);
         let refused = capturing.launch_host_fn(move || in_fn.store(2, Ordering::SeqCst)).unwrap_err();
         assert!(matches!(refused, Error::CaptureMisuse(_)), "{refused}");
         drop(capture);
     }
-    assert_eq!(Arc::strong_count(&token), 1, "both closures were freed");
+    assert_eq!(Arc::strong_count(&token), 1, "every closure was freed");
     assert_eq!(live_host_fns(), before);
     device.synchronize().unwrap();
-    assert_eq!(token.load(Ordering::SeqCst), 0, "neither closure ran");
+    assert_eq!(token.load(Ordering::SeqCst), 0, "no closure ran");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! the launch's own error; a refused call of the crate leaves no runtime last error that a
 //! user's launcher would then report as its own.
 
-use cuda_stream::{BuiltinStream, Device, capture, sys};
+use cuda_stream::{BuiltinStream, Device, Error, capture, sys};
 use cuda_stream_tests::ffi::{cs_launch_empty, cs_launch_spin};
 use cuda_stream_tests::non_blocking_stream as stream;
 use cuda_stream_tests::{TagLog, gpu_or_skip, gpus_or_skip, take_last_error};
@@ -38,10 +38,15 @@ fn a_refused_call_leaves_no_error_for_the_next_launcher() {
     let device = gpu_or_skip!();
     let owned = stream(device);
     let per_thread = BuiltinStream::per_thread(device);
+    let outside = owned.record_event().unwrap();
+    owned.synchronize().unwrap();
     for captured in [&*owned, &*per_thread] {
         let capture = captured.begin_capture(capture::ThreadLocal).unwrap();
-        // Refused by CUDA during capture (and the capture is invalidated).
-        assert!(captured.query().is_err());
+        // Refused by the crate, before CUDA sees it.
+        assert!(matches!(captured.query(), Err(Error::CaptureMisuse(_))));
+        // Refused by CUDA (an event recorded outside the capture: cudaErrorStreamCaptureIsolation).
+        let isolated = captured.wait_event(&outside).unwrap_err();
+        assert!(isolated.cuda_code().is_some(), "{isolated}");
         drop(capture);
         // A launcher of the user's that reports `cudaGetLastError()` after `<<<>>>`.
         // SAFETY: a live stream of the current device.

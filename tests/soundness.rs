@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-/// Tests that count live closures or handles run one at a time.
+/// GPU tests run one at a time: some count live closures or handles, and a capture in progress
+/// makes the crate refuse other tests' synchronizes (a Global capture) and legacy-stream use.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -258,6 +259,7 @@ fn a_once_host_fn_on_a_capturing_stream_is_refused_and_the_capture_survives() {
 #[test]
 fn the_current_stream_never_outlives_the_stream() {
     let device = gpu_or_skip!();
+    let _serial = serial();
     let first = stream(device);
     let raw = first.as_raw();
     first.as_current(|| assert!(StreamRef::with_current(device, |s| s.as_raw() == raw)));
@@ -274,6 +276,7 @@ fn the_current_stream_never_outlives_the_stream() {
 #[test]
 fn a_per_thread_stream_from_a_finished_thread_is_refused_on_new_threads() {
     let device = gpu_or_skip!();
+    let _serial = serial();
     let orphan = std::thread::spawn(move || BuiltinStream::per_thread(device)).join().unwrap();
     let trials = 100;
     let refused = (0..trials)
@@ -357,6 +360,7 @@ fn capture_survives_identification<M: cuda_stream::CaptureMode>(device: Device, 
 #[test]
 fn wrapping_comparing_and_making_current_keep_every_capture_intact() {
     let device = gpu_or_skip!();
+    let _serial = serial();
     let owned = stream(device);
     let per_thread = BuiltinStream::per_thread(device);
     for target in [&*owned, &*per_thread] {
@@ -400,6 +404,7 @@ fn second_gpu_child() {
 #[test]
 fn a_relaxed_capture_ends_on_another_thread() {
     let device = gpu_or_skip!();
+    let _serial = serial();
     let origin = stream(device);
     let capture = origin.begin_capture(capture::Relaxed).unwrap();
     cuda_stream_tests::empty(&origin).unwrap();
@@ -510,6 +515,7 @@ fn a_capturing_stream_waits_on_a_non_capturing_one_without_breaking_the_capture(
 #[test]
 fn wait_stream_between_two_captures_is_refused_and_both_survive() {
     let device = gpu_or_skip!();
+    let _serial = serial();
     let (a, b) = (stream(device), stream(device));
     let capture_a = a.begin_capture(capture::Relaxed).unwrap();
     let capture_b = b.begin_capture(capture::Relaxed).unwrap();
@@ -539,6 +545,7 @@ fn wait_stream_markers_are_not_counted_as_live_events() {
 #[test]
 fn a_negative_elapsed_time_is_an_error_with_the_amount() {
     let device = gpu_or_skip!();
+    let _serial = serial();
     let s = stream(device);
     let (first, second) =
         (Event::new(device, EventFlags::timing()).unwrap(), Event::new(device, EventFlags::timing()).unwrap());

@@ -9,11 +9,51 @@
 //! Nothing this crate does to identify, compare or make current a stream touches CUDA, so
 //! wrapping a stream that someone else is capturing (`torch.cuda.graph`) leaves that capture
 //! intact.
+//!
+//! # Calls refused during a capture
+//! CUDA invalidates a capture when certain calls are made while it is in progress
+//! ([prohibited and unhandled operations](https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/cuda-graphs.html#prohibited-and-unhandled-operations);
+//! the "potentially unsafe API calls" of
+//! [`cudaThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+//! While a capture begun through this crate is in progress, the calls of this crate that would
+//! do so are refused with [`Error::CaptureMisuse`] before CUDA sees them, and the capture goes
+//! on (it ends, and its graph replays):
+//!
+//! | while | refused |
+//! |---|---|
+//! | a capture of a device is in progress (any mode, any thread, of a blocking stream or not) | every operation on that device's legacy stream: [`BuiltinStream::legacy`], and [`BuiltinStream::null`] where handle 0 is the legacy stream; [`Device::synchronize`] of that device |
+//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress | [`StreamRef::query`], [`StreamRef::synchronize`], [`Event::query`], [`Event::synchronize`] and [`Device::synchronize`], on this thread |
+//! | any thread has a [`Global`] capture in progress | the same calls, on every thread |
+//! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread |
+//!
+//! The legacy stream is refused even while only non-blocking streams are captured, where CUDA
+//! would accept it: a blocking stream may join the capture at any time (through
+//! [`StreamRef::wait_stream`]), and from then on every use of the legacy stream invalidates it.
+//!
+//! A capture counts from the moment CUDA begins it until its guard ends or drops (uncounted
+//! once, even when CUDA's end fails). When none is in progress, the checks cost each call one
+//! relaxed atomic load. What they cannot see:
+//! * Captures begun outside this crate (raw FFI, `torch.cuda.graph`, another library) are not
+//!   counted: the calls they forbid reach CUDA, which refuses them and invalidates that capture.
+//!   (A stream's own query and synchronize are checked against CUDA's capture status, but only
+//!   while some capture of this crate is in progress.)
+//! * A capture that another thread begins between a call's check and the call itself: the check
+//!   passed, so CUDA refuses the call and invalidates that capture. Closing that window would
+//!   take a lock around every call; order such calls and capture begins yourself.
+//! * A thread that set its own capture interaction mode to Relaxed
+//!   (`cudaThreadExchangeStreamCaptureMode`) is still refused what the default mode forbids.
+//! * A guard leaked with `mem::forget` leaves its capture open in CUDA, and counted here: its
+//!   refusals last for the rest of the process.
+//!
+//! [`BuiltinStream::legacy`]: crate::BuiltinStream::legacy
+//! [`BuiltinStream::null`]: crate::BuiltinStream::null
+//! [`Device::synchronize`]: crate::Device::synchronize
 
 use crate::error::{Error, Result, check};
 use crate::event::Event;
 use crate::graph::{Graph, keep_alive};
 use crate::host_fn::{Counted, run_guarded};
+use crate::live_captures;
 use crate::stream::StreamRef;
 use crate::sys;
 use std::ffi::{c_ulonglong, c_void};
@@ -49,16 +89,19 @@ pub trait CaptureMode: sealed::Sealed + Copy + std::fmt::Debug {
     type Thread;
 }
 
-/// Unsafe calls (a legacy-stream synchronize, a device synchronize, ...) are refused on every
-/// thread while the capture lasts. Ends on the thread that began it.
+/// CUDA's "potentially unsafe" calls (queries, synchronizes, ...) are forbidden on every thread
+/// while the capture lasts (this crate refuses its own: see the [module docs](self)). Ends on
+/// the thread that began it.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Global;
 
-/// Unsafe calls are refused on this thread only. Ends on the thread that began it.
+/// CUDA's "potentially unsafe" calls are forbidden on this thread only. Ends on the thread that
+/// began it.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ThreadLocal;
 
-/// No call is refused; the capture may end on any thread.
+/// No "potentially unsafe" call is forbidden (the capturing stream's own query and synchronize,
+/// and the legacy stream, still are); the capture may end on any thread.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Relaxed;
 
@@ -122,7 +165,8 @@ impl StreamRef {
     /// ([`cudaStreamBeginCapture`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
     /// Work enqueued until [`Capture::end`] is recorded, not run; streams that wait on this
     /// one join the capture. Dropping the guard without `end` ends the capture and discards
-    /// the graph.
+    /// the graph. Until then the calls that would invalidate the capture are refused (see the
+    /// [module docs](crate::capture#calls-refused-during-a-capture)).
     ///
     /// # Errors
     /// [`Error::CaptureMisuse`] on the legacy stream (CUDA cannot capture it); CUDA's
@@ -133,8 +177,9 @@ impl StreamRef {
         let transition = capture_transition();
         // SAFETY: a live stream; the mode is a valid constant.
         check(unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture")?;
+        let counted = live_captures::begun(self.device(), M::RAW);
         drop(transition);
-        let mut capture = Capture { stream: self, id: 0, ended: false, _mode: PhantomData };
+        let mut capture = Capture { stream: self, id: 0, counted, ended: false, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
         capture.id = capture_state(self)?.info.id;
         Ok(capture)
@@ -255,6 +300,8 @@ pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Res
 pub struct Capture<'a, M: CaptureMode> {
     stream: &'a StreamRef,
     id: u64,
+    /// This capture's entry in the captures in progress, uncounted when it ends.
+    counted: live_captures::Entry,
     ended: bool,
     _mode: PhantomData<(M, M::Thread)>,
 }
@@ -322,9 +369,16 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// `cudaErrorStreamCaptureInvalidated` if the capture broke; `cudaErrorStreamCaptureUnjoined`
     /// if a forked stream was not joined back.
     pub fn end(mut self) -> Result<Graph> {
-        self.ended = true;
-        let raw = end_capture(self.stream)?;
+        let raw = self.finish()?;
         Ok(Graph::from_captured(raw, self.stream.device()))
+    }
+
+    /// Ends the capture in CUDA and uncounts it, exactly once (`end`, or else the drop).
+    fn finish(&mut self) -> Result<sys::cudaGraph_t> {
+        self.ended = true;
+        let graph = end_capture(self.stream);
+        live_captures::ended(self.counted);
+        graph
     }
 }
 
@@ -346,7 +400,7 @@ fn end_capture(stream: &StreamRef) -> Result<sys::cudaGraph_t> {
 impl<M: CaptureMode> Drop for Capture<'_, M> {
     fn drop(&mut self) {
         if !self.ended {
-            if let Ok(graph) = end_capture(self.stream) {
+            if let Ok(graph) = self.finish() {
                 drop(Graph::from_captured(graph, self.stream.device()));
             }
         }

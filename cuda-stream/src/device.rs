@@ -3,6 +3,7 @@
 
 use crate::driver;
 use crate::error::{Error, Result, check};
+use crate::live_captures;
 use crate::priority::{Priority, PriorityRange};
 use crate::sys;
 use std::ffi::{CStr, c_int};
@@ -68,11 +69,17 @@ impl Device {
     /// ([`cudaDeviceSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
     ///
     /// # Errors
-    /// Errors of earlier asynchronous work on the device.
-    /// While a stream of the device is being captured this fails with
-    /// `cudaErrorStreamCaptureUnsupported` and CUDA invalidates that capture.
+    /// Errors of earlier asynchronous work on the device. [`Error::CaptureMisuse`], before CUDA
+    /// sees the call (which would invalidate the capture), while a capture begun through this
+    /// crate forbids it: a stream of this device is being captured, this thread has a Global or
+    /// ThreadLocal capture in progress, or any thread has a Global one
+    /// ([the rules](crate::capture#calls-refused-during-a-capture); captures begun outside this
+    /// crate are not counted).
     pub fn synchronize(self) -> Result<()> {
         let _current = self.make_current()?;
+        if live_captures::any() {
+            live_captures::refuse_device_synchronize(self)?;
+        }
         // SAFETY: no arguments; the device is current.
         check(unsafe { sys::cudaDeviceSynchronize() }, "cudaDeviceSynchronize")
     }
@@ -203,6 +210,14 @@ impl Device {
         // (PyTorch's MaybeExchangeDevice avoids it the same way). The new device stays current.
         let restore = (!previous.0.is_null()).then_some(previous);
         Ok(DeviceGuard { restore, _thread_bound: PhantomData })
+    }
+}
+
+#[cfg(test)]
+impl Device {
+    /// A device by ordinal without asking CUDA, for the host-only unit tests.
+    pub(crate) fn unchecked(ordinal: i32) -> Device {
+        Device { ordinal }
     }
 }
 

@@ -5,6 +5,7 @@ use crate::device::Device;
 use crate::error::{Error, Result, check, check_ready, same_device};
 use crate::host_fn::refuse_inside_host_fn;
 use crate::live;
+use crate::live_captures;
 use crate::sys;
 use std::ffi::c_uint;
 use std::fmt;
@@ -223,10 +224,16 @@ impl Event {
     /// ([`cudaEventQuery`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     ///
     /// # Errors
-    /// Errors of earlier asynchronous work.
+    /// Errors of earlier asynchronous work. [`Error::CaptureMisuse`], before CUDA sees the call
+    /// (which would invalidate the capture), while this thread has a Global or ThreadLocal
+    /// capture begun through this crate in progress, or any thread has a Global one
+    /// ([the rules](crate::capture#calls-refused-during-a-capture)).
     #[inline]
     pub fn query(&self) -> Result<bool> {
         refuse_inside_host_fn()?;
+        if live_captures::any() {
+            live_captures::refuse_unsafe_call()?;
+        }
         crate::driver::event_query(self.raw)
     }
 
@@ -234,9 +241,12 @@ impl Event {
     /// ([`cudaEventSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     ///
     /// # Errors
-    /// Errors of earlier asynchronous work.
+    /// Errors of earlier asynchronous work; [`Error::CaptureMisuse`] as for [`Event::query`].
     pub fn synchronize(&self) -> Result<()> {
         refuse_inside_host_fn()?;
+        if live_captures::any() {
+            live_captures::refuse_unsafe_call()?;
+        }
         crate::driver::event_synchronize(self.raw)
     }
 

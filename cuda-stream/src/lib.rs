@@ -87,7 +87,7 @@
 //! | `elapsed` where the end completed before the start | [`Error::NegativeElapsed`] with the amount |
 //! | `begin_capture` on the legacy stream | [`Error::CaptureMisuse`] |
 //! | `begin_capture` on a stream already capturing | [`Error::Cuda`] `cudaErrorIllegalState` |
-//! | `synchronize` / `query` of a capturing stream | [`Error::Cuda`] `cudaErrorStreamCaptureUnsupported`; the capture is invalidated |
+//! | `synchronize` / `query` of a capturing stream | [`Error::CaptureMisuse`] before CUDA sees the call; the capture stays valid (the [rules](capture#calls-refused-during-a-capture)) |
 //! | `end` of an invalidated capture | [`Error::Cuda`] `cudaErrorStreamCaptureInvalidated` |
 //! | a `FnOnce` host function on a capturing stream | [`Error::CaptureMisuse`]; the closure is dropped, never run; the capture stays valid |
 //! | a capture's host function on a stream outside that capture | [`Error::CaptureMisuse`]; the closure is dropped, never run |
@@ -124,6 +124,7 @@ mod graph;
 pub mod host_fn;
 mod launch;
 mod live;
+mod live_captures;
 mod pool;
 mod priority;
 mod stream;

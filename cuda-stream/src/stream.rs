@@ -18,6 +18,7 @@ use crate::error::{Error, Result, check, check_ready, same_device};
 use crate::event::{Event, EventFlags};
 use crate::host_fn::refuse_inside_host_fn;
 use crate::live;
+use crate::live_captures;
 use crate::priority::Priority;
 use crate::sys;
 use std::cell::RefCell;
@@ -116,7 +117,7 @@ impl StreamOptions {
 
 /// A number for the calling thread that no other thread of the process ever gets, even after
 /// this one exits (unlike the address of a thread-local, which the next thread reuses).
-fn thread_identity() -> u64 {
+pub(crate) fn thread_identity() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local! {
         static IDENTITY: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -222,7 +223,8 @@ impl StreamRef {
 
     /// Prepares one call on this stream. The built-in handles (0, 0x1, 0x2) mean "the stream of
     /// the current device (and thread)", so for them the device is made current (a no-op when
-    /// it already is) and the per-thread stream is refused on other threads. Every other
+    /// it already is), the per-thread stream is refused on other threads, and the legacy stream
+    /// while a capture of its device is in progress (see [`crate::capture`]). Every other
     /// handle carries its own context: the runtime's stream and event calls work on it whatever
     /// device is current, so nothing is queried or switched (the multi-GPU tests prove it).
     #[inline(always)]
@@ -238,6 +240,9 @@ impl StreamRef {
     fn enter_builtin(&self) -> Result<DeviceGuard> {
         if self.thread != 0 && self.thread != thread_identity() {
             return Err(Error::WrongThread);
+        }
+        if live_captures::any() && self.builtin().is_some_and(Builtin::is_legacy) {
+            live_captures::refuse_legacy_stream(self.device)?;
         }
         self.device.make_current()
     }
@@ -255,11 +260,19 @@ impl StreamRef {
     /// `cudaErrorNotReady` is `Ok(false)`.
     ///
     /// # Errors
-    /// Errors of earlier asynchronous work; `cudaErrorStreamCaptureUnsupported` while capturing
-    /// (which invalidates the capture: CUDA's rule).
+    /// Errors of earlier asynchronous work. [`Error::CaptureMisuse`], before CUDA sees the call
+    /// (which would invalidate the capture), while a capture begun through this crate forbids
+    /// it: this stream is being captured, this thread has a Global or ThreadLocal capture in
+    /// progress, any thread has a Global one, or this is the legacy stream of a device being
+    /// captured ([the rules](crate::capture#calls-refused-during-a-capture); captures begun
+    /// outside this crate are not counted).
     #[inline]
     pub fn query(&self) -> Result<bool> {
-        match self.enter()? {
+        let current = self.enter()?;
+        if live_captures::any() {
+            self.refuse_during_capture()?;
+        }
+        match current {
             None => driver::stream_query(self.raw),
             // SAFETY: `raw` is a special handle, for the stream of the current device.
             Some(_current) => check_ready(unsafe { sys::cudaStreamQuery(self.raw) }, "cudaStreamQuery"),
@@ -270,15 +283,33 @@ impl StreamRef {
     /// ([`cudaStreamSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
     ///
     /// # Errors
-    /// Errors of earlier asynchronous work; `cudaErrorStreamCaptureUnsupported` while capturing
-    /// (which invalidates the capture: CUDA's rule).
+    /// Errors of earlier asynchronous work; [`Error::CaptureMisuse`] as for
+    /// [`StreamRef::query`].
     #[inline]
     pub fn synchronize(&self) -> Result<()> {
-        match self.enter()? {
+        let current = self.enter()?;
+        if live_captures::any() {
+            self.refuse_during_capture()?;
+        }
+        match current {
             None => driver::stream_synchronize(self.raw),
             // SAFETY: `raw` is a special handle, for the stream of the current device.
             Some(_current) => check(unsafe { sys::cudaStreamSynchronize(self.raw) }, "cudaStreamSynchronize"),
         }
+    }
+
+    /// Refuses a query or synchronize of this stream that would invalidate a capture: where the
+    /// captures in progress forbid it on this thread, or while this stream is being captured.
+    #[cold]
+    #[inline(never)]
+    fn refuse_during_capture(&self) -> Result<()> {
+        live_captures::refuse_unsafe_call()?;
+        if self.capture_status()? != crate::CaptureStatus::None {
+            return Err(Error::CaptureMisuse(
+                "querying or synchronizing a capturing stream would invalidate its capture",
+            ));
+        }
+        Ok(())
     }
 
     /// Records `event` here: it completes when the work enqueued so far has
@@ -581,6 +612,10 @@ impl Stream {
     /// ([`cudaStreamDestroy`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)
     /// returns at once).
     ///
+    /// During a capture that forbids the query ([`StreamRef::query`]'s [`Error::CaptureMisuse`])
+    /// the check of earlier work is skipped, not refused: the stream is destroyed and the next
+    /// call that may ask reports a sticky error.
+    ///
     /// # Errors
     /// The first error of `cudaStreamQuery` and `cudaStreamDestroy`; [`Error::InsideHostFn`]
     /// inside a host function, where the stream is destroyed later, outside it.
@@ -592,7 +627,10 @@ impl Stream {
             crate::host_fn::call_outside_host_fn(move || destroy_stream(raw));
             return Err(Error::InsideHostFn);
         }
-        let pending = this.query().map(drop);
+        let pending = match this.query() {
+            Err(Error::CaptureMisuse(_)) => Ok(()),
+            queried => queried.map(drop),
+        };
         // SAFETY: we own `raw`; ManuallyDrop keeps Drop from destroying it twice.
         let destroyed = check(unsafe { sys::cudaStreamDestroy(raw as sys::cudaStream_t) }, "cudaStreamDestroy");
         pending.and(destroyed)
@@ -745,13 +783,19 @@ pub struct BuiltinStream {
 
 impl BuiltinStream {
     /// The device's null stream, handle 0: the legacy stream, or the calling thread's
-    /// per-thread stream in a `per-thread-default-stream` build.
+    /// per-thread stream in a `per-thread-default-stream` build. Where it is the legacy stream,
+    /// it is refused as [`BuiltinStream::legacy`] is during a capture.
     pub fn null(device: Device) -> BuiltinStream {
         BuiltinStream::of(device, Builtin::Null)
     }
 
     /// The device's legacy default stream (`cudaStreamLegacy`): it waits for all earlier work
     /// on the device's blocking streams, and they wait for it.
+    ///
+    /// While a capture of the device begun through this crate is in progress (any mode, any
+    /// thread), every operation on it returns [`Error::CaptureMisuse`] before CUDA sees it:
+    /// CUDA would invalidate the capture. Captures begun outside this crate are not counted
+    /// ([the rules](crate::capture#calls-refused-during-a-capture)).
     pub fn legacy(device: Device) -> BuiltinStream {
         BuiltinStream::of(device, Builtin::Legacy)
     }

@@ -8,8 +8,12 @@ use cuda_stream::{
 };
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
+
+/// The test that captures and the one that synchronizes the device, one at a time: while a
+/// capture of a device is in progress the crate refuses `Device::synchronize` of it.
+static CAPTURE_OR_DEVICE_SYNC: Mutex<()> = Mutex::new(());
 
 fn device(test: &str) -> Option<Device> {
     match Device::count() {
@@ -106,6 +110,7 @@ fn elapsed_measures_a_host_fn_between_timing_events() {
 #[test]
 fn destroy_returns_at_once_and_the_pending_host_fn_still_runs() {
     let Some(device) = device("destroy_returns_at_once_and_the_pending_host_fn_still_runs") else { return };
+    let _serial = CAPTURE_OR_DEVICE_SYNC.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
     let release = hold(&stream);
     let ran = Arc::new(AtomicBool::new(false));
@@ -134,6 +139,7 @@ fn destroy_returns_at_once_and_the_pending_host_fn_still_runs() {
 #[test]
 fn a_captured_host_fn_runs_once_per_replay() {
     let Some(device) = device("a_captured_host_fn_runs_once_per_replay") else { return };
+    let _serial = CAPTURE_OR_DEVICE_SYNC.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
     let runs = Arc::new(AtomicU32::new(0));
     let mut capture = stream.begin_capture(capture::ThreadLocal).unwrap();

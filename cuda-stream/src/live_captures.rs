@@ -1,0 +1,178 @@
+//! The captures begun through this crate that are in progress, and the calls they forbid: the
+//! bookkeeping behind the refusals listed in [the capture docs](crate::capture#calls-refused-during-a-capture).
+//!
+//! The hot path reads one relaxed atomic, the number of captures in progress; only when it is
+//! not zero does a call take the lock and look at the captures themselves (device, mode, thread).
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::sys;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// How many captures begun by this crate are in progress: `CAPTURES.len()`, readable without
+/// the lock. The only thing the hot path reads.
+static IN_PROGRESS: AtomicUsize = AtomicUsize::new(0);
+
+/// One entry per capture in progress.
+static CAPTURES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+/// A capture in progress: where, in which mode, and (for the modes that end on the thread that
+/// began them) by which thread. Its [`Capture`](crate::Capture) keeps it, to uncount it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    device: Device,
+    mode: sys::cudaStreamCaptureMode,
+    /// The thread identity that began it; 0 for a Relaxed capture, which may change threads.
+    thread: u64,
+}
+
+impl Entry {
+    fn new(device: Device, mode: sys::cudaStreamCaptureMode) -> Entry {
+        let relaxed = mode == sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
+        Entry { device, mode, thread: if relaxed { 0 } else { crate::stream::thread_identity() } }
+    }
+}
+
+fn captures() -> MutexGuard<'static, Vec<Entry>> {
+    CAPTURES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Counts a capture of `device` in `mode` that CUDA has just begun on this thread; [`ended`]
+/// takes the entry back.
+pub(crate) fn begun(device: Device, mode: sys::cudaStreamCaptureMode) -> Entry {
+    let entry = Entry::new(device, mode);
+    let mut captures = captures();
+    captures.push(entry);
+    IN_PROGRESS.store(captures.len(), Ordering::Relaxed);
+    entry
+}
+
+/// Uncounts a capture that [`begun`] counted: called once per capture, whether or not CUDA
+/// ended it cleanly, on any thread.
+pub(crate) fn ended(entry: Entry) {
+    let mut captures = captures();
+    if let Some(index) = captures.iter().position(|counted| *counted == entry) {
+        captures.swap_remove(index);
+    }
+    IN_PROGRESS.store(captures.len(), Ordering::Relaxed);
+}
+
+/// Whether any capture begun by this crate is in progress: one relaxed load. Every refusal
+/// below is asked only when this is true.
+#[inline(always)]
+pub(crate) fn any() -> bool {
+    IN_PROGRESS.load(Ordering::Relaxed) != 0
+}
+
+/// Refuses an operation on `device`'s legacy stream while a capture of that device is in
+/// progress.
+#[cold]
+#[inline(never)]
+pub(crate) fn refuse_legacy_stream(device: Device) -> Result<()> {
+    if captures().iter().any(|capture| capture.device == device) {
+        return Err(Error::CaptureMisuse(
+            "the legacy default stream cannot be used while a stream of its device is being captured \
+             (CUDA would invalidate the capture)",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a query or synchronize (CUDA's "potentially unsafe" calls) on this thread while it
+/// has a Global or ThreadLocal capture in progress, or while any thread has a Global one.
+#[cold]
+#[inline(never)]
+pub(crate) fn refuse_unsafe_call() -> Result<()> {
+    let captures = captures();
+    let thread = crate::stream::thread_identity();
+    if captures.iter().any(|capture| capture.thread == thread) {
+        return Err(Error::CaptureMisuse(
+            "a query or synchronize on the thread of a Global or ThreadLocal capture in progress \
+             would invalidate the capture",
+        ));
+    }
+    if captures.iter().any(|capture| capture.mode == sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal) {
+        return Err(Error::CaptureMisuse(
+            "a query or synchronize on any thread while a Global capture is in progress would invalidate the capture",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses [`Device::synchronize`]: while a capture of `device` is in progress, and wherever
+/// [`refuse_unsafe_call`] refuses.
+#[cold]
+#[inline(never)]
+pub(crate) fn refuse_device_synchronize(device: Device) -> Result<()> {
+    if captures().iter().any(|capture| capture.device == device) {
+        return Err(Error::CaptureMisuse(
+            "Device::synchronize while a stream of the device is being captured would invalidate the capture",
+        ));
+    }
+    refuse_unsafe_call()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Serializes the tests that change the process-wide counts.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn device(ordinal: i32) -> Device {
+        Device::unchecked(ordinal)
+    }
+
+    const GLOBAL: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal;
+    const THREAD_LOCAL: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal;
+    const RELAXED: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
+
+    fn on_another_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|scope| scope.spawn(f).join().unwrap())
+    }
+
+    #[test]
+    fn the_rules_follow_the_counted_captures_without_a_gpu() {
+        let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (gpu0, gpu1) = (device(0), device(1));
+        assert!(!any());
+        assert_eq!(refuse_device_synchronize(gpu0), Ok(()));
+
+        let relaxed = begun(gpu0, RELAXED);
+        assert!(any());
+        assert!(matches!(refuse_legacy_stream(gpu0), Err(Error::CaptureMisuse(_))));
+        assert_eq!(refuse_legacy_stream(gpu1), Ok(()), "another device's legacy stream is free");
+        assert!(matches!(refuse_device_synchronize(gpu0), Err(Error::CaptureMisuse(_))));
+        assert_eq!(refuse_device_synchronize(gpu1), Ok(()));
+        assert_eq!(refuse_unsafe_call(), Ok(()), "a Relaxed capture forbids no query");
+        // A Relaxed capture may end on another thread.
+        on_another_thread(|| ended(relaxed));
+        assert!(!any());
+
+        let thread_local = begun(gpu1, THREAD_LOCAL);
+        assert!(matches!(refuse_unsafe_call(), Err(Error::CaptureMisuse(_))), "on its own thread");
+        assert!(matches!(refuse_device_synchronize(gpu0), Err(Error::CaptureMisuse(_))), "on its own thread");
+        assert_eq!(on_another_thread(refuse_unsafe_call), Ok(()), "ThreadLocal: other threads are free");
+        assert_eq!(on_another_thread(|| refuse_device_synchronize(gpu0)), Ok(()));
+        ended(thread_local);
+
+        let global = begun(gpu1, GLOBAL);
+        assert!(matches!(on_another_thread(refuse_unsafe_call), Err(Error::CaptureMisuse(_))), "Global: every thread");
+        assert_eq!(refuse_legacy_stream(gpu0), Ok(()));
+        ended(global);
+        assert!(!any());
+        assert_eq!(refuse_unsafe_call(), Ok(()));
+    }
+
+    #[test]
+    fn an_end_removes_one_entry_of_its_kind() {
+        let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let first = begun(device(0), GLOBAL);
+        let second = begun(device(0), GLOBAL);
+        ended(first);
+        assert!(any(), "one of two equal captures is still in progress");
+        ended(second);
+        assert!(!any());
+    }
+}
