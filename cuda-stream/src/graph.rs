@@ -6,15 +6,8 @@
 //! clone or executable needs them and every launch that used them has completed. So dropping a
 //! `Graph` or a `GraphExec` never waits for the device and never frees what a pending launch
 //! still uses.
-//!
-//! [`GraphExec::update`] keeps that promise through CUDA's documented rule for user objects
-//! (CUDA Programming Guide, "CUDA User Objects"): "If an executable graph [...] is updated with
-//! `cudaGraphExecUpdate` [...], the references in the new source graph are cloned and replace
-//! the references in the target graph. [...] if previous launches are not synchronized, any
-//! references which would be released are held until the launches have finished executing."
-//! So after an update the executable owns the closures its new host nodes call (the source
-//! graph may be dropped at once), and the old closures live until the launches that may call
-//! them have completed. No extra bookkeeping is needed, and none is kept.
+//! [`GraphExec::update`] keeps that promise by CUDA's documented rule for user objects, quoted
+//! there: no bookkeeping of our own is needed, and none is kept.
 
 use crate::capture::{Relaxed, with_thread_mode};
 use crate::device::Device;
@@ -353,10 +346,14 @@ impl GraphExec {
     /// ([`cudaGraphExecUpdate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
     /// Later launches run the new parameters; launches already enqueued are not affected.
     ///
-    /// What the new nodes use (host-function closures, events) is then owned by the executable
-    /// too, so `graph` may be dropped at once; what only the old nodes used is released once
-    /// the launches that may use it have completed (CUDA's user-object rule, quoted in the
-    /// [module docs](crate::graph)).
+    /// What the new nodes use (host-function closures, events: user objects of `graph`) is then
+    /// owned by the executable too, so `graph` may be dropped at once; what only the old nodes
+    /// used is released once the launches that may use it have completed. This is CUDA's
+    /// documented rule (CUDA Programming Guide, "CUDA User Objects"): "If an executable graph
+    /// [...] is updated with `cudaGraphExecUpdate` [...], the references in the new source
+    /// graph are cloned and replace the references in the target graph. In either case, if
+    /// previous launches are not synchronized, any references which would be released are held
+    /// until the launches have finished executing."
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a graph of another device; [`Error::InsideHostFn`];
@@ -420,5 +417,20 @@ impl Drop for GraphExec {
             // the device is needed here, and nothing is freed early.
             let _ = check(unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) }, "cudaGraphExecDestroy");
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_compose_cuda_flags_without_a_gpu() {
+        let options = InstantiateOptions::new().auto_free_on_launch().use_node_priority();
+        let flags = options.flags();
+        assert_eq!(flags, InstantiateFlags::AUTO_FREE_ON_LAUNCH | InstantiateFlags::USE_NODE_PRIORITY);
+        assert!(flags.contains(InstantiateFlags::USE_NODE_PRIORITY) && !flags.contains(InstantiateFlags::UPLOAD));
+        assert_eq!(InstantiateOptions::new().flags(), InstantiateFlags::NONE);
+        assert_eq!(InstantiateFlags::DEVICE_LAUNCH.0 | InstantiateFlags::UPLOAD.0, 4 | 2);
     }
 }
