@@ -8,7 +8,9 @@
 //!
 //! Nothing this crate does to identify, compare or make current a stream touches CUDA, so
 //! wrapping a stream that someone else is capturing (`torch.cuda.graph`) leaves that capture
-//! intact.
+//! intact. A call that would otherwise break another thread's Global capture (a `cudaMalloc`,
+//! say) can be made inside [`with_thread_mode`]`(`[`Relaxed`]`, ..)`, as PyTorch's and CCCL's
+//! allocators do.
 //!
 //! # Calls refused during a capture
 //! CUDA invalidates a capture when certain calls are made while it is in progress
@@ -49,15 +51,17 @@
 //! [`BuiltinStream::null`]: crate::BuiltinStream::null
 //! [`Device::synchronize`]: crate::Device::synchronize
 
-use crate::error::{Error, Result, check};
+use crate::as_stream::AsStream;
+use crate::error::{Error, Result, check, same_device};
 use crate::event::Event;
 use crate::graph::{Graph, keep_alive};
-use crate::host_fn::{Counted, run_guarded};
+use crate::host_fn::{Counted, refuse_inside_host_fn, run_guarded};
 use crate::live_captures;
 use crate::stream::StreamRef;
 use crate::sys;
 use std::ffi::{c_ulonglong, c_void};
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Serializes capture begins and ends with host-function enqueues. The driver is not safe
@@ -124,6 +128,46 @@ impl CaptureMode for Relaxed {
     type Thread = ();
 }
 
+/// Runs `f` with the calling thread's capture mode set to `mode`, then puts back the mode the
+/// thread had, also when `f` panics
+/// ([`cudaThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html),
+/// called in the push-pop fashion NVIDIA recommends).
+///
+/// The thread's mode decides which "potentially unsafe" calls (`cudaMalloc`, a device
+/// synchronize, ...) CUDA refuses while captures are in progress: in the default, Global, this
+/// thread may not make them while it captures or while *any* thread holds a [`Global`]
+/// capture; in [`ThreadLocal`], only while it captures itself; in [`Relaxed`], never. So
+/// `with_thread_mode(Relaxed, || ..)` lets a library allocate while another thread captures, as
+/// PyTorch's and CCCL's allocators do; whether the call is right for the capture (work that
+/// depends on it is not recorded) is the caller's to judge.
+///
+/// A closure rather than a guard: nothing can leak the changed mode (`mem::forget` of a guard
+/// would), and nested calls restore in order.
+///
+/// # Errors
+/// [`Error::InsideHostFn`] inside a host function; CUDA's error setting the mode, in which case
+/// `f` does not run.
+pub fn with_thread_mode<M: CaptureMode, R>(_mode: M, f: impl FnOnce() -> R) -> Result<R> {
+    /// Puts back the thread's previous mode when dropped: after `f` returns or while it unwinds.
+    struct Restore(sys::cudaStreamCaptureMode);
+
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: a valid in/out pointer; puts back the mode the thread had. Nothing to report
+            // from a drop: the exchange fails only for an invalid mode, and this one came from CUDA.
+            let code = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut self.0) };
+            let _ = check(code, "cudaThreadExchangeStreamCaptureMode");
+        }
+    }
+
+    refuse_inside_host_fn()?;
+    let mut previous = M::RAW;
+    // SAFETY: a valid in/out pointer holding a valid mode; CUDA writes back the previous one.
+    check(unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut previous) }, "cudaThreadExchangeStreamCaptureMode")?;
+    let _restore = Restore(previous);
+    Ok(f())
+}
+
 /// Whether a stream is being captured.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum CaptureStatus {
@@ -172,14 +216,64 @@ impl StreamRef {
     /// [`Error::CaptureMisuse`] on the legacy stream (CUDA cannot capture it); CUDA's
     /// `cudaErrorIllegalState` when the stream is already capturing.
     pub fn begin_capture<M: CaptureMode>(&self, _mode: M) -> Result<Capture<'_, M>> {
+        self.start_capture(None)
+    }
+
+    /// Starts capturing this stream's work into `graph`, after everything already in it
+    /// ([`cudaStreamBeginCaptureToGraph`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html),
+    /// CUDA 12.3 or newer): the first captured work depends on the graph's leaf nodes (those no
+    /// node depends on), so a replay runs the graph's earlier nodes first. [`Capture::end`]
+    /// returns this same graph, grown.
+    ///
+    /// The capture owns `graph` until it ends, so nothing else can use the graph while CUDA
+    /// writes to it, and a capture leaked with `mem::forget` leaks the graph rather than freeing
+    /// it under CUDA. Dropping the guard without `end` ends the capture and destroys the graph.
+    /// If ending fails (an invalidated or unjoined capture), the graph is leaked, not destroyed:
+    /// NVIDIA does not document what a failed capture leaves of a graph it was capturing into.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a graph of another device; the errors of
+    /// [`StreamRef::begin_capture`]. On every error `graph` is dropped.
+    pub fn begin_capture_into<M: CaptureMode>(&self, graph: Graph, _mode: M) -> Result<Capture<'_, M>> {
+        same_device("a stream captures into a graph of its own device", self.device(), graph.device())?;
+        self.start_capture(Some(graph))
+    }
+
+    /// Begins a capture into CUDA's own new graph, or into `into` after its leaf nodes.
+    fn start_capture<M: CaptureMode>(&self, into: Option<Graph>) -> Result<Capture<'_, M>> {
         refuse_legacy(self, "the legacy default stream cannot be captured")?;
         let _current = self.enter()?;
+        let leaves = into.as_ref().map(Graph::leaves).transpose()?.unwrap_or_default();
         let transition = capture_transition();
-        // SAFETY: a live stream; the mode is a valid constant.
-        check(unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture")?;
-        let counted = live_captures::begun(self.device(), M::RAW);
+        let (code, api) = match &into {
+            // SAFETY: a live stream; the mode is a valid constant.
+            None => (unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture"),
+            Some(graph) => {
+                let dependencies = if leaves.is_empty() { std::ptr::null() } else { leaves.as_ptr() };
+                // SAFETY: a live stream; a live graph we own, used by nothing else; `leaves` are
+                // `leaves.len()` of its nodes (or null for none); no edge data means default
+                // edges; the mode is a valid constant.
+                let code = unsafe {
+                    sys::cudaStreamBeginCaptureToGraph(
+                        self.as_raw(),
+                        graph.as_raw(),
+                        dependencies,
+                        std::ptr::null(),
+                        leaves.len(),
+                        M::RAW,
+                    )
+                };
+                (code, "cudaStreamBeginCaptureToGraph")
+            }
+        };
+        let begun = check(code, api);
+        // Counted before any other capture can begin or end.
+        let counted = begun.is_ok().then(|| live_captures::begun(self.device(), M::RAW));
         drop(transition);
-        let mut capture = Capture { stream: self, id: 0, counted, ended: false, _mode: PhantomData };
+        begun?;
+        let counted = counted.expect("counted when begun");
+        let into = into.map(Target);
+        let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
         capture.id = capture_state(self)?.info.id;
         Ok(capture)
@@ -303,8 +397,20 @@ pub struct Capture<'a, M: CaptureMode> {
     /// This capture's entry in the captures in progress, uncounted when it ends.
     counted: live_captures::Entry,
     ended: bool,
+    /// The graph of [`StreamRef::begin_capture_into`]; `None` when CUDA captures into a graph
+    /// of its own.
+    into: Option<Target>,
     _mode: PhantomData<(M, M::Thread)>,
 }
+
+/// The graph a capture writes into, held only to be handed back by [`Capture::end`].
+#[derive(Debug)]
+struct Target(Graph);
+
+// SAFETY: no `&self` method of `Capture` reaches the graph (only `end`, by value, and `drop` do),
+// so sharing a `&Capture` between threads never shares the graph. `Graph` is `!Sync` only
+// because CUDA's graph calls must not overlap, and none can through a shared `Capture`.
+unsafe impl Sync for Target {}
 
 /// The C entry point for a repeatable host function of a graph.
 ///
@@ -342,7 +448,8 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// # Errors
     /// [`Error::CaptureMisuse`] for a stream that is not part of this capture (not capturing,
     /// or in another capture): `f` is dropped, never run. CUDA's errors.
-    pub fn launch_host_fn<F: Fn() + Send + Sync + 'static>(&mut self, stream: &StreamRef, f: F) -> Result<()> {
+    pub fn launch_host_fn<F: Fn() + Send + Sync + 'static>(&mut self, stream: impl AsStream, f: F) -> Result<()> {
+        let stream = &*stream.as_stream();
         refuse_legacy(stream, "the legacy default stream cannot be part of a capture")?;
         let state = capture_state(stream)?;
         if state.info.status != CaptureStatus::Active || state.info.id != self.id {
@@ -364,45 +471,59 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
 
     /// Ends the capture and returns the graph
     /// ([`cudaStreamEndCapture`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    /// A capture begun with [`StreamRef::begin_capture_into`] returns the graph it was given.
     ///
     /// # Errors
     /// `cudaErrorStreamCaptureInvalidated` if the capture broke; `cudaErrorStreamCaptureUnjoined`
-    /// if a forked stream was not joined back.
+    /// if a forked stream was not joined back. A graph given to `begin_capture_into` is then
+    /// leaked (see there).
     pub fn end(mut self) -> Result<Graph> {
-        let raw = self.finish()?;
-        Ok(Graph::from_captured(raw, self.stream.device()))
+        self.finish()
     }
 
     /// Ends the capture in CUDA and uncounts it, exactly once (`end`, or else the drop).
-    fn finish(&mut self) -> Result<sys::cudaGraph_t> {
+    fn finish(&mut self) -> Result<Graph> {
         self.ended = true;
-        let graph = end_capture(self.stream);
+        let graph = end_capture(self.stream, self.into.take().map(|target| target.0));
         live_captures::ended(self.counted);
         graph
     }
 }
 
-fn end_capture(stream: &StreamRef) -> Result<sys::cudaGraph_t> {
+/// Ends the capture of `stream` and returns its graph: `into`, the graph it captured into, or
+/// CUDA's own new graph.
+fn end_capture(stream: &StreamRef, into: Option<Graph>) -> Result<Graph> {
+    // Until the capture has ended CUDA may still write to `into`: every failure leaks it.
+    let into = ManuallyDrop::new(into);
     let _current = stream.enter()?;
-    let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+    let mut raw: sys::cudaGraph_t = std::ptr::null_mut();
     let transition = capture_transition();
-    // SAFETY: a live, capturing stream; `graph` is a valid out-pointer.
-    let code = unsafe { sys::cudaStreamEndCapture(stream.as_raw(), &mut graph) };
+    // SAFETY: a live, capturing stream; `raw` is a valid out-pointer.
+    let code = unsafe { sys::cudaStreamEndCapture(stream.as_raw(), &mut raw) };
     drop(transition);
-    if code != sys::cudaError::cudaSuccess && !graph.is_null() {
-        // A graph the failed end still handed us: ours to destroy, once.
-        drop(Graph::from_captured(graph, stream.device()));
+    let ended = check(code, "cudaStreamEndCapture");
+    match (ManuallyDrop::into_inner(into), ended) {
+        (Some(graph), Ok(())) => Ok(graph),
+        (Some(graph), Err(error)) => {
+            std::mem::forget(graph);
+            Err(error)
+        }
+        (None, Ok(())) => Ok(Graph::from_captured(raw, stream.device())),
+        (None, Err(error)) => {
+            if !raw.is_null() {
+                // A graph of CUDA's that the failed end still handed us: ours to destroy, once.
+                drop(Graph::from_captured(raw, stream.device()));
+            }
+            Err(error)
+        }
     }
-    check(code, "cudaStreamEndCapture")?;
-    Ok(graph)
 }
 
 impl<M: CaptureMode> Drop for Capture<'_, M> {
     fn drop(&mut self) {
         if !self.ended {
-            if let Ok(graph) = self.finish() {
-                drop(Graph::from_captured(graph, self.stream.device()));
-            }
+            // The graph, if the capture ended, is discarded here.
+            let _ = self.finish();
         }
     }
 }

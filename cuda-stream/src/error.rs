@@ -67,6 +67,93 @@ impl CudaCode {
     }
 }
 
+/// An integer newtype for one of CUDA's C result enums (never a Rust enum: a value the header
+/// did not know is still representable), with a named constant per value, `name()`, and
+/// `Display`/`Debug` that show both name and number.
+macro_rules! result_codes {
+    ($(#[$doc:meta])* $name:ident: $c:ident { $($(#[$cdoc:meta])* $constant:ident = $raw:ident,)* }) => {
+        $(#[$doc])*
+        #[derive(Copy, Clone, PartialEq, Eq, Hash)]
+        pub struct $name(pub u32);
+
+        impl $name {
+            $($(#[$cdoc])* pub const $constant: $name = $name(sys::$c::$raw.0);)*
+
+            /// CUDA's name for the value (its C enumerator); `"unrecognized value"` for one this
+            /// crate does not know.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$constant => stringify!($raw),)*
+                    _ => "unrecognized value",
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{} ({})", self.name(), self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({} {})", stringify!($name), self.0, self.name())
+            }
+        }
+    };
+}
+
+result_codes! {
+    /// Why [`Graph::instantiate_with`](crate::Graph::instantiate_with) failed
+    /// (`cudaGraphInstantiateResult`, the `result_out` of `cudaGraphInstantiateParams`).
+    GraphInstantiateResult: cudaGraphInstantiateResult {
+        /// `cudaGraphInstantiateSuccess`.
+        SUCCESS = cudaGraphInstantiateSuccess,
+        /// `cudaGraphInstantiateError`: an invalid value or an unexpected error, described by
+        /// the returned [`CudaCode`].
+        ERROR = cudaGraphInstantiateError,
+        /// `cudaGraphInstantiateInvalidStructure`: the graph's structure is invalid.
+        INVALID_STRUCTURE = cudaGraphInstantiateInvalidStructure,
+        /// `cudaGraphInstantiateNodeOperationNotSupported`: instantiated for device launch, the
+        /// graph has a node of a type (a host node, ...) or an operation that it cannot run.
+        NODE_OPERATION_NOT_SUPPORTED = cudaGraphInstantiateNodeOperationNotSupported,
+        /// `cudaGraphInstantiateMultipleDevicesNotSupported`: instantiated for device launch,
+        /// the graph's nodes are on more than one device.
+        MULTIPLE_DEVICES_NOT_SUPPORTED = cudaGraphInstantiateMultipleDevicesNotSupported,
+        /// `cudaGraphInstantiateConditionalHandleUnused`: a conditional handle is not used.
+        CONDITIONAL_HANDLE_UNUSED = cudaGraphInstantiateConditionalHandleUnused,
+    }
+}
+
+result_codes! {
+    /// Why [`GraphExec::update`](crate::GraphExec::update) failed
+    /// (`cudaGraphExecUpdateResult`, the `result` of `cudaGraphExecUpdateResultInfo`).
+    GraphExecUpdateResult: cudaGraphExecUpdateResult {
+        /// `cudaGraphExecUpdateSuccess`.
+        SUCCESS = cudaGraphExecUpdateSuccess,
+        /// `cudaGraphExecUpdateError`: an invalid value, or a reason not listed here.
+        ERROR = cudaGraphExecUpdateError,
+        /// `cudaGraphExecUpdateErrorTopologyChanged`: the graphs' nodes or edges differ.
+        TOPOLOGY_CHANGED = cudaGraphExecUpdateErrorTopologyChanged,
+        /// `cudaGraphExecUpdateErrorNodeTypeChanged`: a node's type changed.
+        NODE_TYPE_CHANGED = cudaGraphExecUpdateErrorNodeTypeChanged,
+        /// `cudaGraphExecUpdateErrorFunctionChanged`: a kernel node's function changed (drivers
+        /// older than CUDA 11.2).
+        FUNCTION_CHANGED = cudaGraphExecUpdateErrorFunctionChanged,
+        /// `cudaGraphExecUpdateErrorParametersChanged`: a node's parameters changed in a way
+        /// that cannot be updated.
+        PARAMETERS_CHANGED = cudaGraphExecUpdateErrorParametersChanged,
+        /// `cudaGraphExecUpdateErrorNotSupported`: something about a node is not supported.
+        NOT_SUPPORTED = cudaGraphExecUpdateErrorNotSupported,
+        /// `cudaGraphExecUpdateErrorUnsupportedFunctionChange`: a kernel's function changed in
+        /// an unsupported way.
+        UNSUPPORTED_FUNCTION_CHANGE = cudaGraphExecUpdateErrorUnsupportedFunctionChange,
+        /// `cudaGraphExecUpdateErrorAttributesChanged`: a node's attributes changed in a way
+        /// that cannot be updated.
+        ATTRIBUTES_CHANGED = cudaGraphExecUpdateErrorAttributesChanged,
+    }
+}
+
 /// Converts a pointer from `cudaGetErrorName`/`cudaGetErrorString` to a string.
 fn static_str(ptr: *const std::ffi::c_char) -> Option<&'static str> {
     if ptr.is_null() {
@@ -175,6 +262,25 @@ pub enum Error {
     /// `0.0..=1.0`, a persisting miss property), refused before it reaches CUDA.
     #[error("invalid L2 access-policy window: {0}")]
     InvalidAccessPolicyWindow(&'static str),
+    /// A graph could not be instantiated
+    /// ([`Graph::instantiate_with`](crate::Graph::instantiate_with)).
+    #[error("cudaGraphInstantiateWithParams failed: {result}; {code}")]
+    GraphInstantiate {
+        /// CUDA's reason.
+        result: GraphInstantiateResult,
+        /// What the call returned.
+        code: CudaCode,
+    },
+    /// An executable graph could not be updated from a graph
+    /// ([`GraphExec::update`](crate::GraphExec::update)); the executable is unchanged.
+    #[error("cudaGraphExecUpdate failed: {result}; {code}; the executable is unchanged")]
+    GraphUpdate {
+        /// CUDA's reason.
+        result: GraphExecUpdateResult,
+        /// What the call returned (`cudaErrorGraphExecUpdateFailure` when the update broke one
+        /// of its rules).
+        code: CudaCode,
+    },
     /// A special handle (null, legacy, per-thread) offered as an owned stream.
     #[error("handle {handle:#x} is a built-in stream and cannot be owned or destroyed")]
     BuiltinNotOwnable {
@@ -221,7 +327,9 @@ impl Error {
     /// The CUDA code behind this error, if it came from CUDA.
     pub fn cuda_code(&self) -> Option<CudaCode> {
         match self {
-            Error::Cuda { code, .. } => Some(*code),
+            Error::Cuda { code, .. } | Error::GraphInstantiate { code, .. } | Error::GraphUpdate { code, .. } => {
+                Some(*code)
+            }
             _ => None,
         }
     }
@@ -315,6 +423,19 @@ mod tests {
         assert_eq!(error.cuda_code().map(CudaCode::name), Some("cudaErrorInvalidResourceHandle"));
         let shown = error.to_string();
         assert!(shown.starts_with("cudaStreamQuery failed: cudaErrorInvalidResourceHandle (400)"), "{shown}");
+    }
+
+    #[test]
+    fn graph_results_are_named_values() {
+        assert_eq!(GraphExecUpdateResult::TOPOLOGY_CHANGED.name(), "cudaGraphExecUpdateErrorTopologyChanged");
+        assert_eq!(GraphExecUpdateResult(2), GraphExecUpdateResult::TOPOLOGY_CHANGED);
+        assert_eq!(GraphExecUpdateResult(1_000).name(), "unrecognized value");
+        let result = GraphInstantiateResult::NODE_OPERATION_NOT_SUPPORTED;
+        assert_eq!(result.to_string(), "cudaGraphInstantiateNodeOperationNotSupported (3)");
+        let code = CudaCode(sys::cudaError::cudaErrorGraphExecUpdateFailure.0 as i32);
+        let error = Error::GraphUpdate { result: GraphExecUpdateResult::TOPOLOGY_CHANGED, code };
+        assert_eq!(error.cuda_code(), Some(code));
+        assert!(error.to_string().contains("cudaGraphExecUpdateErrorTopologyChanged"), "{error}");
     }
 
     #[test]

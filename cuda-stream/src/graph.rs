@@ -6,13 +6,18 @@
 //! clone or executable needs them and every launch that used them has completed. So dropping a
 //! `Graph` or a `GraphExec` never waits for the device and never frees what a pending launch
 //! still uses.
+//! [`GraphExec::update`] keeps that promise by CUDA's documented rule for user objects, quoted
+//! there: no bookkeeping of our own is needed, and none is kept.
 
+use crate::as_stream::AsStream;
+use crate::capture::{Relaxed, with_thread_mode};
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::{Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check, same_device};
 use crate::host_fn::{call_outside_host_fn, refuse_inside_host_fn, run_guarded};
 use crate::stream::StreamRef;
 use crate::sys;
-use std::ffi::c_void;
+use std::ffi::{c_ulonglong, c_void};
+use std::ops::BitOr;
 
 /// Hands `value` to `graph` as a CUDA user object that the graph owns (moved, not retained
 /// twice): CUDA drops it when the graph and everything made from it are done with it. Returns
@@ -92,6 +97,61 @@ impl Graph {
         Ok(GraphExec { raw: exec, device: self.device })
     }
 
+    /// Instantiates the graph with `options`: flags, and an upload into a stream
+    /// ([`cudaGraphInstantiateWithParams`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+    /// As with [`Graph::instantiate`], the executable shares what the graph owns.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for an upload stream of another device; [`Error::InsideHostFn`];
+    /// [`Error::GraphInstantiate`] with CUDA's [`GraphInstantiateResult`] when CUDA refuses,
+    /// e.g. [`GraphInstantiateResult::NODE_OPERATION_NOT_SUPPORTED`] for a host node in a graph
+    /// instantiated for device launch.
+    pub fn instantiate_with(&self, options: InstantiateOptions<'_>) -> Result<GraphExec> {
+        refuse_inside_host_fn()?;
+        let mut params = sys::cudaGraphInstantiateParams {
+            flags: options.flags.0,
+            uploadStream: std::ptr::null_mut(),
+            errNode_out: std::ptr::null_mut(),
+            result_out: sys::cudaGraphInstantiateResult::cudaGraphInstantiateSuccess,
+        };
+        let _current = match options.upload {
+            Some(stream) => {
+                same_device("a graph is uploaded to a stream of its own device", self.device, stream.device())?;
+                params.uploadStream = stream.as_raw();
+                stream.enter()?
+            }
+            None => None,
+        };
+        let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
+        // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type); `exec` and
+        // `params` are valid pointers; the upload stream, if any, is live for this call.
+        let code = unsafe { sys::cudaGraphInstantiateWithParams(&mut exec, self.raw, &mut params) };
+        if let Err(Error::Cuda { code, .. }) = check(code, "cudaGraphInstantiateWithParams") {
+            return Err(Error::GraphInstantiate { result: GraphInstantiateResult(params.result_out.0), code });
+        }
+        Ok(GraphExec { raw: exec, device: self.device })
+    }
+
+    /// The graph's leaf nodes: those no other node depends on
+    /// ([`cudaGraphGetNodes`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html),
+    /// `cudaGraphNodeGetDependentNodes`). Valid while the graph lives and is not changed.
+    pub(crate) fn leaves(&self) -> Result<Vec<sys::cudaGraphNode_t>> {
+        let mut count = 0;
+        // SAFETY: a live graph used by this thread only; a null array asks for the count.
+        check(unsafe { sys::cudaGraphGetNodes(self.raw, std::ptr::null_mut(), &mut count) }, "cudaGraphGetNodes")?;
+        let mut nodes = vec![std::ptr::null_mut(); count];
+        // SAFETY: as above; `nodes` has room for `count` handles.
+        check(unsafe { sys::cudaGraphGetNodes(self.raw, nodes.as_mut_ptr(), &mut count) }, "cudaGraphGetNodes")?;
+        nodes.truncate(count);
+        let mut leaves = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            if dependents(node)? == 0 {
+                leaves.push(node);
+            }
+        }
+        Ok(leaves)
+    }
+
     /// The raw handle.
     pub fn as_raw(&self) -> sys::cudaGraph_t {
         self.raw
@@ -100,6 +160,112 @@ impl Graph {
     /// The device the graph was captured on.
     pub fn device(&self) -> Device {
         self.device
+    }
+}
+
+/// How many nodes depend on `node`.
+fn dependents(node: sys::cudaGraphNode_t) -> Result<usize> {
+    let mut count = 0;
+    // SAFETY: a node of a live graph; null arrays ask for the count only (no edge data is read,
+    // so the query cannot be lossy). CUDA 13 added the edge-data argument.
+    #[cfg(cudart_13)]
+    let code =
+        unsafe { sys::cudaGraphNodeGetDependentNodes(node, std::ptr::null_mut(), std::ptr::null_mut(), &mut count) };
+    // SAFETY: as above, with CUDA 12's signature.
+    #[cfg(not(cudart_13))]
+    let code = unsafe { sys::cudaGraphNodeGetDependentNodes(node, std::ptr::null_mut(), &mut count) };
+    check(code, "cudaGraphNodeGetDependentNodes")?;
+    Ok(count)
+}
+
+/// Instantiation flags (`cudaGraphInstantiateFlags`), as [`GraphExec::flags`] reads them back.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct InstantiateFlags(pub u64);
+
+impl InstantiateFlags {
+    /// No flag.
+    pub const NONE: InstantiateFlags = InstantiateFlags(0);
+    /// `cudaGraphInstantiateFlagAutoFreeOnLaunch`: before each relaunch, free the memory the
+    /// graph's previous launch allocated (`cudaMallocAsync` captured without a free).
+    pub const AUTO_FREE_ON_LAUNCH: InstantiateFlags =
+        InstantiateFlags(sys::cudaGraphInstantiateFlags::cudaGraphInstantiateFlagAutoFreeOnLaunch.0 as u64);
+    /// `cudaGraphInstantiateFlagUpload`: upload the executable once instantiated. CUDA never
+    /// reports it back ([`GraphExec::flags`]): it does not change the executable.
+    pub const UPLOAD: InstantiateFlags =
+        InstantiateFlags(sys::cudaGraphInstantiateFlags::cudaGraphInstantiateFlagUpload.0 as u64);
+    /// `cudaGraphInstantiateFlagDeviceLaunch`: launchable from the device as well as the host.
+    pub const DEVICE_LAUNCH: InstantiateFlags =
+        InstantiateFlags(sys::cudaGraphInstantiateFlags::cudaGraphInstantiateFlagDeviceLaunch.0 as u64);
+    /// `cudaGraphInstantiateFlagUseNodePriority`: kernels run at their nodes' priorities (copied
+    /// from the stream's during capture), not the launch stream's.
+    pub const USE_NODE_PRIORITY: InstantiateFlags =
+        InstantiateFlags(sys::cudaGraphInstantiateFlags::cudaGraphInstantiateFlagUseNodePriority.0 as u64);
+
+    /// Whether every flag of `other` is set here.
+    pub fn contains(self, other: InstantiateFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for InstantiateFlags {
+    type Output = InstantiateFlags;
+
+    fn bitor(self, other: InstantiateFlags) -> InstantiateFlags {
+        InstantiateFlags(self.0 | other.0)
+    }
+}
+
+/// How [`Graph::instantiate_with`] instantiates: the fields of `cudaGraphInstantiateParams`.
+///
+/// ```no_run
+/// # fn demo(graph: &cuda_stream::Graph, stream: &cuda_stream::StreamRef) -> cuda_stream::Result<()> {
+/// use cuda_stream::InstantiateOptions;
+/// let exec = graph.instantiate_with(InstantiateOptions::new().upload_to(stream).auto_free_on_launch())?;
+/// exec.launch(stream)?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Copy, Clone, Debug, Default)]
+pub struct InstantiateOptions<'a> {
+    flags: InstantiateFlags,
+    upload: Option<&'a StreamRef>,
+}
+
+impl<'a> InstantiateOptions<'a> {
+    /// No flag, no upload: what [`Graph::instantiate`] does.
+    pub fn new() -> InstantiateOptions<'a> {
+        InstantiateOptions::default()
+    }
+
+    /// Upload the executable into `stream` once instantiated, ahead of its first launch
+    /// ([`InstantiateFlags::UPLOAD`]).
+    pub fn upload_to(self, stream: &'a StreamRef) -> InstantiateOptions<'a> {
+        InstantiateOptions { flags: self.flags | InstantiateFlags::UPLOAD, upload: Some(stream) }
+    }
+
+    /// [`InstantiateFlags::AUTO_FREE_ON_LAUNCH`]. CUDA refuses it together with device launch.
+    pub fn auto_free_on_launch(self) -> InstantiateOptions<'a> {
+        self.with(InstantiateFlags::AUTO_FREE_ON_LAUNCH)
+    }
+
+    /// [`InstantiateFlags::DEVICE_LAUNCH`]. CUDA then accepts only kernel, memcpy, memset and
+    /// child-graph nodes of one device.
+    pub fn device_launch(self) -> InstantiateOptions<'a> {
+        self.with(InstantiateFlags::DEVICE_LAUNCH)
+    }
+
+    /// [`InstantiateFlags::USE_NODE_PRIORITY`].
+    pub fn use_node_priority(self) -> InstantiateOptions<'a> {
+        self.with(InstantiateFlags::USE_NODE_PRIORITY)
+    }
+
+    /// The flags passed to CUDA.
+    pub fn flags(&self) -> InstantiateFlags {
+        self.flags
+    }
+
+    fn with(self, flag: InstantiateFlags) -> InstantiateOptions<'a> {
+        InstantiateOptions { flags: self.flags | flag, ..self }
     }
 }
 
@@ -115,29 +281,17 @@ impl Drop for Graph {
 }
 
 /// Runs `destroy` (of a graph or an executable) outside any host function (see
-/// `call_outside_host_fn`), with the thread's capture mode set to Relaxed, then restores the
-/// mode ([`cudaThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)):
-/// destroying a graph or an executable is a "potentially unsafe" call that CUDA otherwise
-/// refuses, invalidating the capture, while another thread holds a Global capture (probed on
-/// CUDA 13.0). Nothing of ours is captured by it, so it is safe here.
-fn destroy_outside_captures(destroy: impl FnOnce() + Send + 'static) {
-    call_outside_host_fn(move || relaxed_capture_mode(destroy));
-}
-
-fn relaxed_capture_mode(destroy: impl FnOnce()) {
-    let mut mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
-    // SAFETY: `mode` is a valid in/out pointer.
-    let exchanged =
-        check(unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) }, "cudaThreadExchangeStreamCaptureMode")
-            .is_ok();
-    destroy();
-    if exchanged {
-        // SAFETY: as above; puts back the mode this thread had.
-        let _ = check(
-            unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) },
-            "cudaThreadExchangeStreamCaptureMode",
-        );
-    }
+/// `call_outside_host_fn`), in the Relaxed capture mode ([`with_thread_mode`]): destroying a
+/// graph or an executable is a "potentially unsafe" call that CUDA otherwise refuses,
+/// invalidating the capture, while another thread holds a Global capture (probed on CUDA 13.0).
+/// Nothing of ours is captured by it, so it is safe here. Should the mode not change, the
+/// destroy is made all the same.
+fn destroy_outside_captures(destroy: impl FnOnce() + Copy + Send + 'static) {
+    call_outside_host_fn(move || {
+        if with_thread_mode(Relaxed, destroy).is_err() {
+            destroy();
+        }
+    });
 }
 
 /// An executable graph, launched on streams of its device; destroyed on drop (CUDA frees an
@@ -162,7 +316,8 @@ impl GraphExec {
     /// # Errors
     /// CUDA's errors.
     #[inline]
-    pub fn launch(&self, stream: &StreamRef) -> Result<()> {
+    pub fn launch(&self, stream: impl AsStream) -> Result<()> {
+        let stream = stream.as_stream();
         match stream.enter()? {
             // SAFETY: a live executable used by this thread only, and a live real stream.
             None => unsafe { crate::driver::graph_launch(self.raw, stream.as_raw()) },
@@ -176,10 +331,61 @@ impl GraphExec {
     ///
     /// # Errors
     /// CUDA's errors.
-    pub fn upload(&self, stream: &StreamRef) -> Result<()> {
+    pub fn upload(&self, stream: impl AsStream) -> Result<()> {
+        let stream = stream.as_stream();
         let _current = stream.enter()?;
         // SAFETY: a live executable used by this thread only, and a live stream.
         check(unsafe { sys::cudaGraphUpload(self.raw, stream.as_raw()) }, "cudaGraphUpload")
+    }
+
+    /// Updates the executable in place from `graph`, a graph of the same topology whose nodes
+    /// may have other parameters: other kernel arguments, other host functions
+    /// ([`cudaGraphExecUpdate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+    /// Later launches run the new parameters; launches already enqueued are not affected.
+    ///
+    /// What the new nodes use (host-function closures, events: user objects of `graph`) is then
+    /// owned by the executable too, so `graph` may be dropped at once; what only the old nodes
+    /// used is released once the launches that may use it have completed. This is CUDA's
+    /// documented rule (CUDA Programming Guide, "CUDA User Objects"): "If an executable graph
+    /// [...] is updated with `cudaGraphExecUpdate` [...], the references in the new source
+    /// graph are cloned and replace the references in the target graph. In either case, if
+    /// previous launches are not synchronized, any references which would be released are held
+    /// until the launches have finished executing."
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] for a graph of another device; [`Error::InsideHostFn`];
+    /// [`Error::GraphUpdate`] with CUDA's [`GraphExecUpdateResult`] (e.g.
+    /// [`GraphExecUpdateResult::TOPOLOGY_CHANGED`]) when CUDA refuses: the executable is then
+    /// unchanged and still usable.
+    pub fn update(&mut self, graph: &Graph) -> Result<()> {
+        refuse_inside_host_fn()?;
+        same_device("an executable graph is updated from a graph of its own device", self.device, graph.device)?;
+        let mut info = sys::cudaGraphExecUpdateResultInfo {
+            result: sys::cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess,
+            errorNode: std::ptr::null_mut(),
+            errorFromNode: std::ptr::null_mut(),
+        };
+        // SAFETY: a live executable we hold exclusively (`&mut self`), a live graph used by this
+        // thread only (`&Graph` of a !Sync type), and a valid out-pointer.
+        let code = unsafe { sys::cudaGraphExecUpdate(self.raw, graph.raw, &mut info) };
+        if let Err(Error::Cuda { code, .. }) = check(code, "cudaGraphExecUpdate") {
+            return Err(Error::GraphUpdate { result: GraphExecUpdateResult(info.result.0), code });
+        }
+        Ok(())
+    }
+
+    /// The flags the executable was instantiated with
+    /// ([`cudaGraphExecGetFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+    /// Never [`InstantiateFlags::UPLOAD`], which CUDA does not report.
+    ///
+    /// # Errors
+    /// [`Error::InsideHostFn`]; CUDA's errors.
+    pub fn flags(&self) -> Result<InstantiateFlags> {
+        refuse_inside_host_fn()?;
+        let mut flags: c_ulonglong = 0;
+        // SAFETY: a live executable used by this thread only; a valid out-pointer.
+        check(unsafe { sys::cudaGraphExecGetFlags(self.raw, &mut flags) }, "cudaGraphExecGetFlags")?;
+        Ok(InstantiateFlags(flags))
     }
 
     /// The raw handle.
@@ -202,5 +408,20 @@ impl Drop for GraphExec {
             // the device is needed here, and nothing is freed early.
             let _ = check(unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) }, "cudaGraphExecDestroy");
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_compose_cuda_flags_without_a_gpu() {
+        let options = InstantiateOptions::new().auto_free_on_launch().use_node_priority();
+        let flags = options.flags();
+        assert_eq!(flags, InstantiateFlags::AUTO_FREE_ON_LAUNCH | InstantiateFlags::USE_NODE_PRIORITY);
+        assert!(flags.contains(InstantiateFlags::USE_NODE_PRIORITY) && !flags.contains(InstantiateFlags::UPLOAD));
+        assert_eq!(InstantiateOptions::new().flags(), InstantiateFlags::NONE);
+        assert_eq!(InstantiateFlags::DEVICE_LAUNCH.0 | InstantiateFlags::UPLOAD.0, 4 | 2);
     }
 }
