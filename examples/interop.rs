@@ -3,8 +3,8 @@
 //!
 //! From Python, `torch.cuda.current_stream().cuda_stream` (or CuPy's `stream.ptr`, or any
 //! object's `__cuda_stream__()` tuple) is that pointer as an integer: pass it to a Rust extension
-//! and wrap it with `unsafe { BorrowedStream::borrow_raw_on(ptr as cudaStream_t, device) }?` (borrowed: PyTorch
-//! keeps owning it); hand ours back as `stream.as_raw() as usize` into
+//! and wrap it with `unsafe { BorrowedStream::borrow_raw(ptr as cudaStream_t) }?` (its device is
+//! read from the handle; borrowed: PyTorch keeps owning it); hand ours back as `stream.as_raw() as usize` into
 //! `torch.cuda.ExternalStream(ptr)`.
 
 use cuda_stream::{BorrowedStream, Stream, StreamOptions};

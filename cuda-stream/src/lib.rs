@@ -28,10 +28,16 @@
 //! * [`BuiltinStream`]: CUDA's default streams, never destroyed: [`BuiltinStream::null`]
 //!   (handle 0), [`BuiltinStream::legacy`] (0x1) and [`BuiltinStream::per_thread`] (0x2).
 //!
-//! All three deref to [`StreamRef`], which carries every operation; functions that take a
-//! stream take `&StreamRef`. A `StreamRef` is never handed out by value, so nothing reachable
-//! from safe code holds a stream without a lifetime or an ownership that keeps it alive: not a
-//! thread-local, not a guard that `mem::forget` could leak.
+//! All three deref to [`StreamRef`], which carries every operation. Functions that take a
+//! stream take an `impl` [`AsStream`] (as std's `AsFd`): any of these, a reference, `Box`,
+//! `Rc` or `Arc` of one, a pool lease, your own type, or (feature `cudarc`) cudarc's
+//! `CudaStream`. A `StreamRef` is never handed out by value, so nothing reachable from safe code
+//! holds a stream without a lifetime or an ownership that keeps it alive: not a thread-local,
+//! not a guard that `mem::forget` could leak.
+//!
+//! A foreign handle comes in with [`BorrowedStream::borrow_raw`], which reads its device from
+//! the driver without disturbing a capture of it, or [`BorrowedStream::borrow_raw_on`], which
+//! checks the device it is given.
 //!
 //! # Legacy and per-thread default streams
 //! The legacy stream waits for all earlier work on its device's blocking streams, and they wait
@@ -58,7 +64,16 @@
 //!   [`capture::ThreadLocal`], [`capture::Relaxed`]); only a Relaxed capture may change threads.
 //!   Graph host functions live as long as CUDA needs them (user objects the graph owns).
 //! * The current stream, per thread and device: [`StreamRef::as_current`] runs a closure with
-//!   the stream current; [`StreamRef::with_current`] reads it (default: the null stream).
+//!   the stream current ([`StreamRef::as_current_with_device`] makes its device current too);
+//!   [`StreamRef::with_current`] reads it (default: the null stream), and
+//!   [`StreamRef::current`] returns it as a [`CurrentStream`] value, checked on every use.
+//! * Events ([`Event`]): `Eq + Hash`, IPC, [`StreamRef::record_event_with`] (flags in one call;
+//!   an external record in a capture becomes a graph node the graph keeps alive).
+//! * Graphs beyond capture: [`Graph::instantiate_with`], [`GraphExec::update`],
+//!   [`StreamRef::begin_capture_into`], [`capture::with_thread_mode`]; calls that would break a
+//!   capture begun here are refused (see [`capture`]).
+//! * Stream attributes ([`attributes`]): synchronization policy, L2 access-policy window.
+//!   Hardware queues: [`Device::hardware_queues`], [`StreamPool::with_hardware_queues`].
 //! * [`StreamPool`]: exclusive leases, never one stream to two holders.
 //! * [`Device::make_current`]: a guard that restores the previous context, or none.
 //!
@@ -81,7 +96,10 @@
 //! | `elapsed` before the events completed | `Ok(None)` |
 //! | `ipc_handle` of an event without [`EventFlags::interprocess`] | [`Error::NotInterprocess`] |
 //! | interprocess together with timing | [`Error::Cuda`] `cudaErrorInvalidValue` |
-//! | `BorrowedStream::borrow_raw(null, device)` | the device's null stream, [`Ownership::Builtin`]`(`[`Builtin::Null`]`)`: handle 0 *is* a stream |
+//! | `BorrowedStream::borrow_raw(null)` | the current device's null stream, [`Ownership::Builtin`]`(`[`Builtin::Null`]`)`: handle 0 *is* a stream |
+//! | `BorrowedStream::borrow_raw_on` or `Stream::from_raw_owned` of a handle of another device | [`Error::DeviceMismatch`]; nothing is taken |
+//! | `elapsed` between events of two devices | [`Error::DeviceMismatch`] |
+//! | a [`CurrentStream`] used after its `as_current` scope ended | [`Error::NotCurrent`] |
 //! | `Stream::from_raw_owned` of 0, 0x1 or 0x2 | [`Error::BuiltinNotOwnable`] |
 //! | the per-thread stream used from another thread | [`Error::WrongThread`] |
 //! | `elapsed` where the end completed before the start | [`Error::NegativeElapsed`] with the amount |
@@ -104,6 +122,8 @@
 //! # Features
 //! * `per-thread-default-stream`: handle 0 means the per-thread default stream.
 //! * `dynamic-linking`: link the shared `libcudart` instead of the static one.
+//! * `cudarc`: cudarc's `CudaStream` is an [`AsStream`]; `StreamRef::to_cudarc` lends ours.
+//! * `testing`: `cuda_stream::testing`, the GPU gate for tests of your own kernels.
 
 #![deny(missing_docs)]
 
