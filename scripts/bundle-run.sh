@@ -16,6 +16,17 @@ if [ ! -d bin ]; then
   cd "$unpacked" || exit 2
 fi
 export CUDA_STREAM_REQUIRE_GPU=1
+# NVLink multicast stays off on shared multi-GPU hosts (a program that uses it can take the
+# host's GPUs out of service): NCCL, PyTorch and NVSHMEM each have a switch.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# NCCL for tests/nccl.rs and the multi_gpu_nccl example: CUDA_STREAM_NCCL, else the
+# nvidia-nccl-cu13 wheel of python3 (PyTorch's CUDA 13 wheels bring it). Found, it is required.
+if [ -z "${CUDA_STREAM_NCCL:-}" ]; then
+  nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$nccl_dir" ] && [ -e "$nccl_dir/libnccl.so.2" ] && export CUDA_STREAM_NCCL="$nccl_dir/libnccl.so.2"
+fi
+[ -n "${CUDA_STREAM_NCCL:-}" ] && export CUDA_STREAM_REQUIRE_NCCL=1
+echo "NCCL: ${CUDA_STREAM_NCCL:-not found (its tests skip)}"
 sanitize="" benches=0 only=""
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -18,6 +18,7 @@ mod stats;
 pub const KERNELS_BUILT: bool = !cfg!(kernels_missing);
 pub mod mapped;
 pub mod nccl;
+pub mod probe;
 
 pub use mapped::{FlagOutcome, MappedFlag, TagEntry, TagLog};
 pub use rng::Rng;

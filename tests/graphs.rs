@@ -8,9 +8,9 @@ use cuda_stream::{
     CaptureStatus, Error, Graph, GraphExecUpdateResult, GraphInstantiateResult, InstantiateFlags, InstantiateOptions,
     StreamRef, check, sys,
 };
+use cuda_stream_tests::probe::{Probe, Token};
 use cuda_stream_tests::{MappedFlag, TagLog, gpu_or_skip, non_blocking_stream, poll_until, tag, wait_flag};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -20,43 +20,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// What happened to a graph host function's closure: its runs, its drop, and whether it ran
-/// after being dropped (which would be a use after free).
-#[derive(Default)]
-struct Probe {
-    runs: AtomicU32,
-    dropped: AtomicBool,
-    ran_after_drop: AtomicBool,
-}
-
-impl Probe {
-    fn runs(&self) -> u32 {
-        self.runs.load(Ordering::SeqCst)
-    }
-
-    fn dropped(&self) -> bool {
-        self.dropped.load(Ordering::SeqCst)
-    }
-}
-
-/// Owned by a closure: records each run, and the closure's drop.
-struct Token(Arc<Probe>);
-
-impl Token {
-    fn run(&self) {
-        if self.0.dropped() {
-            self.0.ran_after_drop.store(true, Ordering::SeqCst);
-        }
-        self.0.runs.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Token {
-    fn drop(&mut self) {
-        self.0.dropped.store(true, Ordering::SeqCst);
-    }
 }
 
 /// A host function that records into `probe`. Every call returns the same closure type, so two
@@ -114,7 +77,7 @@ fn update_replays_the_new_kernel_arguments_and_host_functions_and_keeps_them_ali
     drop(exec);
     let freed = poll_until(Duration::from_secs(5), || new.dropped() && old.dropped());
     assert!(freed.is_some(), "dropping the executable freed both closures");
-    assert!(!old.ran_after_drop.load(Ordering::SeqCst) && !new.ran_after_drop.load(Ordering::SeqCst));
+    assert!(!old.ran_after_drop() && !new.ran_after_drop());
 }
 
 #[test]
@@ -153,7 +116,7 @@ fn update_during_pending_launches_holds_the_replaced_closure_until_they_complete
     drop(exec);
     let freed = poll_until(Duration::from_secs(5), || new.dropped() && old.dropped());
     assert!(freed.is_some(), "dropping the executable freed both closures");
-    assert!(!old.ran_after_drop.load(Ordering::SeqCst) && !new.ran_after_drop.load(Ordering::SeqCst));
+    assert!(!old.ran_after_drop() && !new.ran_after_drop());
 }
 
 #[test]

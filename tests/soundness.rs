@@ -9,9 +9,10 @@ use cuda_stream::{
     StreamOptions, StreamRef, capture, live_events, live_host_fns, live_streams,
 };
 use cuda_stream_tests::non_blocking_stream as stream;
+use cuda_stream_tests::probe::Token;
 use cuda_stream_tests::{MappedFlag, TagLog, gpu_or_skip, gpus_or_skip, poll_until};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -21,51 +22,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// What happened to the closures holding a probe's tokens.
-#[derive(Default)]
-struct Probe {
-    runs: AtomicU32,
-    dropped: AtomicBool,
-    ran_after_drop: AtomicBool,
-}
-
-/// Owned by a closure: records each run, and the closure's drop.
-struct Token(Arc<Probe>);
-
-impl Token {
-    fn new() -> (Token, Arc<Probe>) {
-        let probe = Arc::new(Probe::default());
-        (Token(Arc::clone(&probe)), probe)
-    }
-
-    fn run(&self) {
-        if self.0.dropped.load(Ordering::SeqCst) {
-            self.0.ran_after_drop.store(true, Ordering::SeqCst);
-        }
-        self.0.runs.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Token {
-    fn drop(&mut self) {
-        self.0.dropped.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Probe {
-    fn runs(&self) -> u32 {
-        self.runs.load(Ordering::SeqCst)
-    }
-
-    fn dropped(&self) -> bool {
-        self.dropped.load(Ordering::SeqCst)
-    }
-
-    fn wait_dropped(&self) -> bool {
-        poll_until(Duration::from_secs(10), || self.dropped()).is_some()
-    }
 }
 
 /// A stream that holds its work until `flag` is set.
@@ -129,7 +85,7 @@ fn graph_closures_live_until_the_last_pending_replay_completes() {
     replay.synchronize().unwrap();
     assert!(probe.wait_dropped(), "CUDA releases the closure after the last replay");
     assert_eq!(probe.runs(), 3);
-    assert!(!probe.ran_after_drop.load(Ordering::SeqCst));
+    assert!(!probe.ran_after_drop());
     let settled = poll_until(Duration::from_secs(5), || live_host_fns() == baseline);
     assert!(settled.is_some(), "live_host_fns back to {baseline}, is {}", live_host_fns());
 }
@@ -172,7 +128,7 @@ fn dropping_a_pending_executable_leaves_another_threads_global_capture_intact() 
     replay.synchronize().unwrap();
     assert!(probe.wait_dropped());
     assert_eq!(probe.runs(), 1);
-    assert!(!probe.ran_after_drop.load(Ordering::SeqCst));
+    assert!(!probe.ran_after_drop());
 }
 
 // 3. A FnOnce host function is refused atomically by a capturing stream.
@@ -221,7 +177,7 @@ fn a_once_host_fn_never_lands_in_a_graph_even_when_a_capture_races_it() {
     let probes = probes.into_inner().unwrap();
     for (index, (probe, accepted)) in probes.iter().enumerate() {
         assert!(probe.wait_dropped(), "closure {index} was never freed");
-        assert!(!probe.ran_after_drop.load(Ordering::SeqCst), "closure {index} ran after its drop");
+        assert!(!probe.ran_after_drop(), "closure {index} ran after its drop");
         let expected = u32::from(*accepted);
         assert_eq!(probe.runs(), expected, "closure {index} (accepted: {accepted}) ran {} times", probe.runs());
     }
