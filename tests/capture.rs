@@ -103,3 +103,48 @@ fn synchronize_and_query_during_capture_are_refused_and_the_capture_survives() {
     stream.synchronize().unwrap();
     assert_eq!(log.tags(), vec![1, 2]);
 }
+
+#[test]
+fn a_per_thread_stream_cannot_be_captured_in_relaxed_mode() {
+    let device = gpu_or_skip!();
+    let _serial = serial();
+    let per_thread = BuiltinStream::per_thread(device);
+    // A Relaxed capture may end on another thread, where handle 0x2 is another stream.
+    let refused = per_thread.begin_capture(capture::Relaxed).unwrap_err();
+    assert!(matches!(refused, Error::CaptureMisuse(_)), "{refused:?}");
+    assert_eq!(per_thread.capture_status().unwrap(), CaptureStatus::None, "nothing was begun");
+    let log = TagLog::new(4).unwrap();
+    let capture = per_thread.begin_capture(capture::ThreadLocal).unwrap();
+    cuda_stream_tests::tag(&*per_thread, &log, 1, Duration::ZERO).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&per_thread).unwrap();
+    per_thread.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![1], "the other modes capture it");
+}
+
+#[test]
+fn dropping_a_forked_stream_before_the_join_ends_the_capture_with_an_error_not_a_crash() {
+    let _device = gpu_or_skip!();
+    // In a child process: if the driver crashed destroying a stream that joined a capture, only
+    // the child would go.
+    cuda_stream_tests::child_test_prints("forked_stream_dropped_child", &["forked: end "]);
+}
+
+#[test]
+#[ignore = "child process of dropping_a_forked_stream_before_the_join_ends_the_capture_with_an_error_not_a_crash"]
+fn forked_stream_dropped_child() {
+    let device = cuda_stream::Device::new(0).unwrap();
+    let main = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let log = TagLog::new(4).unwrap();
+    let capture = main.begin_capture(capture::Global).unwrap();
+    let side = main.fork().unwrap();
+    cuda_stream_tests::tag(&side, &log, 1, Duration::ZERO).unwrap();
+    drop(side); // destroyed while it is part of the capture, before any join
+    match capture.end() {
+        Ok(_) => println!("forked: end succeeded"),
+        Err(error) => println!("forked: end refused with {}", error.cuda_code().map_or("none", |code| code.name())),
+    }
+    assert_eq!(main.capture_status().unwrap(), CaptureStatus::None, "the capture is over either way");
+    main.synchronize().unwrap();
+    assert_eq!(log.count(), 0, "captured work never ran");
+}

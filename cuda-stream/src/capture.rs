@@ -45,7 +45,15 @@
 //! * A thread that set its own capture interaction mode to Relaxed
 //!   (`cudaThreadExchangeStreamCaptureMode`) is still refused what the default mode forbids.
 //! * A guard leaked with `mem::forget` leaves its capture open in CUDA, and counted here: its
-//!   refusals last for the rest of the process.
+//!   refusals last for the rest of the process. So does one dropped where its stream cannot be
+//!   used (inside a host function): CUDA's capture stays open.
+//! * [`StreamRef::wait_event`] on a capturing stream, with an event recorded outside the
+//!   capture: whether the event was recorded inside cannot be known without a CUDA call on it,
+//!   so CUDA answers `cudaErrorStreamCaptureIsolation` and invalidates the capture.
+//!   [`StreamRef::wait_stream`] handles that case (an external wait the graph keeps).
+//!
+//! A per-thread default stream cannot be captured in [`Relaxed`] mode: a Relaxed capture may
+//! end on another thread, where that handle names another stream.
 //!
 //! [`BuiltinStream::legacy`]: crate::BuiltinStream::legacy
 //! [`BuiltinStream::null`]: crate::BuiltinStream::null
@@ -242,6 +250,12 @@ impl StreamRef {
     /// Begins a capture into CUDA's own new graph, or into `into` after its leaf nodes.
     fn start_capture<M: CaptureMode>(&self, into: Option<Graph>) -> Result<Capture<'_, M>> {
         refuse_legacy(self, "the legacy default stream cannot be captured")?;
+        if M::RAW == Relaxed::RAW && self.is_thread_bound() {
+            // A Relaxed capture may end on another thread, where this handle is another stream.
+            return Err(Error::CaptureMisuse(
+                "a per-thread default stream cannot be captured in Relaxed mode (it could end on another thread)",
+            ));
+        }
         let _current = self.enter()?;
         let leaves = into.as_ref().map(Graph::leaves).transpose()?.unwrap_or_default();
         let transition = capture_transition();
@@ -364,6 +378,12 @@ pub(crate) fn active_graph(stream: &StreamRef) -> Result<Option<sys::cudaGraph_t
 
 /// `this.wait_stream(other)` while `this` is being captured (see [`StreamRef::wait_stream`]).
 pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Result<()> {
+    refuse_inside_host_fn()?;
+    // No capture of this crate begins or ends until the wait is in: the graph read here is the
+    // one that keeps the event, and it stays alive until the wait that needs the event is in
+    // it (another thread could otherwise end the capture and destroy the graph in between, or
+    // begin a new capture that the wait would go into).
+    let _transitions = no_capture_transitions();
     let mine = capture_state(this)?;
     if mine.info.status != CaptureStatus::Active {
         // A broken capture: let CUDA report it, as it does for every other call.
@@ -407,9 +427,10 @@ pub struct Capture<'a, M: CaptureMode> {
 #[derive(Debug)]
 struct Target(Graph);
 
-// SAFETY: no `&self` method of `Capture` reaches the graph (only `end`, by value, and `drop` do),
-// so sharing a `&Capture` between threads never shares the graph. `Graph` is `!Sync` only
-// because CUDA's graph calls must not overlap, and none can through a shared `Capture`.
+// SAFETY: no `&self` method of `Capture` makes a CUDA call on the graph (only `end`, by value,
+// and `drop` do; the derived `Debug` reads the handle's value and its device, no CUDA call), so
+// sharing a `&Capture` between threads never overlaps graph calls, which is all `Graph`'s
+// `!Sync` guards against.
 unsafe impl Sync for Target {}
 
 /// The C entry point for a repeatable host function of a graph.
@@ -481,10 +502,21 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         self.finish()
     }
 
-    /// Ends the capture in CUDA and uncounts it, exactly once (`end`, or else the drop).
+    /// Ends the capture in CUDA and uncounts it, exactly once (`end`, or else the drop). When
+    /// the stream cannot be used here (inside a host function), CUDA's capture stays open: it
+    /// stays counted, as a leaked capture does, and a graph it captures into is leaked with it.
     fn finish(&mut self) -> Result<Graph> {
         self.ended = true;
-        let graph = end_capture(self.stream, self.into.take().map(|target| target.0));
+        let into = self.into.take().map(|target| target.0);
+        let current = match self.stream.enter() {
+            Ok(current) => current,
+            Err(error) => {
+                std::mem::forget(into);
+                return Err(error);
+            }
+        };
+        let graph = end_capture(self.stream, into);
+        drop(current);
         live_captures::ended(self.counted);
         graph
     }
@@ -495,7 +527,6 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
 fn end_capture(stream: &StreamRef, into: Option<Graph>) -> Result<Graph> {
     // Until the capture has ended CUDA may still write to `into`: every failure leaks it.
     let into = ManuallyDrop::new(into);
-    let _current = stream.enter()?;
     let mut raw: sys::cudaGraph_t = std::ptr::null_mut();
     let transition = capture_transition();
     // SAFETY: a live, capturing stream; `raw` is a valid out-pointer.

@@ -247,6 +247,11 @@ impl StreamRef {
         self.device.make_current()
     }
 
+    /// Whether this handle means another stream on another thread (the per-thread stream).
+    pub(crate) fn is_thread_bound(&self) -> bool {
+        self.thread != 0
+    }
+
     /// The built-in stream this is, if it is one.
     pub(crate) fn builtin(&self) -> Option<Builtin> {
         match self.ownership {
@@ -343,6 +348,7 @@ impl StreamRef {
         if !flags.external {
             return self.record(event);
         }
+        refuse_inside_host_fn()?;
         // No capture of this crate's begins or ends between the status read and the record, so
         // the graph that keeps the event is the one the record goes into.
         let _transitions = crate::capture::no_capture_transitions();
