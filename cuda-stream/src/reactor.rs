@@ -334,3 +334,16 @@ fn poll(pending: &mut Vec<Entry>, woken: &mut Vec<Waker>, released: &mut Vec<Arc
 fn is_dropped(entry: &Entry) -> bool {
     Arc::strong_count(&entry.signal) == 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hot_window_saturates_at_its_maximum_and_restores() {
+        let previous = set_hot_window(Duration::MAX);
+        assert_eq!(hot_window(), Duration::from_nanos(u64::MAX), "saturated, not wrapped");
+        assert_eq!(set_hot_window(previous), Duration::from_nanos(u64::MAX));
+        assert_eq!(hot_window(), previous);
+    }
+}
