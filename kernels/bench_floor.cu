@@ -231,3 +231,9 @@ extern "C" cudaError_t cs_bench_launch_empty(cudaStream_t stream) {
 
 // The raw C host function the FFI side enqueues.
 extern "C" void cs_bench_noop_host_fn(void*) {}
+
+// The raw host function of the completion-latency benchmark (benches/completion_latency.rs):
+// sets the flag (an `int`) that its waiting thread spins on.
+extern "C" void cs_bench_set_flag_host_fn(void* flag) {
+  __atomic_store_n(static_cast<int*>(flag), 1, __ATOMIC_RELEASE);
+}

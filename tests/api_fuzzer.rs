@@ -599,7 +599,8 @@ struct Slot {
 }
 
 struct Ev {
-    event: Event,
+    /// Shared, as [`Event::completion`] needs: a pending completion keeps it alive.
+    event: Arc<Event>,
     timing: bool,
     /// Recorded successfully at least once (the crate's own rule for `elapsed`).
     recorded: bool,
@@ -854,7 +855,7 @@ impl<'p> World<'p> {
                 let event = Event::new(device, flags);
                 note("Event::new", &event);
                 if let Ok(event) = event {
-                    self.events.push(Ev { event, timing, recorded: false, taint: None });
+                    self.events.push(Ev { event: Arc::new(event), timing, recorded: false, taint: None });
                 }
             }
             Op::DropEvent { e } => match self.event_index(e) {
@@ -874,7 +875,12 @@ impl<'p> World<'p> {
                 note("StreamRef::record_event", &event);
                 if let Ok(event) = event {
                     if self.events.len() < MAX_EVENTS {
-                        self.events.push(Ev { event, timing: false, recorded: true, taint: generation });
+                        self.events.push(Ev {
+                            event: Arc::new(event),
+                            timing: false,
+                            recorded: true,
+                            taint: generation,
+                        });
                     }
                 }
             }
@@ -1188,7 +1194,7 @@ impl<'p> World<'p> {
     fn threads(&mut self, count: usize, seed: u64) {
         let streams: Vec<&StreamRef> = self.slots.iter().map(|slot| &*slot.stream).collect();
         let events: Vec<&Event> =
-            self.events.iter().filter(|event| event.taint.is_none()).map(|event| &event.event).collect();
+            self.events.iter().filter(|event| event.taint.is_none()).map(|event| &*event.event).collect();
         let shared = Shared { device: self.device, pool: self.pool, log: self.log, streams: &streams, events: &events };
         let tokens = std::thread::scope(|scope| {
             let shared = &shared;

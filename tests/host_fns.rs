@@ -1,10 +1,10 @@
-//! Host functions and completion futures on a GPU.
+//! Host functions on a GPU (completion futures: `tests/completion.rs`).
 
 use cuda_stream::{BuiltinStream, Error, Stream, StreamOptions, capture, live_host_fns, sys, take_host_fn_panics};
-use cuda_stream_tests::{LONG_SPIN, TagLog, block_on, gpu_or_skip, take_last_error};
+use cuda_stream_tests::{TagLog, gpu_or_skip, take_last_error};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Host-function tests share the process-wide live counter and panic queue: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -121,33 +121,6 @@ fn a_failed_enqueue_frees_the_closure_once_and_never_runs_it() {
 }
 
 #[test]
-fn completion_resolves_after_the_spin_kernel_and_not_before() {
-    let device = gpu_or_skip!();
-    if !cuda_stream_tests::concurrency_visible() {
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (a, b) = (
-        Stream::new(device, StreamOptions::non_blocking()).unwrap(),
-        Stream::new(device, StreamOptions::non_blocking()).unwrap(),
-    );
-    let start = Instant::now();
-    cuda_stream_tests::spin(&a, LONG_SPIN).unwrap();
-    cuda_stream_tests::spin(&b, LONG_SPIN / 2).unwrap();
-    let (done_a, done_b) = (a.completion(), b.completion());
-    assert!(!done_a.is_complete() && !done_b.is_complete());
-    block_on(async {
-        done_b.await.unwrap();
-        assert!(!a.query().unwrap(), "b finished first");
-        done_a.await.unwrap();
-    });
-    let took = start.elapsed();
-    assert!(took >= LONG_SPIN - Duration::from_millis(5), "resolved after {took:?}, before the kernel ended");
-    assert!(a.query().unwrap());
-    assert_eq!(live_host_fns(), 0);
-}
-
-#[test]
 fn dropping_the_last_handle_inside_a_host_fn_does_not_deadlock() {
     let device = gpu_or_skip!();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -168,27 +141,6 @@ fn dropping_the_last_handle_inside_a_host_fn_does_not_deadlock() {
     assert!(settled.is_some(), "the stream and event were released");
     drop(runner);
     assert_eq!(cuda_stream::live_streams(), before.0);
-}
-
-#[test]
-fn an_event_completion_resolves_after_the_work_before_the_event() {
-    let device = gpu_or_skip!();
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
-    let log = TagLog::new(4).unwrap();
-    let start = Instant::now();
-    cuda_stream_tests::tag(&stream, &log, 1, LONG_SPIN).unwrap();
-    let event = stream.record_event().unwrap();
-    cuda_stream_tests::tag(&stream, &log, 2, LONG_SPIN).unwrap();
-    let done = event.completion();
-    // (compute-sanitizer makes the waiter stream's destroy wait, so there it is complete already.)
-    assert!(cuda_stream_tests::under_sanitizer() || !done.is_complete());
-    block_on(done).unwrap();
-    let took = start.elapsed();
-    assert!(took >= LONG_SPIN - Duration::from_millis(5), "resolved after {took:?}, before the kernel ended");
-    assert_eq!(log.tags(), vec![1], "resolved at the event, not at the end of the stream");
-    stream.synchronize().unwrap();
-    assert_eq!(live_host_fns(), 0);
 }
 
 #[test]

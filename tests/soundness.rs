@@ -260,6 +260,8 @@ fn after_a_fault_futures_resolve_with_the_error_and_closures_are_freed() {
             "fault: callback: sticky true",
             "fault: once host fn: ran 0, dropped true",
             "fault: event completion: sticky true",
+            "fault: every pending future: 3 of 3 sticky",
+            "fault: nothing pending: true",
             "fault: live host fns back to baseline: true",
         ],
     );
@@ -271,6 +273,11 @@ fn fault_child() {
     let device = Device::new(0).unwrap();
     let baseline = live_host_fns();
     let (faulty, flag) = parked(device);
+    // Futures pending before the fault: on the faulting stream, and on a bystander stream
+    // whose work never ends (its flag is never set), through a stream and through an event.
+    let (bystander, held) = parked(device);
+    let bystander_event = Arc::new(bystander.record_event().unwrap());
+    let pending = [faulty.completion(), bystander.completion(), bystander_event.completion()];
     cuda_stream_tests::fault(&faulty).unwrap();
     let (token, once) = Token::new();
     faulty.launch_host_fn(move || token.run()).unwrap();
@@ -278,7 +285,7 @@ fn fault_child() {
     let seen = Arc::clone(&status);
     faulty.launch_host_callback(move |outcome| *seen.lock().unwrap() = Some(outcome)).unwrap();
     let completion = faulty.completion();
-    let event = faulty.record_event().unwrap();
+    let event = Arc::new(faulty.record_event().unwrap());
     flag.set();
     let outcome = cuda_stream_tests::block_on(completion);
     println!("fault: completion: sticky {}", outcome.as_ref().is_err_and(Error::is_sticky));
@@ -287,10 +294,17 @@ fn fault_child() {
     println!("fault: once host fn: ran {}, dropped {}", once.runs(), once.wait_dropped());
     let event_outcome = cuda_stream_tests::block_on(event.completion());
     println!("fault: event completion: sticky {}", event_outcome.is_err_and(|e| e.is_sticky()));
+    let sticky = pending
+        .into_iter()
+        .map(cuda_stream_tests::block_on)
+        .filter(|outcome| outcome.as_ref().is_err_and(Error::is_sticky));
+    println!("fault: every pending future: {} of 3 sticky", sticky.count());
+    let settled = poll_until(Duration::from_secs(5), || cuda_stream::completion::pending_completions() == 0);
+    println!("fault: nothing pending: {}", settled.is_some());
     let back = poll_until(Duration::from_secs(5), || live_host_fns() == baseline).is_some();
     println!("fault: live host fns back to baseline: {back}");
-    drop((faulty, event));
-    std::mem::forget(flag); // its drop would synchronize a poisoned device
+    drop((faulty, event, bystander, bystander_event));
+    std::mem::forget((flag, held)); // their drops would synchronize a poisoned device
 }
 
 // 9. Wrapping, comparing, hashing and making current never break a capture in progress.

@@ -1,79 +1,169 @@
 //! Completion futures: `stream.completion().await` resolves once the work enqueued before it
-//! has completed, with `Ok(())`, or with the sticky error after a fault. Woken by a host
-//! callback; no async runtime is needed or assumed.
+//! has completed, with `Ok(())`, or with the error after a fault. No async runtime is needed
+//! or assumed: any executor's `Waker` works.
+//!
+//! # What wakes them: an event-polling reactor
+//! * [`StreamRef::completion`] records an internal event on the stream (no timing; reused from
+//!   a small free list, so steady use creates none) and hands it to the reactor.
+//!   [`Event::completion`] hands the reactor the user's own event: no stream and no event are
+//!   created.
+//! * The reactor is one thread per process, named [`REACTOR_THREAD_NAME`], started on the
+//!   first future. While anything is pending it queries each pending event
+//!   ([`cuEventQuery`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html),
+//!   through the driver entry points, from a thread of ours: no CUDA callback thread is
+//!   involved, so nothing calls CUDA inside a host function). It spins for a short hot window
+//!   after the newest arrival or resolution ([`set_hot_window`]: 50 µs by default, up to
+//!   "always" for latency-sensitive programs), yields for as long again, then naps a sixteenth
+//!   of the time since that activity (20 µs growing to 1 ms), woken early by any arrival. With
+//!   nothing pending it blocks on a condition variable and uses no CPU at all.
+//! * A query that fails resolves its future with that [`Error::Cuda`](crate::Error::Cuda)
+//!   (`cudaEventQuery` and the code). A sticky error poisons the context: every pending future
+//!   of that device resolves with it, also those whose event still reads as not ready.
+//!
+//! # Guarantees
+//! * Each future resolves exactly once. Its state and waker sit behind one lock, which both
+//!   `poll` (storing the waker, replaced on every poll unless it would wake the same task) and
+//!   the reactor (storing the outcome, taking the waker) take: a completion between a poll and
+//!   its waker's registration cannot be missed. Arrivals are registered under the lock the
+//!   reactor checks before it parks, and a parked reactor is woken.
+//! * The reactor owns what it queries: an internal event lives in the reactor's entry until
+//!   the entry is gone, then returns to the free list; for [`Event::completion`] the entry
+//!   holds a clone of the user's `Arc<Event>`, so the handle cannot be destroyed while it may
+//!   be queried. The reactor releases the event before it resolves the future.
+//! * Dropping a [`Completion`] early is harmless: the reactor notices at its next pass (at most
+//!   about 1 ms later), stops querying, and releases the event; [`pending_completions`] counts
+//!   what it still watches.
+//! * At process exit the reactor makes no further CUDA call: a C `atexit` hook, registered
+//!   when the reactor starts (after CUDA's own teardown was registered), waits for a pass in
+//!   progress and stops it. Pending futures then never resolve, and nothing hangs.
+//!
+//! [`Event::completion`]: crate::Event::completion
 
 use crate::error::Result;
 use crate::event::Event;
-use crate::stream::{Stream, StreamOptions, StreamRef};
+use crate::reactor::{self, Watched};
+use crate::stream::StreamRef;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-/// Resolves when the work enqueued on a stream before [`StreamRef::completion`] has completed:
-/// `Ok(())`, the stream's error after a fault, or the enqueue's error.
+pub use crate::reactor::{DEFAULT_HOT_WINDOW, REACTOR_THREAD_NAME, hot_window, pending_completions, set_hot_window};
+
+/// Resolves when the work before it has completed: `Ok(())`, the error after a fault, or the
+/// error that kept it from being registered (see the [module docs](crate::completion)).
 #[derive(Debug)]
 #[must_use = "a future does nothing unless polled"]
 pub struct Completion {
-    state: Arc<Mutex<State>>,
+    signal: Arc<Signal>,
+}
+
+/// A future's state, shared with the reactor.
+#[derive(Debug)]
+pub(crate) struct Signal {
+    state: Mutex<State>,
 }
 
 #[derive(Debug)]
 enum State {
     Waiting(Option<Waker>),
+    /// The outcome, until `poll` returns it.
     Done(Option<Result<()>>),
+}
+
+impl Signal {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stores the outcome and returns the waker to call (outside any lock).
+    pub(crate) fn resolve(&self, outcome: Result<()>) -> Option<Waker> {
+        match std::mem::replace(&mut *self.lock(), State::Done(Some(outcome))) {
+            State::Waiting(waker) => waker,
+            State::Done(_) => None,
+        }
+    }
 }
 
 impl Completion {
     fn done(outcome: Result<()>) -> Completion {
-        Completion { state: Arc::new(Mutex::new(State::Done(Some(outcome)))) }
+        Completion { signal: Arc::new(Signal { state: Mutex::new(State::Done(Some(outcome))) }) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// A future the reactor resolves when `watched` completes.
+    fn watching(watched: Watched) -> Completion {
+        let signal = Arc::new(Signal { state: Mutex::new(State::Waiting(None)) });
+        match reactor::watch(watched, Arc::clone(&signal)) {
+            Ok(()) => Completion { signal },
+            Err(error) => Completion::done(Err(error)),
+        }
     }
 
-    /// Whether the work has completed (without registering a waker).
+    /// Whether the future has resolved (without registering a waker).
     pub fn is_complete(&self) -> bool {
-        matches!(*self.lock(), State::Done(_))
-    }
-}
-
-fn fire(state: &Mutex<State>, outcome: Result<()>) {
-    let previous = std::mem::replace(
-        &mut *state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()),
-        State::Done(Some(outcome)),
-    );
-    if let State::Waiting(Some(waker)) = previous {
-        waker.wake();
+        matches!(*self.signal.lock(), State::Done(_))
     }
 }
 
 impl StreamRef {
-    /// A future that resolves when the work enqueued here so far has completed. Costs one host
-    /// callback ([`StreamRef::launch_host_callback`]); later work on the stream waits for it (it
-    /// only stores the outcome and wakes a task). After a fault it resolves with the error.
+    /// A future that resolves when the work enqueued here so far has completed. It records an
+    /// internal event here ([`cudaEventRecord`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html),
+    /// an idle event reused when there is one) for the reactor to poll; later work on the
+    /// stream waits for nothing. After a fault it resolves with the sticky error.
+    ///
+    /// # Errors
+    /// Never returned here: the future resolves with them. [`Error::CaptureMisuse`] while the
+    /// stream is being captured (the event would become a graph node); [`Error::WrongThread`],
+    /// [`Error::InsideHostFn`] and CUDA's record errors as for [`StreamRef::record`];
+    /// [`Error::ReactorUnavailable`].
+    ///
+    /// [`Error::CaptureMisuse`]: crate::Error::CaptureMisuse
+    /// [`Error::WrongThread`]: crate::Error::WrongThread
+    /// [`Error::InsideHostFn`]: crate::Error::InsideHostFn
+    /// [`Error::ReactorUnavailable`]: crate::Error::ReactorUnavailable
     pub fn completion(&self) -> Completion {
-        let state = Arc::new(Mutex::new(State::Waiting(None)));
-        let fired = Arc::clone(&state);
-        match self.launch_host_callback(move |outcome| fire(&fired, outcome)) {
-            Ok(()) => Completion { state },
+        match self.record_internal() {
+            Ok(event) => Completion::watching(Watched::Internal(event)),
             Err(error) => Completion::done(Err(error)),
+        }
+    }
+
+    fn record_internal(&self) -> Result<Event> {
+        // No capture of this crate's begins between the status read and the record.
+        let _transitions = crate::capture::no_capture_transitions();
+        self.refuse_capturing("a completion cannot wait on a capturing stream (its event would become a graph node)")?;
+        let event = reactor::internal_event(self.device())?;
+        match self.record_raw(event.as_raw(), 0) {
+            Ok(()) => Ok(event),
+            Err(error) => {
+                reactor::recycle(event);
+                Err(error)
+            }
         }
     }
 }
 
 impl Event {
-    /// A future that resolves when the work before this event's last record has completed.
-    /// It waits on a new non-blocking stream of the event's device, created for this call and
-    /// released at once (CUDA finishes its pending work): about one stream creation, and no
-    /// stream of the caller is held up.
-    pub fn completion(&self) -> Completion {
-        let waiter = Stream::new(self.device(), StreamOptions::non_blocking());
-        match waiter.and_then(|waiter| waiter.wait_event(self).map(|()| waiter)) {
-            Ok(waiter) => waiter.completion(),
-            Err(error) => Completion::done(Err(error)),
-        }
+    /// A future that resolves when the work before this event's latest record has completed,
+    /// as [`cudaEventQuery`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)
+    /// reports it at each of the reactor's polls. No stream and no event are created.
+    ///
+    /// It takes the `Arc` because the reactor queries this very event: its entry holds a clone
+    /// until the future resolves (released before the task is woken) or, if the future is
+    /// dropped first, until the reactor's next pass. So the handle is never destroyed while it
+    /// may be queried, whatever the caller drops. For an event from the unsafe
+    /// [`Event::from_raw`], the event is in use (its safety contract) while any clone lives.
+    ///
+    /// Recording the event again while the future is pending moves its target: a CUDA event
+    /// has only its latest record, so the future resolves when that one completes (or at once
+    /// if a poll saw the earlier one complete first). An event never recorded is complete:
+    /// the future resolves `Ok(())` at the first poll.
+    ///
+    /// # Errors
+    /// Never returned here: the future resolves with them. CUDA's errors of the query (the
+    /// sticky error after a fault); [`Error::ReactorUnavailable`](crate::Error::ReactorUnavailable).
+    pub fn completion(self: &Arc<Self>) -> Completion {
+        Completion::watching(Watched::User(Arc::clone(self)))
     }
 }
 
@@ -81,9 +171,10 @@ impl Future for Completion {
     type Output = Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let mut state = self.lock();
+        let mut state = self.signal.lock();
         match &mut *state {
             State::Done(outcome) => Poll::Ready(outcome.take().unwrap_or(Ok(()))),
+            State::Waiting(Some(waker)) if waker.will_wake(cx.waker()) => Poll::Pending,
             State::Waiting(waker) => {
                 *waker = Some(cx.waker().clone());
                 Poll::Pending

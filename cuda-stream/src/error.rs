@@ -292,6 +292,10 @@ pub enum Error {
     /// the stream may be gone, and its handle value may name another stream by now.
     #[error("the stream was current in a scope that has ended")]
     NotCurrent,
+    /// The thread that wakes [`Completion`](crate::Completion)s could not be started (the
+    /// reason the operating system gave); a later future tries again.
+    #[error("cannot start the completion reactor thread: {0}")]
+    ReactorUnavailable(std::io::ErrorKind),
 }
 
 /// Why no GPU can be used, read from the code CUDA returned.

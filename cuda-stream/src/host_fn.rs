@@ -13,7 +13,7 @@
 //!   driver crashes when `cudaStreamAddCallback` races a capture begin or end on another thread
 //!   (probed on CUDA 13.0), so the two are serialized by a lock that enqueues share.
 //! * [`StreamRef::launch_host_callback`] gives the closure the stream's status instead: it
-//!   runs after a fault too, with the sticky error. [`StreamRef::completion`] is built on it.
+//!   runs after a fault too, with the sticky error.
 //! * A capturing stream refuses both ([`Error::CaptureMisuse`]); graphs take repeatable host
 //!   functions through [`Capture::launch_host_fn`](crate::Capture::launch_host_fn), which the
 //!   graph itself keeps alive (CUDA user objects).

@@ -57,8 +57,10 @@
 //! * Host functions: [`StreamRef::launch_host_fn`] runs a `FnOnce` after the work before it,
 //!   [`StreamRef::launch_host_callback`] one that gets the stream's status; the rules (boxing,
 //!   faults, panics, CUDA calls inside, capture) are in [`host_fn`].
-//! * [`StreamRef::completion`]: a `Future` that resolves when the work so far is done (or with
-//!   the sticky error after a fault), with no async runtime.
+//! * [`StreamRef::completion`] and [`Event::completion`]: `Future`s that resolve when the work
+//!   so far is done (or with the sticky error after a fault), with no async runtime. One
+//!   reactor thread per process polls their events (`cuEventQuery`), hot for a short window
+//!   after each arrival, then backing off, and idle at no CPU cost; see [`completion`].
 //! * Graph capture: [`StreamRef::begin_capture`] → [`Capture::end`] → [`Graph::instantiate`] →
 //!   [`GraphExec::launch`] on any stream. The mode is a type ([`capture::Global`],
 //!   [`capture::ThreadLocal`], [`capture::Relaxed`]); only a Relaxed capture may change threads.
@@ -132,7 +134,7 @@ pub use cuda_stream_sys as sys;
 mod as_stream;
 pub mod attributes;
 pub mod capture;
-mod completion;
+pub mod completion;
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod current;
@@ -147,6 +149,7 @@ mod live;
 mod live_captures;
 mod pool;
 mod priority;
+mod reactor;
 mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -38,3 +38,4 @@ double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEv
 }
 cudaError_t cs_bench_launch_empty(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
 void cs_bench_noop_host_fn(void* data) { (void)data; }
+void cs_bench_set_flag_host_fn(void* flag) { (void)flag; }

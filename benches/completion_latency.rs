@@ -1,0 +1,248 @@
+//! The completion-latency benchmark: how long after a stream's work ends does the task waiting
+//! for it see that it has ended?
+//!
+//! Method: a kernel waits for a flag in mapped host memory. The waiter is armed, the host
+//! sleeps 3 ms, takes a timestamp and sets the flag; the kernel exits, and the waiter takes a
+//! timestamp when it observes the completion. Latency = observed − set: it includes the flag's
+//! trip to the GPU and the kernel's exit, the same for every variant. Variants, interleaved
+//! (the order rotates every repetition), each waiting on its own thread:
+//!
+//! 1. floor: a thread spinning on `cudaEventQuery` (raw FFI) of an event recorded after the
+//!    kernel;
+//! 2. a raw C++ host function (`cudaLaunchHostFunc`, `kernels/bench_floor.cu`) that sets a flag
+//!    the thread spins on;
+//! 3. `StreamRef::completion()` awaited with `block_on` (a parked thread, woken);
+//! 4. `Event::completion()` awaited the same way;
+//! 5. as 3, with the reactor's hot window at its maximum (`set_hot_window(Duration::MAX)`).
+//!
+//! Prints a table (medians and min..max of 50 repetitions, µs, and the reactor thread's CPU
+//! time per repetition), the reactor's CPU time while idle, and writes them as JSON to
+//! `$BENCH_OUT/bench-completion-latency.json` (default `target/`). `--quick` runs 10
+//! repetitions. The goal: within 2× of the floor.
+
+use cuda_stream::completion::{REACTOR_THREAD_NAME, pending_completions, set_hot_window};
+use cuda_stream::{Event, Stream, StreamOptions, check, sys};
+use cuda_stream_tests::{MappedFlag, Stats, block_on, poll_until, thread_cpu_ticks};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+unsafe extern "C" {
+    fn cs_bench_set_flag_host_fn(flag: *mut c_void);
+}
+
+/// How long the kernel is held before the flag is set.
+const HELD: Duration = Duration::from_millis(3);
+/// The goal: every variant of ours within this factor of the floor.
+const GOAL: f64 = 2.0;
+
+#[derive(Copy, Clone, PartialEq)]
+enum Variant {
+    Floor,
+    HostFn,
+    Stream,
+    Event,
+    StreamHot,
+}
+
+impl Variant {
+    const ALL: [Variant; 5] = [Variant::Floor, Variant::HostFn, Variant::Stream, Variant::Event, Variant::StreamHot];
+
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Floor => "floor: thread spinning on cudaEventQuery",
+            Variant::HostFn => "raw C++ host fn, thread spinning on its flag",
+            Variant::Stream => "StreamRef::completion (block_on)",
+            Variant::Event => "Event::completion (block_on)",
+            Variant::StreamHot => "StreamRef::completion, hot window max",
+        }
+    }
+
+    fn ours(self) -> bool {
+        matches!(self, Variant::Stream | Variant::Event | Variant::StreamHot)
+    }
+}
+
+/// What the variants share: the stream, and the events they record on it.
+struct Bench {
+    stream: Stream,
+    raw_event: sys::cudaEvent_t,
+    event: Arc<Event>,
+}
+
+// SAFETY: `raw_event` is a CUDA event handle, which any thread may use; it lives as long as
+// the `Bench` (destroyed in `main` after every waiter has joined).
+unsafe impl Sync for Bench {}
+
+/// One repetition of `variant`: the latency, and the reactor's CPU ticks meanwhile.
+fn measure(bench: &Bench, variant: Variant) -> (Duration, u64) {
+    let stream = &bench.stream;
+    let flag = MappedFlag::new().unwrap();
+    cuda_stream_tests::wait_flag(stream, &flag, Duration::from_secs(1)).unwrap();
+    let host_fn_flag = AtomicI32::new(0);
+    match variant {
+        Variant::Floor => {
+            // SAFETY: both handles are live; the event and the stream are of one device.
+            check(unsafe { sys::cudaEventRecord(bench.raw_event, stream.as_raw()) }, "cudaEventRecord").unwrap();
+        }
+        Variant::HostFn => {
+            let data = (&raw const host_fn_flag).cast_mut().cast::<c_void>();
+            // SAFETY: the host function stores to the `int` behind `data`, an `AtomicI32` (the
+            // same layout) that outlives it: this function waits for the store below.
+            let code = unsafe { sys::cudaLaunchHostFunc(stream.as_raw(), Some(cs_bench_set_flag_host_fn), data) };
+            check(code, "cudaLaunchHostFunc").unwrap();
+        }
+        Variant::Event => stream.record(&bench.event).unwrap(),
+        Variant::Stream | Variant::StreamHot => {}
+    }
+    let previous_window = (variant == Variant::StreamHot).then(|| set_hot_window(Duration::MAX));
+    let ticks_before = reactor_ticks();
+    let (armed, is_armed) = mpsc::channel();
+    let (set, observed) = std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| match variant {
+            Variant::Floor => {
+                armed.send(()).unwrap();
+                loop {
+                    // SAFETY: a live event.
+                    let code = unsafe { sys::cudaEventQuery(bench.raw_event) };
+                    if code != sys::cudaError::cudaErrorNotReady {
+                        let observed = Instant::now();
+                        check(code, "cudaEventQuery").unwrap();
+                        return observed;
+                    }
+                }
+            }
+            Variant::HostFn => {
+                armed.send(()).unwrap();
+                while host_fn_flag.load(Ordering::Acquire) == 0 {
+                    std::hint::spin_loop();
+                }
+                Instant::now()
+            }
+            Variant::Stream | Variant::StreamHot | Variant::Event => {
+                let done = if variant == Variant::Event { bench.event.completion() } else { stream.completion() };
+                armed.send(()).unwrap();
+                block_on(done).unwrap();
+                Instant::now()
+            }
+        });
+        is_armed.recv().unwrap();
+        std::thread::sleep(HELD);
+        let set = Instant::now();
+        flag.set();
+        (set, waiter.join().unwrap())
+    });
+    let ticks = reactor_ticks() - ticks_before;
+    if let Some(previous) = previous_window {
+        set_hot_window(previous);
+    }
+    stream.synchronize().unwrap();
+    (observed.saturating_duration_since(set), ticks)
+}
+
+/// The reactor thread's CPU ticks so far (0 before it has started).
+fn reactor_ticks() -> u64 {
+    thread_cpu_ticks(REACTOR_THREAD_NAME).unwrap_or(0)
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: a plain query.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+fn main() {
+    let quick = std::env::args().any(|arg| arg == "--quick");
+    let reps = if quick { 10 } else { 50 };
+    let Some(device) = cuda_stream_tests::gpu::example_device("completion latency benchmark") else { return };
+    let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let mut raw_event = std::ptr::null_mut();
+    let _current = device.make_current().unwrap();
+    // SAFETY: a valid out-pointer; destroyed at the end of `main`.
+    check(unsafe { sys::cudaEventCreateWithFlags(&mut raw_event, sys::cudaEventDisableTiming) }, "cudaEventCreate")
+        .unwrap();
+    let event = Arc::new(Event::new(device, cuda_stream::EventFlags::default()).unwrap());
+    let bench = Bench { stream, raw_event, event };
+    let per_second = clock_ticks_per_second();
+
+    for variant in Variant::ALL {
+        measure(&bench, variant); // warm-up
+    }
+    let mut samples: Vec<(Vec<f64>, u64)> = Variant::ALL.iter().map(|_| (Vec::new(), 0)).collect();
+    for rep in 0..reps {
+        for turn in 0..Variant::ALL.len() {
+            let index = (rep + turn) % Variant::ALL.len();
+            let (latency, ticks) = measure(&bench, Variant::ALL[index]);
+            samples[index].0.push(latency.as_secs_f64() * 1e6);
+            samples[index].1 += ticks;
+        }
+    }
+
+    println!(
+        "completion latency on {} (driver {}): work ends (a held kernel released after {HELD:?}) -> the waiting \
+         task observes it; {reps} repetitions, interleaved, µs",
+        device.name().unwrap(),
+        cuda_stream::driver_version().unwrap()
+    );
+    println!("goal: each of ours within {GOAL}x of the floor");
+    println!("{:<46} {:>9} {:>9}   {:<18} {:>18}", "variant", "median", "/floor", "min..max", "reactor CPU ms/rep");
+    let stats: Vec<Stats> = samples.iter().map(|(latencies, _)| Stats::of(latencies.clone())).collect();
+    let floor = stats[0].median;
+    let mut json = Vec::new();
+    for ((variant, s), (_, ticks)) in Variant::ALL.iter().zip(&stats).zip(&samples) {
+        let over = s.median / floor;
+        let cpu_ms = *ticks as f64 / per_second * 1e3 / reps as f64;
+        let verdict = match (variant.ours(), over <= GOAL) {
+            (false, _) => "",
+            (true, true) => "  goal met",
+            (true, false) => "  goal NOT met",
+        };
+        println!(
+            "{:<46} {:>9.1} {:>9.2}   {:<18} {:>18.3}{verdict}",
+            variant.name(),
+            s.median,
+            over,
+            format!("{:.1}..{:.1}", s.min, s.max),
+            cpu_ms
+        );
+        json.push(format!(
+            "{{\"variant\":\"{}\",\"median_us\":{:.2},\"min_us\":{:.2},\"max_us\":{:.2},\"over_floor\":{:.3},\"reactor_cpu_ms_per_rep\":{:.4}}}",
+            variant.name(),
+            s.median,
+            s.min,
+            s.max,
+            over,
+            cpu_ms
+        ));
+    }
+
+    // The reactor idle: nothing pending, then one second of nothing.
+    let settled = poll_until(Duration::from_secs(5), || pending_completions() == 0).is_some();
+    assert!(settled, "futures still pending after the benchmark");
+    std::thread::sleep(Duration::from_millis(50));
+    let before = reactor_ticks();
+    let idle = Duration::from_secs(1);
+    std::thread::sleep(idle);
+    let idle_ticks = reactor_ticks() - before;
+    println!(
+        "reactor CPU while idle: {idle_ticks} clock ticks ({:.1} ms) in {idle:?}",
+        idle_ticks as f64 / per_second * 1e3
+    );
+
+    drop(bench.event);
+    drop(bench.stream);
+    // SAFETY: created above; every waiter that used it has joined.
+    check(unsafe { sys::cudaEventDestroy(bench.raw_event) }, "cudaEventDestroy").unwrap();
+    let dir = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target".to_string());
+    let _ = std::fs::create_dir_all(&dir);
+    let path = std::path::Path::new(&dir).join("bench-completion-latency.json");
+    let document = format!(
+        "{{\"held_ms\":{},\"repetitions\":{reps},\"goal_over_floor\":{GOAL},\"variants\":[\n{}\n],\"idle_reactor_ticks_per_s\":{idle_ticks}}}\n",
+        HELD.as_secs_f64() * 1e3,
+        json.join(",\n")
+    );
+    std::fs::write(&path, document).unwrap();
+    println!("json: {}", path.display());
+}

@@ -1,0 +1,349 @@
+//! The reactor that wakes [`Completion`](crate::Completion)s: one thread per process, started
+//! on the first future, that polls the events the futures wait on with `cuEventQuery`. The
+//! design, its costs and its guarantees are in the [`completion`](crate::completion) module
+//! docs; this is the mechanism.
+//!
+//! Locks, never nested except as written: `REGISTRY` (arrivals, the reactor's parking),
+//! `POLLING` (held by the reactor around every CUDA call it makes, taken once by the exit hook)
+//! then `FREE` (the free list of internal events).
+
+use crate::completion::Signal;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use std::ffi::c_int;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+/// The name of the reactor thread, as tools such as `top -H` and `/proc/self/task/*/comm` show
+/// it (Linux keeps 15 bytes of a thread's name).
+pub const REACTOR_THREAD_NAME: &str = "cuda-reactor";
+
+/// The hot window a process starts with (see [`set_hot_window`]).
+pub const DEFAULT_HOT_WINDOW: Duration = Duration::from_micros(50);
+
+/// The back-off naps: a sixteenth of the time since the last activity, within these bounds.
+const NAP_DIVISOR: u32 = 16;
+const SHORTEST_NAP: Duration = Duration::from_micros(20);
+const LONGEST_NAP: Duration = Duration::from_millis(1);
+
+/// How many idle internal events the free list keeps, all devices together.
+const FREE_EVENTS: usize = 64;
+
+static HOT_WINDOW_NS: AtomicU64 = AtomicU64::new(DEFAULT_HOT_WINDOW.as_nanos() as u64);
+/// Futures registered and not yet resolved or found dropped.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { incoming: Vec::new(), parked: false, started: false });
+/// Signalled when something arrives while the reactor is parked, or the hot window changes.
+static ARRIVED: Condvar = Condvar::new();
+/// Held by the reactor around each polling pass, the only place it calls CUDA.
+static POLLING: Mutex<()> = Mutex::new(());
+/// Set by the exit hook: the reactor makes no CUDA call any more.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Idle internal events, for [`internal_event`].
+static FREE: Mutex<Vec<Event>> = Mutex::new(Vec::new());
+
+/// What the reactor shares with the threads that register futures.
+struct Registry {
+    /// Registered since the reactor last looked.
+    incoming: Vec<Entry>,
+    /// Whether the reactor waits on `ARRIVED` (idle, or napping in its back-off).
+    parked: bool,
+    /// Whether the reactor thread runs.
+    started: bool,
+}
+
+/// One pending future: the event it waits on, and its signal.
+struct Entry {
+    watched: Watched,
+    signal: Arc<Signal>,
+    /// The outcome of this pass's query, once there is one.
+    outcome: Option<Result<()>>,
+}
+
+/// The event a future waits on, owned by the reactor's entry so that it stays valid for every
+/// query the reactor makes.
+#[derive(Debug)]
+pub(crate) enum Watched {
+    /// An internal event, recorded by [`StreamRef::completion`](crate::StreamRef::completion),
+    /// back to the free list once the entry is gone.
+    Internal(Event),
+    /// The user's event ([`Event::completion`]), kept alive by this clone of the `Arc`.
+    User(Arc<Event>),
+}
+
+impl Watched {
+    fn event(&self) -> &Event {
+        match self {
+            Watched::Internal(event) => event,
+            Watched::User(event) => event,
+        }
+    }
+
+    /// Gives the event back: to the free list, or the `Arc` clone dropped.
+    fn release(self) {
+        match self {
+            Watched::Internal(event) => recycle(event),
+            Watched::User(event) => drop(event),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The hot window now in force (see [`set_hot_window`]).
+pub fn hot_window() -> Duration {
+    Duration::from_nanos(HOT_WINDOW_NS.load(Ordering::Relaxed))
+}
+
+/// Sets how long the reactor spins on a CPU core, querying without pause, after each arrival
+/// or resolution of a completion future, for every future of the process; returns the
+/// previous window. The default is [`DEFAULT_HOT_WINDOW`] (50 µs).
+///
+/// The cost is CPU: up to twice the window of one core after each arrival or resolution
+/// (the window spinning, then as long again yielding), and nothing once no future is pending.
+/// Work that completes inside the window is seen within about a microsecond; after it the
+/// reactor naps a sixteenth of the time since the last activity (20 µs to 1 ms), so a future
+/// that has waited `t` sees its completion about `t / 16` late, at most about 1 ms.
+/// `Duration::MAX` spins for as long as any future is pending: the lowest latency, at the
+/// price of one busy core while anything waits. Takes effect at once, also for futures
+/// already pending.
+pub fn set_hot_window(window: Duration) -> Duration {
+    let nanos = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+    let previous = HOT_WINDOW_NS.swap(nanos, Ordering::Relaxed);
+    if lock(&REGISTRY).parked {
+        ARRIVED.notify_one();
+    }
+    Duration::from_nanos(previous)
+}
+
+/// How many completion futures the reactor watches: registered and not yet resolved. A future
+/// dropped before it resolves is counted until the reactor's next pass (at most about 1 ms
+/// later), which then releases its event.
+pub fn pending_completions() -> usize {
+    PENDING.load(Ordering::SeqCst)
+}
+
+/// An internal event of `device` to record for a completion: an idle one from the free list,
+/// or a new one.
+///
+/// Reuse is sound because an event reaches the free list only once nothing can query it any
+/// more (the reactor dropped its entry, or the record failed before it was registered), and a
+/// reused event is popped by one caller, which records it before registering it. These events
+/// are never exposed, so no stream waits on them and a new record changes nobody's view.
+pub(crate) fn internal_event(device: Device) -> Result<Event> {
+    let reused = {
+        let mut free = lock(&FREE);
+        free.iter().rposition(|event| event.device() == device).map(|index| free.swap_remove(index))
+    };
+    match reused {
+        Some(event) => Ok(event),
+        None => Event::internal(device),
+    }
+}
+
+/// Returns an internal event to the free list, or destroys it when the list is full.
+pub(crate) fn recycle(event: Event) {
+    let mut free = lock(&FREE);
+    if free.len() < FREE_EVENTS {
+        free.push(event);
+    } else {
+        drop(free);
+        drop(event);
+    }
+}
+
+/// Hands `watched` to the reactor, which resolves `signal` when the event completes (or fails),
+/// starting the reactor thread on first use. Registered under the lock the reactor takes
+/// arrivals under, and it is woken if parked: no arrival is missed.
+///
+/// # Errors
+/// [`Error::ReactorUnavailable`] if the thread cannot be started; `watched` is released.
+pub(crate) fn watch(watched: Watched, signal: Arc<Signal>) -> Result<()> {
+    let mut registry = lock(&REGISTRY);
+    if !registry.started {
+        if let Err(error) = start() {
+            drop(registry);
+            watched.release();
+            return Err(Error::ReactorUnavailable(error.kind()));
+        }
+        registry.started = true;
+    }
+    registry.incoming.push(Entry { watched, signal, outcome: None });
+    PENDING.fetch_add(1, Ordering::SeqCst);
+    if registry.parked {
+        ARRIVED.notify_one();
+    }
+    Ok(())
+}
+
+unsafe extern "C" {
+    /// The C library's `atexit`: `callback` runs at `exit`, before the handlers registered
+    /// earlier (CUDA's own teardown among them, registered when CUDA initialized).
+    fn atexit(callback: extern "C" fn()) -> c_int;
+}
+
+/// Runs at process exit, before CUDA tears itself down: waits for the reactor's polling pass in
+/// progress, if any, and stops it from making another CUDA call. Never unwinds.
+extern "C" fn stop_polling_at_exit() {
+    EXITING.store(true, Ordering::SeqCst);
+    drop(lock(&POLLING));
+}
+
+fn start() -> std::io::Result<()> {
+    // SAFETY: `stop_polling_at_exit` is a plain C-ABI function that never unwinds and only
+    // touches statics, which live until the process ends. Registering it twice (after a failed
+    // spawn) is harmless: it is idempotent.
+    if unsafe { atexit(stop_polling_at_exit) } != 0 {
+        return Err(std::io::ErrorKind::OutOfMemory.into());
+    }
+    std::thread::Builder::new().name(REACTOR_THREAD_NAME.to_string()).spawn(run).map(drop)
+}
+
+/// The reactor thread.
+fn run() {
+    let mut pending: Vec<Entry> = Vec::new();
+    let mut woken: Vec<Waker> = Vec::new();
+    let mut released: Vec<Arc<Signal>> = Vec::new();
+    // The newest arrival or resolution: the hot window and the naps count from it.
+    let mut active = Instant::now();
+    loop {
+        if take_arrivals(&mut pending) {
+            active = Instant::now();
+        }
+        {
+            let _polling = lock(&POLLING);
+            if EXITING.load(Ordering::SeqCst) {
+                break;
+            }
+            if poll(&mut pending, &mut woken, &mut released) {
+                active = Instant::now();
+            }
+        }
+        // Outside every lock: wakers are the executor's code, and so are their drops (a
+        // dropped future's signal may hold one).
+        quietly(|| released.clear());
+        for waker in woken.drain(..) {
+            quietly(|| waker.wake());
+        }
+        if !pending.is_empty() {
+            pause(active.elapsed());
+        }
+    }
+    // The process is exiting and CUDA may be torn down under us: no more calls, ever.
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Runs `f`, catching a panic (an executor's waker that panics must not stop the reactor);
+/// the panic hook has printed it.
+fn quietly(f: impl FnOnce()) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    }
+}
+
+/// Moves new arrivals into `pending`; with nothing to poll, blocks until something arrives
+/// (no CPU). Returns whether anything arrived.
+fn take_arrivals(pending: &mut Vec<Entry>) -> bool {
+    let mut registry = lock(&REGISTRY);
+    while registry.incoming.is_empty() && pending.is_empty() {
+        registry.parked = true;
+        registry = ARRIVED.wait(registry).unwrap_or_else(PoisonError::into_inner);
+        registry.parked = false;
+    }
+    let arrived = !registry.incoming.is_empty();
+    pending.append(&mut registry.incoming);
+    arrived
+}
+
+/// Waits before the next pass, `since` the last activity: spins through the hot window, yields
+/// for as long again, then naps (woken early by an arrival).
+fn pause(since: Duration) {
+    let hot = hot_window();
+    if since < hot {
+        std::hint::spin_loop();
+    } else if since < hot.saturating_mul(2) {
+        std::thread::yield_now();
+    } else {
+        let nap = (since / NAP_DIVISOR).clamp(SHORTEST_NAP, LONGEST_NAP);
+        let mut registry = lock(&REGISTRY);
+        if registry.incoming.is_empty() {
+            registry.parked = true;
+            registry = ARRIVED.wait_timeout(registry, nap).unwrap_or_else(PoisonError::into_inner).0;
+            registry.parked = false;
+        }
+    }
+}
+
+/// One pass: queries the event of every pending future whose `Completion` still exists,
+/// removes the resolved and the dropped ones (releasing their events first, so that a
+/// resolved future's event is no longer held by the reactor), and collects the wakers to call.
+/// Returns whether any future resolved.
+///
+/// A sticky error poisons its context, so a future of the same device whose event still reads
+/// as not ready can never complete: it resolves with that error too.
+fn poll(pending: &mut Vec<Entry>, woken: &mut Vec<Waker>, released: &mut Vec<Arc<Signal>>) -> bool {
+    let mut poisoned: Vec<(Device, Error)> = Vec::new();
+    for entry in pending.iter_mut().filter(|entry| !is_dropped(entry)) {
+        match entry.watched.event().query() {
+            Ok(true) => entry.outcome = Some(Ok(())),
+            Ok(false) => {}
+            Err(error) => {
+                if error.is_sticky() {
+                    poisoned.push((entry.watched.event().device(), error.clone()));
+                }
+                entry.outcome = Some(Err(error));
+            }
+        }
+    }
+    for entry in pending.iter_mut().filter(|entry| entry.outcome.is_none()) {
+        let device = entry.watched.event().device();
+        if let Some((_, error)) = poisoned.iter().find(|(poisoned, _)| *poisoned == device) {
+            entry.outcome = Some(Err(error.clone()));
+        }
+    }
+    let mut resolved = false;
+    let mut index = 0;
+    while index < pending.len() {
+        let dropped = is_dropped(&pending[index]);
+        if !dropped && pending[index].outcome.is_none() {
+            index += 1;
+            continue;
+        }
+        let Entry { watched, signal, outcome } = pending.swap_remove(index);
+        watched.release();
+        PENDING.fetch_sub(1, Ordering::SeqCst);
+        if let (false, Some(outcome)) = (dropped, outcome) {
+            resolved = true;
+            woken.extend(signal.resolve(outcome));
+        }
+        released.push(signal);
+    }
+    resolved
+}
+
+/// Whether the entry's `Completion` is gone: the reactor holds the only reference to its
+/// signal (`Completion` is not `Clone`, so the count only falls).
+fn is_dropped(entry: &Entry) -> bool {
+    Arc::strong_count(&entry.signal) == 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hot_window_saturates_at_its_maximum_and_restores() {
+        let previous = set_hot_window(Duration::MAX);
+        assert_eq!(hot_window(), Duration::from_nanos(u64::MAX), "saturated, not wrapped");
+        assert_eq!(set_hot_window(previous), Duration::from_nanos(u64::MAX));
+        assert_eq!(hot_window(), previous);
+    }
+}
