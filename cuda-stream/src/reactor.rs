@@ -205,8 +205,40 @@ fn start() -> std::io::Result<()> {
     std::thread::Builder::new().name(REACTOR_THREAD_NAME.to_string()).spawn(run).map(drop)
 }
 
-/// The reactor thread.
+/// The reactor thread. It runs in CUDA's Relaxed capture-interaction mode
+/// (`cudaThreadExchangeStreamCaptureMode`): its queries touch only events whose work was
+/// recorded outside any capture (a capturing stream refuses `completion`), so they are safe
+/// while another thread captures, and in that mode CUDA lets them run instead of invalidating a
+/// Global capture, this crate's or anyone's. Should the mode not be set, the reactor queries
+/// through the crate's refusals instead and waits while a capture forbids it.
 fn run() {
+    if crate::capture::with_thread_mode(crate::capture::Relaxed, || serve(Query::Relaxed)).is_err() {
+        serve(Query::Checked);
+    }
+}
+
+/// How the reactor queries an event.
+#[derive(Copy, Clone)]
+enum Query {
+    /// Straight to `cuEventQuery`: the thread is in Relaxed capture mode.
+    Relaxed,
+    /// Through [`Event::query`], whose refusal during a capture means "not yet".
+    Checked,
+}
+
+impl Query {
+    fn ready(self, event: &Event) -> Result<bool> {
+        match self {
+            Query::Relaxed => crate::driver::event_query(event.as_raw()),
+            Query::Checked => match event.query() {
+                Err(Error::CaptureMisuse(_)) => Ok(false),
+                other => other,
+            },
+        }
+    }
+}
+
+fn serve(query: Query) {
     let mut pending: Vec<Entry> = Vec::new();
     let mut woken: Vec<Waker> = Vec::new();
     let mut released: Vec<Arc<Signal>> = Vec::new();
@@ -221,7 +253,7 @@ fn run() {
             if EXITING.load(Ordering::SeqCst) {
                 break;
             }
-            if poll(&mut pending, &mut woken, &mut released) {
+            if poll(query, &mut pending, &mut woken, &mut released) {
                 active = Instant::now();
             }
         }
@@ -289,10 +321,10 @@ fn pause(since: Duration) {
 ///
 /// A sticky error poisons its context, so a future of the same device whose event still reads
 /// as not ready can never complete: it resolves with that error too.
-fn poll(pending: &mut Vec<Entry>, woken: &mut Vec<Waker>, released: &mut Vec<Arc<Signal>>) -> bool {
+fn poll(query: Query, pending: &mut Vec<Entry>, woken: &mut Vec<Waker>, released: &mut Vec<Arc<Signal>>) -> bool {
     let mut poisoned: Vec<(Device, Error)> = Vec::new();
     for entry in pending.iter_mut().filter(|entry| !is_dropped(entry)) {
-        match entry.watched.event().query() {
+        match query.ready(entry.watched.event()) {
             Ok(true) => entry.outcome = Some(Ok(())),
             Ok(false) => {}
             Err(error) => {
