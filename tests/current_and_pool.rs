@@ -180,7 +180,8 @@ fn pool_acquire_under_contention_never_shares_and_exhausts_only_when_all_are_hel
     // Create every stream, and name each slot by its stream's id (read at creation: no CUDA call).
     let all: Vec<_> = (0..SLOTS).map(|_| pool.acquire().unwrap()).collect();
     assert_eq!(pool.acquire().unwrap_err(), Error::PoolExhausted { capacity: SLOTS });
-    let slot_of: HashMap<u64, usize> = all.iter().enumerate().map(|(slot, lease)| (lease.id().unwrap(), slot)).collect();
+    let slot_of: HashMap<u64, usize> =
+        all.iter().enumerate().map(|(slot, lease)| (lease.id().unwrap(), slot)).collect();
     drop(all);
     let held: Vec<AtomicBool> = (0..SLOTS).map(|_| AtomicBool::new(false)).collect();
     let rounds = cuda_stream_tests::scaled(100_000, 1_000);

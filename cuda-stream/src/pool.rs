@@ -218,8 +218,12 @@ impl FreeList {
             // Stale only if `index` was popped and pushed since `top` was read; the tag then
             // differs and the exchange below fails.
             let below = self.next[index as usize].load(Ordering::Relaxed);
-            match self.top.compare_exchange_weak(top, FreeList::next_top(top, below), Ordering::Acquire, Ordering::Acquire)
-            {
+            match self.top.compare_exchange_weak(
+                top,
+                FreeList::next_top(top, below),
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return Some(index),
                 Err(now) => top = now,
             }
@@ -232,8 +236,12 @@ impl FreeList {
         let mut top = self.top.load(Ordering::Relaxed);
         loop {
             self.next[index as usize].store((top & LINK_MASK) as u32, Ordering::Relaxed);
-            match self.top.compare_exchange_weak(top, FreeList::next_top(top, index + 1), Ordering::Release, Ordering::Relaxed)
-            {
+            match self.top.compare_exchange_weak(
+                top,
+                FreeList::next_top(top, index + 1),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return,
                 Err(now) => top = now,
             }
