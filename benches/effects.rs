@@ -188,10 +188,7 @@ fn main() -> cuda_stream::Result<()> {
     queue_overlap(device, reps, &mut json)?;
     queue_overlap_at_32(&mut json);
 
-    let dir = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target".to_string());
-    let _ = std::fs::create_dir_all(&dir);
-    let path = std::path::Path::new(&dir).join("bench-effects.json");
-    std::fs::write(&path, format!("[\n{}\n]\n", json.join(",\n"))).expect("the JSON is writable");
+    let path = cuda_stream_tests::bench::write_json("bench-effects.json", &format!("[\n{}\n]\n", json.join(",\n")));
     println!("json: {}", path.display());
     Ok(())
 }

@@ -8,9 +8,9 @@
 
 use cuda_stream::{Device, Event, EventFlags, Stream, StreamOptions, StreamPool, capture, check, sys};
 use cuda_stream_tests::Stats;
+use cuda_stream_tests::bench::{time, write_json};
 use std::ffi::c_void;
 use std::hint::black_box;
-use std::time::Instant;
 
 unsafe extern "C" {
     fn cs_floor(
@@ -61,15 +61,6 @@ struct Op<'a> {
     safe: Measure<'a>,
     /// Ops per iteration that the reported ns divide by (100 for the 100-kernel rows).
     per_iter: f64,
-}
-
-/// ns per iteration of `body`, run `iters` times.
-fn time(iters: usize, mut body: impl FnMut()) -> f64 {
-    let start = Instant::now();
-    for _ in 0..iters {
-        body();
-    }
-    start.elapsed().as_nanos() as f64 / iters as f64
 }
 
 fn ok(code: sys::cudaError_t) {
@@ -507,11 +498,7 @@ fn main() {
             safe.min,
             safe.max
         );
-        let field = |s: &Option<Stats>| {
-            s.as_ref().map_or("null".to_string(), |s| {
-                format!("{{\"median\":{:.1},\"min\":{:.1},\"max\":{:.1}}}", s.median, s.min, s.max)
-            })
-        };
+        let field = |s: &Option<Stats>| s.as_ref().map_or("null".to_string(), Stats::json);
         let json_ratio = |r: Option<f64>| r.map_or("null".to_string(), |r| format!("{r:.4}"));
         json.push(format!(
             "{{\"op\":\"{}\",\"iterations\":{iters},\"cpp_ns\":{},\"driver_ns\":{},\"ffi_ns\":{},\"safe_ns\":{},\"safe_over_cpp\":{},\"safe_over_driver\":{}}}",
@@ -524,9 +511,6 @@ fn main() {
             json_ratio(over_drv)
         ));
     }
-    let dir = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target".to_string());
-    let _ = std::fs::create_dir_all(&dir);
-    let path = std::path::Path::new(&dir).join("bench-overhead.json");
-    std::fs::write(&path, format!("[\n{}\n]\n", json.join(",\n"))).unwrap();
+    let path = write_json("bench-overhead.json", &format!("[\n{}\n]\n", json.join(",\n")));
     println!("json: {}", path.display());
 }

@@ -1,8 +1,14 @@
-// The floor of the overhead benchmark: each stream operation in a raw C++ loop on the CUDA
-// runtime, timed here, in the same process as the Rust measurements (benches/overhead.rs).
+// The floors of the overhead benchmark (benches/overhead.rs: each stream operation in a raw C++
+// loop on the CUDA runtime, and on the driver's entry points) and of the scale benchmark
+// (benches/scale.rs: the same operations across many streams and threads), timed here, in the
+// same process as the Rust measurements.
+#include <atomic>
 #include <chrono>
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "test_kernels.h"
 
@@ -221,6 +227,161 @@ extern "C" double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_
   if (exec) ok(cudaGraphExecDestroy(exec) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
   if (failed != CUDA_SUCCESS) return -1.0;
   return std::chrono::duration<double, std::nano>(end - start).count() / iters;
+}
+
+// The operations of the scale benchmark, numbered as in benches/scale.rs (enum ScaleOp).
+enum ScaleOp {
+  ScaleRecord = 0,
+  ScaleWaitStream = 1,
+  ScaleQuery = 2,
+  ScalePool = 3,
+  ScaleCurrent = 4,
+};
+
+// Which floor: the runtime API, or the driver's entry points (`cs_floor_driver`'s).
+enum ScaleApi {
+  ScaleRuntime = 0,
+  ScaleDriver = 1,
+};
+
+namespace {
+// A start line that threads spin on, so that they leave it within a cache-line transfer of
+// each other (a futex barrier wakes them tens of microseconds apart: they would not contend).
+// benches/scale.rs starts its threads with the same kind (cuda_stream_tests::bench::SpinBarrier).
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int threads) : waiting_(threads) {}
+  void wait() {
+    waiting_.fetch_sub(1, std::memory_order_acq_rel);
+    while (waiting_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+  }
+
+ private:
+  std::atomic<int> waiting_;
+};
+
+// What a typical C++ stream pool does: a free list of handles behind a std::mutex.
+class MutexPool {
+ public:
+  MutexPool(const cudaStream_t* streams, int n) : free_(streams, streams + n) {}
+  // A free stream, or nullptr when all are taken.
+  cudaStream_t acquire() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty()) return nullptr;
+    cudaStream_t stream = free_.back();
+    free_.pop_back();
+    return stream;
+  }
+  void release(cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(stream);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<cudaStream_t> free_;
+};
+
+// What a typical C++ current-stream guard does (c10::cuda::CUDAStreamGuard's shape): the
+// current stream of each device in a thread-local, saved, set, and restored on exit.
+thread_local cudaStream_t current_stream[64];
+
+class CurrentStreamGuard {
+ public:
+  CurrentStreamGuard(cudaStream_t stream, int device) : device_(device), previous_(current_stream[device]) {
+    current_stream[device] = stream;
+  }
+  ~CurrentStreamGuard() { current_stream[device_] = previous_; }
+
+ private:
+  int device_;
+  cudaStream_t previous_;
+};
+}  // namespace
+
+// Whether `cs_scale_floor` has a loop for `op` on `api`.
+extern "C" int cs_scale_floor_has(int op, int api) {
+  switch (op) {
+    case ScaleRecord: case ScaleWaitStream: case ScaleQuery: return api == ScaleRuntime || api == ScaleDriver;
+    case ScalePool: case ScaleCurrent: return api == ScaleRuntime;
+    default: return 0;
+  }
+}
+
+// The floor of the scale benchmark: `threads` threads started together, each running `op`
+// `iters` times round-robin over its own `per_thread` streams (thread t owns
+// `streams[t * per_thread ..]` and the event `events[t]`): operation i records `events[t]` on
+// stream i (ScaleRecord); records it on stream i and makes stream i + 1 wait for it
+// (ScaleWaitStream: the raw `wait_stream`); queries stream i (ScaleQuery); makes stream i
+// current in a guard (ScaleCurrent). ScalePool: the threads share one MutexPool of all
+// `threads * per_thread` handles and acquire + release one each time. Before the start each
+// thread runs the operation once, which binds the runtime's context to the thread. Returns the
+// mean over threads of ns per operation; -1 if a call failed or the pool ran dry; -2 if
+// `cs_scale_floor_has(op, api)` is 0.
+extern "C" double cs_scale_floor(int op, int api, const cudaStream_t* streams, int per_thread,
+                                 const cudaEvent_t* events, int iters, int threads) {
+  if (!cs_scale_floor_has(op, api)) return -2.0;
+  const DriverFloor& d = driver_floor();
+  if (api == ScaleDriver && !d.loaded) return -1.0;
+  MutexPool pool(streams, op == ScalePool ? threads * per_thread : 0);
+  SpinBarrier start(threads);
+  std::atomic<bool> failed{false};
+  std::vector<double> ns(threads);
+  auto run = [&](int t) {
+    const cudaStream_t* own = streams + static_cast<size_t>(t) * per_thread;
+    cudaEvent_t event = events[t];
+    bool ok = true;
+    auto rt = [&](cudaError_t code) { ok = ok && (code == cudaSuccess || code == cudaErrorNotReady); };
+    auto drv = [&](CUresult code) { ok = ok && (code == CUDA_SUCCESS || code == CUDA_ERROR_NOT_READY); };
+    volatile cudaStream_t sink = nullptr;
+    auto once = [&](int i) {
+      cudaStream_t a = own[i % per_thread], b = own[(i + 1) % per_thread];
+      switch (op * 2 + api) {
+        case ScaleRecord * 2 + ScaleRuntime: rt(cudaEventRecord(event, a)); break;
+        case ScaleRecord * 2 + ScaleDriver: drv(d.event_record(event, a)); break;
+        case ScaleWaitStream * 2 + ScaleRuntime:
+          rt(cudaEventRecord(event, a));
+          rt(cudaStreamWaitEvent(b, event, 0));
+          break;
+        case ScaleWaitStream * 2 + ScaleDriver:
+          drv(d.event_record(event, a));
+          drv(d.stream_wait_event(b, event, 0));
+          break;
+        case ScaleQuery * 2 + ScaleRuntime: rt(cudaStreamQuery(a)); break;
+        case ScaleQuery * 2 + ScaleDriver: drv(d.stream_query(a)); break;
+        case ScalePool * 2 + ScaleRuntime: {
+          cudaStream_t leased = pool.acquire();
+          ok = ok && leased;
+          sink = leased;
+          if (leased) pool.release(leased);
+          break;
+        }
+        case ScaleCurrent * 2 + ScaleRuntime: {
+          CurrentStreamGuard guard(a, 0);
+          std::atomic_signal_fence(std::memory_order_seq_cst);  // keep the set and the restore
+          sink = current_stream[0];
+          break;
+        }
+      }
+    };
+    once(0);
+    start.wait();
+    auto begin = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) once(i);
+    auto end = std::chrono::steady_clock::now();
+    ns[t] = std::chrono::duration<double, std::nano>(end - begin).count() / iters;
+    if (!ok) failed = true;
+  };
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) workers.emplace_back(run, t);
+  for (auto& worker : workers) worker.join();
+  if (op == ScaleRecord || op == ScaleWaitStream) {
+    if (cudaDeviceSynchronize() != cudaSuccess) failed = true;
+  }
+  if (failed) return -1.0;
+  double sum = 0;
+  for (double v : ns) sum += v;
+  return sum / threads;
 }
 
 // An empty kernel launch for the Rust sides of the benchmark (same kernel shape).

@@ -9,6 +9,7 @@ use cuda_stream::{
 use std::ffi::c_void;
 use std::time::Duration;
 
+pub mod bench;
 pub mod gpu;
 mod rng;
 mod stats;

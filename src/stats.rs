@@ -22,4 +22,9 @@ impl Stats {
     pub fn ratio(&self, other: &Stats) -> Stats {
         Stats { median: self.median / other.median, min: self.min / other.max, max: self.max / other.min }
     }
+
+    /// `{"median":…,"min":…,"max":…}`, the benchmarks' JSON of one cell.
+    pub fn json(&self) -> String {
+        format!("{{\"median\":{:.1},\"min\":{:.1},\"max\":{:.1}}}", self.median, self.min, self.max)
+    }
 }

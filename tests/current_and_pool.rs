@@ -165,3 +165,58 @@ fn as_current_with_device_makes_device_and_stream_current_and_restores_both() {
     assert!(StreamRef::with_current(device, |s| s == &*BuiltinStream::null(device)), "restored on panic");
     assert_eq!(Device::current().unwrap(), device);
 }
+
+/// Many threads acquire and release as fast as they can. Each holder sets its slot's flag after
+/// the acquire and clears it before the release: a flag found set means two holders at once. As
+/// many threads as slots never see [`Error::PoolExhausted`] (at most all but one slot is held by
+/// the others at any instant); twice as many do, and still never share.
+#[test]
+fn pool_acquire_under_contention_never_shares_and_exhausts_only_when_all_are_held() {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let device = gpu_or_skip!();
+    const SLOTS: usize = 8;
+    let pool = StreamPool::new(device, StreamOptions::non_blocking(), SLOTS).unwrap();
+    // Create every stream, and name each slot by its stream's id (read at creation: no CUDA call).
+    let all: Vec<_> = (0..SLOTS).map(|_| pool.acquire().unwrap()).collect();
+    assert_eq!(pool.acquire().unwrap_err(), Error::PoolExhausted { capacity: SLOTS });
+    let slot_of: HashMap<u64, usize> =
+        all.iter().enumerate().map(|(slot, lease)| (lease.id().unwrap(), slot)).collect();
+    drop(all);
+    let held: Vec<AtomicBool> = (0..SLOTS).map(|_| AtomicBool::new(false)).collect();
+    let rounds = cuda_stream_tests::scaled(100_000, 1_000);
+    let hammer = |threads: usize| {
+        let (exhausted, barrier) = (AtomicUsize::new(0), Barrier::new(threads));
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    barrier.wait();
+                    for _ in 0..rounds {
+                        let lease = match pool.acquire() {
+                            Ok(lease) => lease,
+                            Err(Error::PoolExhausted { .. }) => {
+                                exhausted.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            Err(error) => panic!("acquire failed: {error}"),
+                        };
+                        let slot = slot_of[&lease.id().unwrap()];
+                        assert!(!held[slot].swap(true, Ordering::Relaxed), "slot {slot} leased to two holders");
+                        std::hint::spin_loop();
+                        held[slot].store(false, Ordering::Relaxed);
+                        drop(lease);
+                    }
+                });
+            }
+        });
+        exhausted.into_inner()
+    };
+    assert_eq!(hammer(SLOTS), 0, "PoolExhausted while a slot was free");
+    hammer(2 * SLOTS);
+    assert_eq!(pool.created(), SLOTS, "no stream created past the bound");
+    let all: Vec<_> = (0..SLOTS).map(|_| pool.acquire().unwrap()).collect();
+    let mut ids: Vec<u64> = all.iter().map(|lease| lease.id().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), SLOTS, "every slot came back, once");
+}

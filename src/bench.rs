@@ -1,0 +1,51 @@
+//! Shared by the benchmarks in `benches/`: timing loops, a start line for threads that must
+//! contend, and where the JSON results go.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+/// ns per iteration of `body`, run `iters` times.
+pub fn time(iters: usize, mut body: impl FnMut()) -> f64 {
+    let start = Instant::now();
+    for _ in 0..iters {
+        body();
+    }
+    start.elapsed().as_nanos() as f64 / iters as f64
+}
+
+/// A start line that threads spin on, so that they leave it within a cache-line transfer of
+/// each other: `std::sync::Barrier` parks them, and they wake tens of microseconds apart,
+/// too far apart to contend in a short loop. `kernels/bench_floor.cu` starts the C++ threads
+/// of the scale benchmark with the same kind. Single use.
+#[derive(Debug)]
+pub struct SpinBarrier {
+    waiting: AtomicUsize,
+}
+
+impl SpinBarrier {
+    /// A barrier that opens when `threads` threads wait on it.
+    pub fn new(threads: usize) -> SpinBarrier {
+        SpinBarrier { waiting: AtomicUsize::new(threads) }
+    }
+
+    /// Waits, yielding the core between looks, until every thread has arrived.
+    pub fn wait(&self) {
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        while self.waiting.load(Ordering::Acquire) > 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Writes `json` to `$BENCH_OUT/file` (default `target/`) and returns the path.
+///
+/// # Panics
+/// If the file cannot be written: the benchmark's results would be lost.
+pub fn write_json(file: &str, json: &str) -> PathBuf {
+    let dir = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target".to_string());
+    let _ = std::fs::create_dir_all(&dir);
+    let path = std::path::Path::new(&dir).join(file);
+    std::fs::write(&path, json).expect("the JSON is writable");
+    path
+}
