@@ -157,5 +157,8 @@ fn an_exhausted_pool_refuses_instead_of_sharing() {
         assert_eq!(pool.acquire().unwrap_err(), Error::PoolExhausted { capacity: 1 });
         drop(held);
         assert!(pool.acquire().is_ok());
+        let too_large = StreamPool::new(device, StreamOptions::non_blocking(), StreamPool::MAX_CAPACITY + 1);
+        let max = StreamPool::MAX_CAPACITY;
+        assert_eq!(too_large.unwrap_err(), Error::PoolTooLarge { capacity: max + 1, max });
     });
 }

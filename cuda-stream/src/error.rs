@@ -281,6 +281,15 @@ pub enum Error {
         /// of its rules).
         code: CudaCode,
     },
+    /// A [`StreamPool`](crate::StreamPool) asked for more streams than it can index
+    /// ([`StreamPool::MAX_CAPACITY`](crate::StreamPool::MAX_CAPACITY)).
+    #[error("a stream pool holds at most {max} streams, not {capacity}")]
+    PoolTooLarge {
+        /// The capacity asked for.
+        capacity: usize,
+        /// The most a pool holds.
+        max: usize,
+    },
     /// A special handle (null, legacy, per-thread) offered as an owned stream.
     #[error("handle {handle:#x} is a built-in stream and cannot be owned or destroyed")]
     BuiltinNotOwnable {

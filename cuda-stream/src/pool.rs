@@ -74,16 +74,12 @@ impl StreamPool {
     /// A pool of at most `capacity` streams of `device` created with `options`. Creates none yet.
     ///
     /// # Errors
-    /// [`Error::PriorityOutOfRange`] if `options` has a priority outside the device's range.
-    ///
-    /// # Panics
-    /// If `capacity` exceeds [`StreamPool::MAX_CAPACITY`] (about a million streams).
+    /// [`Error::PriorityOutOfRange`] if `options` has a priority outside the device's range;
+    /// [`Error::PoolTooLarge`] above [`StreamPool::MAX_CAPACITY`] (about a million streams).
     pub fn new(device: Device, options: StreamOptions, capacity: usize) -> Result<StreamPool> {
-        assert!(
-            capacity <= StreamPool::MAX_CAPACITY,
-            "a stream pool holds at most {} streams, not {capacity}",
-            StreamPool::MAX_CAPACITY
-        );
+        if capacity > StreamPool::MAX_CAPACITY {
+            return Err(Error::PoolTooLarge { capacity, max: StreamPool::MAX_CAPACITY });
+        }
         if let Some(priority) = options.priority {
             device.check_priority(priority)?;
         }
