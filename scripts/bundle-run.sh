@@ -6,6 +6,7 @@
 #   run.sh --bench                also the benchmarks (their JSON goes to $BENCH_OUT or ./)
 #   run.sh --only PATTERN         only binaries whose path matches PATTERN
 #   run.sh --gpus N               multi-GPU tests fail instead of skipping with fewer than N GPUs
+# BIN_TIMEOUT (seconds, default 900) stops one binary that hangs; it then counts as failed.
 # Last line: "N passed, N failed" (tests, examples and benchmarks each count as one or more).
 cd "$(dirname "$0")"
 if [ ! -d bin ]; then
@@ -53,7 +54,7 @@ run_one() {
   local name=${bin#bin/}; local log="$logs/${name//\//_}.log"
   [ -n "$only" ] && [[ "$bin" != *$only* ]] && return
   local start=$SECONDS
-  "${wrapper[@]}" "./$bin" "$@" >"$log" 2>&1
+  timeout "${BIN_TIMEOUT:-900}" "${wrapper[@]}" "./$bin" "$@" >"$log" 2>&1
   local rc=$?
   local p f errors=0
   p=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
