@@ -235,14 +235,11 @@ fn main() {
     drop(bench.stream);
     // SAFETY: created above; every waiter that used it has joined.
     check(unsafe { sys::cudaEventDestroy(bench.raw_event) }, "cudaEventDestroy").unwrap();
-    let dir = std::env::var("BENCH_OUT").unwrap_or_else(|_| "target".to_string());
-    let _ = std::fs::create_dir_all(&dir);
-    let path = std::path::Path::new(&dir).join("bench-completion-latency.json");
     let document = format!(
         "{{\"held_ms\":{},\"repetitions\":{reps},\"goal_over_floor\":{GOAL},\"variants\":[\n{}\n],\"idle_reactor_ticks_per_s\":{idle_ticks}}}\n",
         HELD.as_secs_f64() * 1e3,
         json.join(",\n")
     );
-    std::fs::write(&path, document).unwrap();
+    let path = cuda_stream_tests::bench::write_json("bench-completion-latency.json", &document);
     println!("json: {}", path.display());
 }

@@ -201,3 +201,27 @@ fn a_foreign_handle_is_borrowed_on_its_own_device_without_breaking_its_capture()
     assert_eq!(log.tags(), vec![1, 2]);
     foreign.destroy().unwrap();
 }
+
+#[test]
+fn a_stream_whose_capture_broke_is_still_borrowed_on_the_device_named_for_it() {
+    let device = gpu_or_skip!();
+    let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let capture = stream.begin_capture(Global).unwrap();
+    // A raw query of a capturing stream breaks its capture (the crate's own query refuses).
+    // SAFETY: a live stream.
+    let code = unsafe { cuda_stream::sys::cudaStreamQuery(stream.as_raw()) };
+    assert_ne!(code, cuda_stream::sys::cudaError::cudaSuccess);
+    let _ = cuda_stream_tests::take_last_error();
+    assert_eq!(stream.capture_status().unwrap(), CaptureStatus::Invalidated);
+    // SAFETY: `stream` outlives both borrows.
+    let unnamed = unsafe { BorrowedStream::borrow_raw(stream.as_raw()) };
+    println!("borrow_raw of a stream whose capture broke: {unnamed:?}");
+    assert!(unnamed.unwrap_err().cuda_code().is_some_and(cuda_stream::CudaCode::is_capture_error));
+    // SAFETY: as above.
+    let named = unsafe { BorrowedStream::borrow_raw_on(stream.as_raw(), device) }.unwrap();
+    assert_eq!(named.device(), device);
+    assert_eq!(named.capture_status().unwrap(), CaptureStatus::Invalidated);
+    let ended = capture.end().unwrap_err();
+    assert_eq!(ended.cuda_code().map(|code| code.name()), Some("cudaErrorStreamCaptureInvalidated"));
+    stream.synchronize().expect("usable again once the broken capture ended");
+}

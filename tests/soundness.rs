@@ -260,7 +260,7 @@ fn after_a_fault_futures_resolve_with_the_error_and_closures_are_freed() {
             "fault: callback: sticky true",
             "fault: once host fn: ran 0, dropped true",
             "fault: event completion: sticky true",
-            "fault: every pending future: 3 of 3 sticky",
+            "fault: pending bystander futures: 2 of 2 sticky",
             "fault: nothing pending: true",
             "fault: live host fns back to baseline: true",
         ],
@@ -289,16 +289,22 @@ fn fault_child() {
     flag.set();
     let outcome = cuda_stream_tests::block_on(completion);
     println!("fault: completion: sticky {}", outcome.as_ref().is_err_and(Error::is_sticky));
+    // The callback runs on CUDA's callback thread, in no fixed order with the reactor's wake.
+    let called = poll_until(Duration::from_secs(10), || status.lock().unwrap().is_some());
     let callback = status.lock().unwrap().take();
-    println!("fault: callback: sticky {}", callback.is_some_and(|outcome| outcome.is_err_and(|e| e.is_sticky())));
+    println!(
+        "fault: callback: sticky {} (after {called:?})",
+        callback.is_some_and(|outcome| outcome.is_err_and(|e| e.is_sticky()))
+    );
     println!("fault: once host fn: ran {}, dropped {}", once.runs(), once.wait_dropped());
     let event_outcome = cuda_stream_tests::block_on(event.completion());
     println!("fault: event completion: sticky {}", event_outcome.is_err_and(|e| e.is_sticky()));
-    let sticky = pending
-        .into_iter()
-        .map(cuda_stream_tests::block_on)
-        .filter(|outcome| outcome.as_ref().is_err_and(Error::is_sticky));
-    println!("fault: every pending future: {} of 3 sticky", sticky.count());
+    // The faulting stream's future was recorded before the fault: its work may have completed
+    // before the reactor saw the fault (then `Ok`), or not. The bystander's work never ends.
+    let [before, bystanders @ ..] = pending.map(cuda_stream_tests::block_on);
+    println!("fault: pending on the faulting stream before the fault: {before:?}");
+    let sticky = bystanders.iter().filter(|outcome| outcome.as_ref().is_err_and(Error::is_sticky)).count();
+    println!("fault: pending bystander futures: {sticky} of 2 sticky");
     let settled = poll_until(Duration::from_secs(5), || cuda_stream::completion::pending_completions() == 0);
     println!("fault: nothing pending: {}", settled.is_some());
     let back = poll_until(Duration::from_secs(5), || live_host_fns() == baseline).is_some();
@@ -336,8 +342,10 @@ fn wrapping_comparing_and_making_current_keep_every_capture_intact() {
     for target in [&*owned, &*per_thread] {
         capture_survives_identification(device, target, capture::Global);
         capture_survives_identification(device, target, capture::ThreadLocal);
-        capture_survives_identification(device, target, capture::Relaxed);
     }
+    capture_survives_identification(device, &owned, capture::Relaxed);
+    // A Relaxed capture could end on another thread, where 0x2 is another stream: refused.
+    assert!(matches!(per_thread.begin_capture(capture::Relaxed), Err(cuda_stream::Error::CaptureMisuse(_))));
 }
 
 // 10. A device guard restores the previous context, and nothing when there was none.

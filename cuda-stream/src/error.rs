@@ -61,6 +61,14 @@ impl CudaCode {
         Self::STICKY.contains(&self.raw())
     }
 
+    /// Whether this is one of CUDA's stream-capture errors (`cudaErrorStreamCaptureUnsupported`
+    /// to `cudaErrorStreamCaptureWrongThread`, 900 to 908): a call refused because of a
+    /// capture, or a capture that broke.
+    pub fn is_capture_error(self) -> bool {
+        (sys::cudaError::cudaErrorStreamCaptureUnsupported.0..=sys::cudaError::cudaErrorStreamCaptureWrongThread.0)
+            .contains(&self.raw().0)
+    }
+
     /// Whether this is `cudaErrorNotReady` (which this crate never returns as an error).
     pub fn is_not_ready(self) -> bool {
         self == Self::NOT_READY
@@ -426,6 +434,8 @@ mod tests {
         assert!(code.is_sticky());
         assert!(!CudaCode::NOT_READY.is_sticky());
         assert!(CudaCode::NOT_READY.is_not_ready());
+        let invalidated = CudaCode(sys::cudaError::cudaErrorStreamCaptureInvalidated.0 as i32);
+        assert!(invalidated.is_capture_error() && !code.is_capture_error() && !CudaCode::NOT_READY.is_capture_error());
     }
 
     #[test]

@@ -376,7 +376,8 @@ impl GraphExec {
 
     /// The flags the executable was instantiated with
     /// ([`cudaGraphExecGetFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
-    /// Never [`InstantiateFlags::UPLOAD`], which CUDA does not report.
+    /// Never [`InstantiateFlags::UPLOAD`], which CUDA does not report, and on CUDA 13.0 not
+    /// [`InstantiateFlags::USE_NODE_PRIORITY`] either (seen on an H100, driver 580).
     ///
     /// # Errors
     /// [`Error::InsideHostFn`]; CUDA's errors.

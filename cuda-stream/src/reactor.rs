@@ -239,6 +239,8 @@ impl Query {
 }
 
 fn serve(query: Query) {
+    // Devices whose context a sticky error poisoned: that lasts until the process exits.
+    let mut poisoned: Vec<(Device, Error)> = Vec::new();
     let mut pending: Vec<Entry> = Vec::new();
     let mut woken: Vec<Waker> = Vec::new();
     let mut released: Vec<Arc<Signal>> = Vec::new();
@@ -253,7 +255,7 @@ fn serve(query: Query) {
             if EXITING.load(Ordering::SeqCst) {
                 break;
             }
-            if poll(query, &mut pending, &mut woken, &mut released) {
+            if poll(query, &mut poisoned, &mut pending, &mut woken, &mut released) {
                 active = Instant::now();
             }
         }
@@ -319,26 +321,37 @@ fn pause(since: Duration) {
 /// resolved future's event is no longer held by the reactor), and collects the wakers to call.
 /// Returns whether any future resolved.
 ///
-/// A sticky error poisons its context, so a future of the same device whose event still reads
-/// as not ready can never complete: it resolves with that error too.
-fn poll(query: Query, pending: &mut Vec<Entry>, woken: &mut Vec<Waker>, released: &mut Vec<Arc<Signal>>) -> bool {
-    let mut poisoned: Vec<(Device, Error)> = Vec::new();
+/// A sticky error poisons its context for good, so every future of that device, pending now or
+/// registered later, resolves with that error (what its own event reads cannot be trusted).
+fn poll(
+    query: Query,
+    poisoned: &mut Vec<(Device, Error)>,
+    pending: &mut Vec<Entry>,
+    woken: &mut Vec<Waker>,
+    released: &mut Vec<Arc<Signal>>,
+) -> bool {
     for entry in pending.iter_mut().filter(|entry| !is_dropped(entry)) {
         match query.ready(entry.watched.event()) {
             Ok(true) => entry.outcome = Some(Ok(())),
             Ok(false) => {}
             Err(error) => {
-                if error.is_sticky() {
-                    poisoned.push((entry.watched.event().device(), error.clone()));
+                let device = entry.watched.event().device();
+                if error.is_sticky() && !poisoned.iter().any(|(known, _)| *known == device) {
+                    poisoned.push((device, error.clone()));
                 }
                 entry.outcome = Some(Err(error));
             }
         }
     }
-    for entry in pending.iter_mut().filter(|entry| entry.outcome.is_none()) {
+    // A poisoned device's results cannot be trusted, "complete" included (seen on CUDA 13.0:
+    // after a fault, events of other streams of the context stayed pending while their kernels
+    // ran on, then read as complete): every future of that device resolves with its sticky error.
+    for entry in pending.iter_mut() {
         let device = entry.watched.event().device();
-        if let Some((_, error)) = poisoned.iter().find(|(poisoned, _)| *poisoned == device) {
-            entry.outcome = Some(Err(error.clone()));
+        if let Some((_, error)) = poisoned.iter().find(|(known, _)| *known == device) {
+            if !matches!(&entry.outcome, Some(Err(own)) if own.is_sticky()) {
+                entry.outcome = Some(Err(error.clone()));
+            }
         }
     }
     let mut resolved = false;

@@ -14,7 +14,7 @@
 use crate::as_stream::AsStream;
 use crate::device::{Device, DeviceGuard};
 use crate::driver;
-use crate::error::{Error, Result, check, check_ready, same_device};
+use crate::error::{CudaCode, Error, Result, check, check_ready, same_device};
 use crate::event::{Event, EventFlags};
 use crate::host_fn::refuse_inside_host_fn;
 use crate::live;
@@ -602,7 +602,7 @@ impl Stream {
             return Err(Error::BuiltinNotOwnable { handle: handle as usize });
         }
         refuse_inside_host_fn()?;
-        same_device("an owned stream handle belongs to the device it is taken for", device, stream_device(handle)?)?;
+        check_stream_device("an owned stream handle belongs to the device it is taken for", handle, device)?;
         live::stream_created();
         Ok(Stream { stream: StreamRef::new(handle, device, Ownership::Owned) })
     }
@@ -693,7 +693,9 @@ impl<'a> BorrowedStream<'a> {
     /// during `'a`.
     ///
     /// # Errors
-    /// CUDA's errors reading the device; [`Error::InsideHostFn`] inside a host function.
+    /// CUDA's errors reading the device (for a stream whose capture is broken, the capture's
+    /// error: name the device with [`BorrowedStream::borrow_raw_on`] to wrap it anyway);
+    /// [`Error::InsideHostFn`] inside a host function.
     pub unsafe fn borrow_raw(handle: sys::cudaStream_t) -> Result<BorrowedStream<'a>> {
         refuse_inside_host_fn()?;
         let device = match Builtin::of_handle(handle) {
@@ -713,11 +715,12 @@ impl<'a> BorrowedStream<'a> {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] if the handle belongs to another device; CUDA's errors
-    /// reading the device.
+    /// reading the device. A stream whose capture is broken cannot report its device: `device`
+    /// is then taken on trust.
     pub unsafe fn borrow_raw_on(handle: sys::cudaStream_t, device: Device) -> Result<BorrowedStream<'a>> {
         refuse_inside_host_fn()?;
         if Builtin::of_handle(handle).is_none() {
-            same_device("a borrowed stream handle belongs to the device named for it", device, stream_device(handle)?)?;
+            check_stream_device("a borrowed stream handle belongs to the device named for it", handle, device)?;
         }
         // SAFETY: the caller's contract; the device is checked.
         Ok(unsafe { BorrowedStream::borrow_unchecked(handle, device) })
@@ -759,6 +762,18 @@ impl From<BuiltinStream> for BorrowedStream<'static> {
 /// The device a real (not special) stream handle belongs to, read through its context.
 fn stream_device(handle: sys::cudaStream_t) -> Result<Device> {
     Device::new(driver::stream_device_ordinal(handle)?)
+}
+
+/// [`Error::DeviceMismatch`] (saying `what`) unless the real stream handle belongs to `device`.
+/// A stream whose capture is broken cannot say (`cuStreamGetCtx` answers with the capture's
+/// error, seen on CUDA 13.0): the named device is then taken on trust, so that the stream can
+/// still be wrapped, and its capture ended.
+fn check_stream_device(what: &'static str, handle: sys::cudaStream_t, device: Device) -> Result<()> {
+    match stream_device(handle) {
+        Ok(found) => same_device(what, device, found),
+        Err(error) if error.cuda_code().is_some_and(CudaCode::is_capture_error) => Ok(()),
+        Err(error) => Err(error),
+    }
 }
 
 impl Clone for BorrowedStream<'_> {
