@@ -236,7 +236,9 @@ fn main() {
     // SAFETY: created above; every waiter that used it has joined.
     check(unsafe { sys::cudaEventDestroy(bench.raw_event) }, "cudaEventDestroy").unwrap();
     let document = format!(
-        "{{\"held_ms\":{},\"repetitions\":{reps},\"goal_over_floor\":{GOAL},\"variants\":[\n{}\n],\"idle_reactor_ticks_per_s\":{idle_ticks}}}\n",
+        "{{\"device\":\"{}\",\"driver\":{},\"held_ms\":{},\"repetitions\":{reps},\"goal_over_floor\":{GOAL},\"variants\":[\n{}\n],\"idle_reactor_ticks_per_s\":{idle_ticks}}}\n",
+        device.name().unwrap(),
+        cuda_stream::driver_version().unwrap(),
         HELD.as_secs_f64() * 1e3,
         json.join(",\n")
     );

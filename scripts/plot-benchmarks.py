@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws the benchmarks' JSON as SVG line plots, with the Python standard library only.
 
-Reads `bench-scale.json` and, when present, `bench-completion.json` (from $BENCH_OUT, default
+Reads `bench-scale.json` and `bench-completion-latency.json` (from $BENCH_OUT, default
 target/), and writes one plot per operation and load axis into docs/plots/: x is the load
 (live streams or threads, log scale), y the cost in ns per operation, one line per variant (C++
 runtime, C++ driver, cuda-stream) with its min..max spread as a bar at each point, and the
@@ -10,7 +10,10 @@ device named in the title.
 A file is plotted if it is a JSON object with "rows" (or a list of rows) where each row has
 "op", a numeric "load", optionally "axis", and one or more "<variant>_ns" cells of the form
 {"median": ..., "min": ..., "max": ...}; "device" at the top names the GPU. benches/scale.rs
-writes that shape. A missing file is skipped, a file of another shape is reported and skipped.
+writes that shape. A file with "variants" of {"variant", "median_us", "min_us", "max_us"}
+(benches/completion_latency.rs) is drawn as one horizontal bar per variant, its min..max as a
+whisker, on a log scale, with the goal (a multiple of the first variant, the floor) as a line.
+A missing file is skipped, a file of another shape is reported and skipped.
 
     python3 scripts/plot-benchmarks.py [--dir target] [--out docs/plots] [FILE.json ...]
 """
@@ -176,11 +179,67 @@ def slug(text):
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def bars_svg(title, variants, goal):
+    """A horizontal bar per variant (median), min..max as a whisker, log-x µs, goal line."""
+    row, left, right, top = 34, 330, 40, 48
+    width, height = 900, top + row * len(variants) + 56
+    values = [v for item in variants for v in (item["min_us"], item["max_us"], item["median_us"])]
+    lo = 10 ** math.floor(math.log10(max(min(values), 1e-3)))
+    hi = 10 ** math.ceil(math.log10(max(values)))
+    span = width - left - right
+
+    def x(value):
+        return left + span * (math.log10(max(value, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{width / 2}" y="24" text-anchor="middle" font-size="14">{escape(title)}</text>',
+    ]
+    decade = lo
+    while decade <= hi * 1.0001:
+        parts.append(f'<line x1="{x(decade):.1f}" y1="{top - 6}" x2="{x(decade):.1f}" y2="{height - 44}" stroke="#ddd"/>')
+        parts.append(f'<text x="{x(decade):.1f}" y="{height - 28}" text-anchor="middle">{decade:g}</text>')
+        decade *= 10
+    parts.append(f'<text x="{left + span / 2}" y="{height - 8}" text-anchor="middle">µs from the work ending to the waiter seeing it (log scale; median, min..max)</text>')
+    for i, item in enumerate(variants):
+        y = top + i * row
+        color = COLORS[i % len(COLORS)]
+        parts.append(f'<text x="{left - 8}" y="{y + 17}" text-anchor="end">{escape(item["variant"])}</text>')
+        parts.append(f'<rect x="{left}" y="{y + 6}" width="{x(item["median_us"]) - left:.1f}" height="16" fill="{color}" opacity="0.8"/>')
+        mid = y + 14
+        parts.append(f'<line x1="{x(item["min_us"]):.1f}" y1="{mid}" x2="{x(item["max_us"]):.1f}" y2="{mid}" stroke="black"/>')
+        parts.append(f'<text x="{x(item["max_us"]) + 4:.1f}" y="{y + 17}">{item["median_us"]:.1f}</text>')
+    if goal and variants:
+        gx = x(variants[0]["median_us"] * goal)
+        parts.append(f'<line x1="{gx:.1f}" y1="{top - 6}" x2="{gx:.1f}" y2="{height - 44}" stroke="#d62728" stroke-dasharray="4 3"/>')
+        parts.append(f'<text x="{gx + 4:.1f}" y="{top - 10}" fill="#d62728">goal: {goal:g}× the floor</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def plot_bars(path, doc, out_dir):
+    """Writes the bar chart of a file with "variants"; returns the files written."""
+    variants = [v for v in doc["variants"] if all(isinstance(v.get(k), (int, float)) for k in ("median_us", "min_us", "max_us"))]
+    if not variants:
+        print(f"{path}: no variants with median_us, min_us and max_us, skipped")
+        return []
+    benchmark = re.sub(r"^bench-|\.json$", "", os.path.basename(path))
+    title = f"{benchmark} ({doc.get('device', 'unknown device')})"
+    os.makedirs(out_dir, exist_ok=True)
+    name = os.path.join(out_dir, f"{slug(benchmark)}.svg")
+    with open(name, "w", encoding="utf-8") as f:
+        f.write(bars_svg(title, variants, doc.get("goal_over_floor")))
+    return [name]
+
+
 def plot(path, out_dir):
     """Writes the figures of the JSON at `path`; returns the files written."""
     doc = load(path)
     if doc is None:
         return []
+    if isinstance(doc, dict) and isinstance(doc.get("variants"), list):
+        return plot_bars(path, doc, out_dir)
     groups = figures(doc)
     if not groups:
         print(f"{path}: no rows with an op, a numeric load and <variant>_ns cells, skipped")
@@ -203,9 +262,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default=os.environ.get("BENCH_OUT", "target"), help="where the JSON files are")
     parser.add_argument("--out", default=os.path.join("docs", "plots"), help="where the SVG files go")
-    parser.add_argument("files", nargs="*", help="JSON files (default: bench-scale.json, bench-completion.json)")
+    parser.add_argument("files", nargs="*", help="JSON files (default: bench-scale.json, bench-completion-latency.json)")
     args = parser.parse_args()
-    files = args.files or [os.path.join(args.dir, name) for name in ("bench-scale.json", "bench-completion.json")]
+    files = args.files or [os.path.join(args.dir, name) for name in ("bench-scale.json", "bench-completion-latency.json")]
     written = [name for path in files for name in plot(path, args.out)]
     for name in written:
         print(name)
