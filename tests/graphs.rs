@@ -22,6 +22,15 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Drops `exec` and checks that CUDA then frees every closure of `probes` (asynchronously, on a
+/// thread of its own), none of which ever ran after being freed.
+fn drop_and_expect_freed(exec: cuda_stream::GraphExec, probes: &[&Probe]) {
+    drop(exec);
+    let freed = poll_until(Duration::from_secs(5), || probes.iter().all(|probe| probe.dropped()));
+    assert!(freed.is_some(), "dropping the executable freed every closure");
+    assert!(probes.iter().all(|probe| !probe.ran_after_drop()));
+}
+
 /// A host function that records into `probe`. Every call returns the same closure type, so two
 /// graphs built with it differ only in the host node's data, never in its function.
 fn host_fn(probe: &Arc<Probe>) -> impl Fn() + Send + Sync + 'static {
@@ -74,10 +83,7 @@ fn update_replays_the_new_kernel_arguments_and_host_functions_and_keeps_them_ali
     // further: printed, and required only once the executable is gone.
     let released = poll_until(Duration::from_secs(5), || old.dropped());
     println!("replaced closure released before the executable's drop, after: {released:?} (None: not within 5 s)");
-    drop(exec);
-    let freed = poll_until(Duration::from_secs(5), || new.dropped() && old.dropped());
-    assert!(freed.is_some(), "dropping the executable freed both closures");
-    assert!(!old.ran_after_drop() && !new.ran_after_drop());
+    drop_and_expect_freed(exec, &[&old, &new]);
 }
 
 #[test]
@@ -113,10 +119,7 @@ fn update_during_pending_launches_holds_the_replaced_closure_until_they_complete
     assert_eq!(tags.len(), 6, "{tags:?}");
     assert_eq!(tags[4..], [11, 12], "a launch after the update runs the new parameters: {tags:?}");
     assert_eq!(old.runs() + new.runs(), 3, "one host function per launch");
-    drop(exec);
-    let freed = poll_until(Duration::from_secs(5), || new.dropped() && old.dropped());
-    assert!(freed.is_some(), "dropping the executable freed both closures");
-    assert!(!old.ran_after_drop() && !new.ran_after_drop());
+    drop_and_expect_freed(exec, &[&old, &new]);
 }
 
 #[test]
