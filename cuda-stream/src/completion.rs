@@ -30,12 +30,24 @@
 //!   the entry is gone, then returns to the free list; for [`Event::completion`] the entry
 //!   holds a clone of the user's `Arc<Event>`, so the handle cannot be destroyed while it may
 //!   be queried. The reactor releases the event before it resolves the future.
-//! * Dropping a [`Completion`] early is harmless: the reactor notices at its next pass (at most
-//!   about 1 ms later), stops querying, and releases the event; [`pending_completions`] counts
-//!   what it still watches.
+//! * Dropping a [`Completion`] early is harmless: the drop waits for a polling pass in progress,
+//!   so the reactor queries its event no more once the drop returns; it releases the event at
+//!   its next pass (at most about 1 ms later). [`pending_completions`] counts what it watches.
+//! * Polled again after it resolved, a future returns the same outcome (never turns an error
+//!   into `Ok`).
 //! * At process exit the reactor makes no further CUDA call: a C `atexit` hook, registered
 //!   when the reactor starts (after CUDA's own teardown was registered), waits for a pass in
 //!   progress and stops it. Pending futures then never resolve, and nothing hangs.
+//!
+//! # Limits
+//! * A future whose work never completes (or a `Completion` leaked with `mem::forget`) keeps
+//!   the reactor polling about a thousand times a second until the process exits.
+//! * Wakers run on the reactor thread, which is in CUDA's Relaxed capture-interaction mode
+//!   (so that its queries never break a capture): a task an inline executor polls there makes
+//!   its own CUDA calls in that mode too (this crate's calls are still refused as anywhere).
+//! * A reset of a device's primary context (`cudaDeviceReset` through `sys`) is not supported:
+//!   idle events in the free list and a device's sticky error outlive it.
+//! * After `fork`, the child has no reactor thread: its futures never resolve.
 //!
 //! [`Event::completion`]: crate::Event::completion
 
@@ -55,7 +67,8 @@ pub use crate::reactor::{DEFAULT_HOT_WINDOW, REACTOR_THREAD_NAME, hot_window, pe
 #[derive(Debug)]
 #[must_use = "a future does nothing unless polled"]
 pub struct Completion {
-    signal: Arc<Signal>,
+    /// `None` only while dropping.
+    signal: Option<Arc<Signal>>,
 }
 
 /// A future's state, shared with the reactor.
@@ -67,8 +80,8 @@ pub(crate) struct Signal {
 #[derive(Debug)]
 enum State {
     Waiting(Option<Waker>),
-    /// The outcome, until `poll` returns it.
-    Done(Option<Result<()>>),
+    /// The outcome, returned by every poll from then on.
+    Done(Result<()>),
 }
 
 impl Signal {
@@ -78,7 +91,7 @@ impl Signal {
 
     /// Stores the outcome and returns the waker to call (outside any lock).
     pub(crate) fn resolve(&self, outcome: Result<()>) -> Option<Waker> {
-        match std::mem::replace(&mut *self.lock(), State::Done(Some(outcome))) {
+        match std::mem::replace(&mut *self.lock(), State::Done(outcome)) {
             State::Waiting(waker) => waker,
             State::Done(_) => None,
         }
@@ -87,21 +100,39 @@ impl Signal {
 
 impl Completion {
     fn done(outcome: Result<()>) -> Completion {
-        Completion { signal: Arc::new(Signal { state: Mutex::new(State::Done(Some(outcome))) }) }
+        Completion { signal: Some(Arc::new(Signal { state: Mutex::new(State::Done(outcome)) })) }
     }
 
     /// A future the reactor resolves when `watched` completes.
     fn watching(watched: Watched) -> Completion {
         let signal = Arc::new(Signal { state: Mutex::new(State::Waiting(None)) });
         match reactor::watch(watched, Arc::clone(&signal)) {
-            Ok(()) => Completion { signal },
+            Ok(()) => Completion { signal: Some(signal) },
             Err(error) => Completion::done(Err(error)),
         }
     }
 
+    fn signal(&self) -> &Signal {
+        self.signal.as_ref().expect("a completion has its signal until it drops")
+    }
+
     /// Whether the future has resolved (without registering a waker).
     pub fn is_complete(&self) -> bool {
-        matches!(*self.signal.lock(), State::Done(_))
+        matches!(*self.signal().lock(), State::Done(_))
+    }
+}
+
+impl Drop for Completion {
+    /// Dropped before it resolved, the future is forgotten by the reactor's next pass; a pass
+    /// in progress is waited for, so that once this returns the reactor queries its event no
+    /// more (an event from [`Event::from_raw`] may be destroyed by its owner from then on).
+    fn drop(&mut self) {
+        let Some(signal) = self.signal.take() else { return };
+        let pending = !matches!(*signal.lock(), State::Done(_));
+        drop(signal);
+        if pending {
+            reactor::wait_for_pass();
+        }
     }
 }
 
@@ -129,17 +160,14 @@ impl StreamRef {
     }
 
     fn record_internal(&self) -> Result<Event> {
+        crate::host_fn::refuse_inside_host_fn()?;
         // No capture of this crate's begins between the status read and the record.
         let _transitions = crate::capture::no_capture_transitions();
         self.refuse_capturing("a completion cannot wait on a capturing stream (its event would become a graph node)")?;
         let event = reactor::internal_event(self.device())?;
-        match self.record_raw(event.as_raw(), 0) {
-            Ok(()) => Ok(event),
-            Err(error) => {
-                reactor::recycle(event);
-                Err(error)
-            }
-        }
+        // A failed record may mean a dead event (its context reset, say): destroyed, not
+        // handed to the next future.
+        self.record_raw(event.as_raw(), 0).map(|()| event)
     }
 }
 
@@ -170,15 +198,33 @@ impl Event {
 impl Future for Completion {
     type Output = Result<()>;
 
+    /// Polled again after it returned `Ready`, it returns the same outcome again.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let mut state = self.signal.lock();
-        match &mut *state {
-            State::Done(outcome) => Poll::Ready(outcome.take().unwrap_or(Ok(()))),
-            State::Waiting(Some(waker)) if waker.will_wake(cx.waker()) => Poll::Pending,
-            State::Waiting(waker) => {
-                *waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
+        let mut state = self.signal().lock();
+        let replaced = match &mut *state {
+            State::Done(outcome) => return Poll::Ready(outcome.clone()),
+            State::Waiting(Some(waker)) if waker.will_wake(cx.waker()) => return Poll::Pending,
+            State::Waiting(waker) => waker.replace(cx.waker().clone()),
+        };
+        // The executor's old waker is dropped outside the lock the reactor takes.
+        drop(state);
+        drop(replaced);
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    #[test]
+    fn a_resolved_future_polled_again_returns_the_same_outcome() {
+        let mut future = Completion::done(Err(Error::NotCurrent));
+        let mut context = Context::from_waker(Waker::noop());
+        for _ in 0..2 {
+            assert_eq!(Pin::new(&mut future).poll(&mut context), Poll::Ready(Err(Error::NotCurrent)));
         }
+        assert!(future.is_complete());
     }
 }

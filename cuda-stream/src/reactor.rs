@@ -9,8 +9,9 @@
 
 use crate::completion::Signal;
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, check};
 use crate::event::Event;
+use crate::sys;
 use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -196,13 +197,21 @@ extern "C" fn stop_polling_at_exit() {
 }
 
 fn start() -> std::io::Result<()> {
+    // Once per process, even when a spawn fails and a later future tries again.
+    static HOOKED: AtomicBool = AtomicBool::new(false);
     // SAFETY: `stop_polling_at_exit` is a plain C-ABI function that never unwinds and only
-    // touches statics, which live until the process ends. Registering it twice (after a failed
-    // spawn) is harmless: it is idempotent.
-    if unsafe { atexit(stop_polling_at_exit) } != 0 {
+    // touches statics, which live until the process ends.
+    if !HOOKED.load(Ordering::SeqCst) && unsafe { atexit(stop_polling_at_exit) } != 0 {
         return Err(std::io::ErrorKind::OutOfMemory.into());
     }
+    HOOKED.store(true, Ordering::SeqCst);
     std::thread::Builder::new().name(REACTOR_THREAD_NAME.to_string()).spawn(run).map(drop)
+}
+
+/// Waits for the reactor's polling pass in progress, if any: after it, every pass sees what
+/// the caller did before (a dropped future), through this mutex.
+pub(crate) fn wait_for_pass() {
+    drop(lock(&POLLING));
 }
 
 /// The reactor thread. It runs in CUDA's Relaxed capture-interaction mode
@@ -212,8 +221,27 @@ fn start() -> std::io::Result<()> {
 /// Global capture, this crate's or anyone's. Should the mode not be set, the reactor queries
 /// through the crate's refusals instead and waits while a capture forbids it.
 fn run() {
-    if crate::capture::with_thread_mode(crate::capture::Relaxed, || serve(Query::Relaxed)).is_err() {
-        serve(Query::Checked);
+    let query = {
+        // Its first CUDA call too is made under the lock the exit hook takes: a process that
+        // exits as the thread starts never sees it call into CUDA's teardown.
+        let _polling = lock(&POLLING);
+        if EXITING.load(Ordering::SeqCst) {
+            park_forever();
+        }
+        let mut mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
+        // SAFETY: a valid in/out pointer holding a valid mode. The thread keeps the mode for
+        // its whole life (`serve` never returns), so nothing is restored.
+        let code = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) };
+        if check(code, "cudaThreadExchangeStreamCaptureMode").is_ok() { Query::Relaxed } else { Query::Checked }
+    };
+    serve(query);
+}
+
+/// What the reactor does once the process is exiting: CUDA may be torn down under it, so it
+/// never calls CUDA again.
+fn park_forever() -> ! {
+    loop {
+        std::thread::park();
     }
 }
 
@@ -261,7 +289,9 @@ fn serve(query: Query) {
         }
         // Outside every lock: wakers are the executor's code, and so are their drops (a
         // dropped future's signal may hold one).
-        quietly(|| released.clear());
+        for signal in released.drain(..) {
+            quietly(move || drop(signal));
+        }
         for waker in woken.drain(..) {
             quietly(|| waker.wake());
         }
@@ -269,10 +299,7 @@ fn serve(query: Query) {
             pause(active.elapsed());
         }
     }
-    // The process is exiting and CUDA may be torn down under us: no more calls, ever.
-    loop {
-        std::thread::park();
-    }
+    park_forever();
 }
 
 /// Runs `f`, catching a panic (an executor's waker that panics must not stop the reactor);
