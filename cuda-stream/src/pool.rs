@@ -53,7 +53,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// leases held at once. When every slot is leased it returns [`Error::PoolExhausted`]; it never
 /// waits and never shares.
 ///
-/// A released stream keeps its pending work: the next holder's work is ordered after it.
+/// A released stream keeps its pending work: the next holder's work is ordered after it. It
+/// also keeps a capture its holder leaked (`mem::forget` of the [`Capture`](crate::Capture)
+/// guard ends the borrow, not the capture): the next holder's work would then go into that
+/// graph. Do not leak captures of leased streams.
 #[derive(Debug)]
 pub struct StreamPool {
     device: Device,
