@@ -44,8 +44,9 @@ impl Device {
         }
     }
 
-    /// The device of an ordinal known to be valid (one a driver context was made for).
-    #[cfg(feature = "cudarc")]
+    /// The device of an ordinal known to be valid (one a driver context was made for), or, in
+    /// the host-only unit tests, of any ordinal: no CUDA call.
+    #[cfg(any(test, feature = "cudarc"))]
     pub(crate) fn from_ordinal(ordinal: i32) -> Device {
         Device { ordinal }
     }
@@ -210,14 +211,6 @@ impl Device {
         // (PyTorch's MaybeExchangeDevice avoids it the same way). The new device stays current.
         let restore = (!previous.0.is_null()).then_some(previous);
         Ok(DeviceGuard { restore, _thread_bound: PhantomData })
-    }
-}
-
-#[cfg(test)]
-impl Device {
-    /// A device by ordinal without asking CUDA, for the host-only unit tests.
-    pub(crate) fn unchecked(ordinal: i32) -> Device {
-        Device { ordinal }
     }
 }
 

@@ -121,7 +121,7 @@ mod tests {
     static SERIAL: Mutex<()> = Mutex::new(());
 
     fn device(ordinal: i32) -> Device {
-        Device::unchecked(ordinal)
+        Device::from_ordinal(ordinal)
     }
 
     const GLOBAL: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal;
