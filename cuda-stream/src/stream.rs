@@ -309,12 +309,7 @@ impl StreamRef {
     #[inline(never)]
     fn refuse_during_capture(&self) -> Result<()> {
         live_captures::refuse_unsafe_call()?;
-        if self.capture_status()? != crate::CaptureStatus::None {
-            return Err(Error::CaptureMisuse(
-                "querying or synchronizing a capturing stream would invalidate its capture",
-            ));
-        }
-        Ok(())
+        self.refuse_capturing("querying or synchronizing a capturing stream would invalidate its capture")
     }
 
     /// Records `event` here: it completes when the work enqueued so far has
