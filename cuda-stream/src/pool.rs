@@ -3,37 +3,49 @@
 //!
 //! # How `acquire` finds a free stream
 //!
-//! The free slots are a lock-free stack of slot indices (a Treiber stack): `acquire` pops the
-//! top index, the lease's drop pushes it back. Each is one compare-and-swap on the stack's top
-//! in the common case, whatever the capacity and however many slots are leased: no scan. Under
-//! contention a compare-and-swap fails only because another thread's succeeded (or spuriously,
-//! on machines with load-linked/store-conditional), so the pool as a whole always makes progress
-//! (lock-free); a failed one backs off briefly (exponentially, to
-//! at most 64 spin hints) before it retries, and one call retries about as many times
-//! as there are threads racing it, never as many times as there are slots. (The scan this
-//! replaces started at the lowest slot: with k slots leased it read k flags first, and under
-//! contention it could even miss a slot freed behind it and report exhaustion wrongly.)
+//! The free slots are lock-free stacks of slot indices (Treiber stacks), each top word alone on
+//! its cache lines:
+//! * **shards**, holding slots whose stream exists: one per hardware thread up to 64 (a power
+//!   of two, at most the capacity). Every thread has a home shard (threads are numbered in the
+//!   order they first touch a pool, and the number picks the shard). A lease's drop pushes its
+//!   slot onto the releasing thread's home shard, and `acquire` pops from the home shard first,
+//!   then from the others in turn. A thread that takes and returns streams thus works on its
+//!   own cache line: threads sharing a pool do not contend for one word (a single shared stack
+//!   lost to a C++ mutex free list from 8 threads on: every operation of every thread retried
+//!   on the same line).
+//! * **fresh**, holding the slots that have no stream yet (all of them at first, and a slot
+//!   whose creation failed): taken only when every shard was found empty. Streams that exist are
+//!   reused before new ones are created: without concurrent acquires, [`StreamPool::created`]
+//!   never exceeds the most leases held at once.
 //!
-//! Why a stack and not, say, a per-thread start hint with a bounded probe: a probe that finds
-//! nothing must scan every slot before it may say [`Error::PoolExhausted`] truthfully, so the
-//! hint only moves the linear cost to the crowded case. The stack is empty exactly when every
-//! slot is leased, so exhaustion is reported only when it is true at one instant. Its one shared
-//! cache line is the price: every acquire and release of the pool touches it (as a mutex-guarded
-//! free list touches its lock), without ever blocking a thread.
+//! Each push and pop is one compare-and-swap on a top word in the common case, whatever the
+//! capacity and however many slots are leased: no scan of the slots. A failed compare-and-swap
+//! means another thread's succeeded (or a spurious failure, on machines with
+//! load-linked/store-conditional), so the pool as a whole always makes progress (lock-free); it
+//! backs off briefly (exponentially, to at most 64 spin hints) before it retries.
+//!
+//! Exhaustion is reported only when it is true at one instant. Finding every stack empty in
+//! turn is not enough (a slot may have been pushed onto a stack already passed), so `acquire`
+//! then reads every top word twice: every change of a top word changes its tag, so if each
+//! word read the same twice, each stack was empty over the whole interval between its two
+//! reads, and all those intervals contain the instant between the two rounds of reads. If any
+//! word changed, another thread's operation succeeded meanwhile, and `acquire` looks again.
 //!
 //! Soundness (no stream leased twice):
-//! * Every slot index is, at any instant, either on the stack exactly once or held by exactly
-//!   one lease: the stack starts with every index once; a successful pop moves its index to the
-//!   one caller whose compare-and-swap succeeded; only that lease's drop pushes it back, once.
+//! * Every slot index is, at any instant, either on exactly one stack exactly once or held by
+//!   exactly one lease: the fresh stack starts with every index once; a successful pop moves
+//!   its index to the one caller whose compare-and-swap succeeded; only that lease's drop
+//!   pushes it back, once, onto one stack.
 //! * A pop reads the index under the top (`next[top]`) before its compare-and-swap. That read
-//!   is stale only if the top index was popped and pushed again in between (only the holder of
-//!   an index writes its `next`), and every successful compare-and-swap adds one to a tag packed
-//!   beside the index in the same 64-bit word, so the stale pop's compare-and-swap fails (the
-//!   ABA problem). The tag has [`TAG_BITS`] bits: a pop could be fooled only if exactly a
-//!   multiple of 2^44 (about 1.8 × 10^13) other pushes and pops completed between two of its
-//!   instructions, which at the pool's ~10 ns per operation is more than two days.
+//!   is stale only if the top index was popped since `top` was read (only the holder of an
+//!   index writes its `next`, just before pushing it, onto any stack), and every successful
+//!   compare-and-swap adds one to a tag packed beside the index in the same 64-bit word, so the
+//!   stale pop's compare-and-swap fails (the ABA problem). The tag has [`TAG_BITS`] bits: a
+//!   pop could be fooled only if exactly a multiple of 2^44 (about 1.8 × 10^13) other pushes
+//!   and pops of its stack completed between two of its instructions, which at the pool's
+//!   ~10 ns per operation is more than two days.
 //! * Memory order: a push publishes with `Release` and a pop takes with `Acquire`; every write
-//!   of the top is a read-modify-write, so the pop synchronizes with the push that put its index
+//!   of a top is a read-modify-write, so the pop synchronizes with the push that put its index
 //!   there. Everything the previous holder did with the stream happens before the next holder
 //!   gets it, and the pop's read of `next` sees the push's write.
 
@@ -43,15 +55,17 @@ use crate::stream::{Stream, StreamOptions, StreamRef};
 use std::ops::Deref;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::thread::available_parallelism;
 
 /// Streams of one device and one set of [`StreamOptions`], created lazily up to a bound.
 ///
-/// `acquire` is lock-free and O(1): it pops a free slot off a lock-free stack (see the module
+/// `acquire` is lock-free and does not scan the slots: it pops a free slot off lock-free stacks,
+/// one per hardware thread, so that threads sharing a pool do not contend (see the module
 /// source for the design and why no stream is ever leased twice), creating the slot's stream
-/// the first time. The most recently released stream is leased first, so streams that exist
-/// are reused before new ones are created, and [`StreamPool::created`] never exceeds the most
-/// leases held at once. When every slot is leased it returns [`Error::PoolExhausted`]; it never
-/// waits and never shares.
+/// the first time. Streams that exist are reused before new ones are created, the one this
+/// thread released last first: without concurrent acquires, [`StreamPool::created`] never
+/// exceeds the most leases held at once. When every slot is leased it returns
+/// [`Error::PoolExhausted`]; it never waits and never shares.
 ///
 /// A released stream keeps its pending work: the next holder's work is ordered after it. It
 /// also keeps a capture its holder leaked (`mem::forget` of the [`Capture`](crate::Capture)
@@ -62,7 +76,7 @@ pub struct StreamPool {
     device: Device,
     options: StreamOptions,
     slots: Box<[Slot]>,
-    free: FreeList,
+    free: FreeSlots,
 }
 
 #[derive(Debug, Default)]
@@ -72,7 +86,7 @@ struct Slot {
 
 impl StreamPool {
     /// The largest capacity a pool can have: slot indices share a 64-bit word with the ABA tag.
-    pub const MAX_CAPACITY: usize = FreeList::MAX_LEN as usize;
+    pub const MAX_CAPACITY: usize = FreeSlots::MAX_LEN as usize;
 
     /// A pool of at most `capacity` streams of `device` created with `options`. Creates none yet.
     ///
@@ -87,7 +101,8 @@ impl StreamPool {
             device.check_priority(priority)?;
         }
         let slots = (0..capacity).map(|_| Slot::default()).collect();
-        Ok(StreamPool { device, options, slots, free: FreeList::full(capacity as u32) })
+        let parallelism = available_parallelism().map_or(1, std::num::NonZero::get);
+        Ok(StreamPool { device, options, slots, free: FreeSlots::new(capacity as u32, parallelism) })
     }
 
     /// A pool with one stream per hardware queue ([`Device::hardware_queues`]): as many
@@ -109,7 +124,7 @@ impl StreamPool {
     /// [`Stream::new`] when a new stream must be created.
     #[inline]
     pub fn acquire(&self) -> Result<StreamLease<'_>> {
-        let Some(index) = self.free.pop() else {
+        let Some(index) = self.free.pop(home()) else {
             return Err(Error::PoolExhausted { capacity: self.slots.len() });
         };
         // The lease owns the slot from here: its drop returns the slot, also on the error path.
@@ -117,7 +132,7 @@ impl StreamPool {
         let slot = &self.slots[index as usize];
         if slot.stream.get().is_none() {
             // Only the slot's holder gets here, so the set cannot race. After a failure the
-            // slot goes back on top without a stream, and the next acquire tries again.
+            // slot goes back to the fresh stack, and a later acquire tries again.
             drop(slot.stream.set(Stream::new(self.device, self.options)?));
         }
         Ok(lease)
@@ -157,8 +172,21 @@ impl Deref for StreamLease<'_> {
 
 impl Drop for StreamLease<'_> {
     fn drop(&mut self) {
-        self.pool.free.push(self.index);
+        let created = self.pool.slots[self.index as usize].stream.get().is_some();
+        self.pool.free.push(home(), self.index, created);
     }
+}
+
+/// The calling thread's number, which picks its home shard in every pool: threads are numbered
+/// in the order they first take or return a pooled stream. 0 on a thread whose thread-locals
+/// are being torn down (a lease dropped by a thread-local's destructor): never a panic.
+#[inline]
+fn home() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    thread_local! {
+        static HOME: u32 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    HOME.try_with(|home| *home).unwrap_or(0)
 }
 
 /// Bits of the top word that count its changes (the ABA tag); the rest hold the index link.
@@ -166,23 +194,26 @@ const TAG_BITS: u32 = 44;
 const LINK_BITS: u32 = 64 - TAG_BITS;
 const LINK_MASK: u64 = (1 << LINK_BITS) - 1;
 
-/// A lock-free stack of the indices `0..len` (a Treiber stack), for the pool's free slots.
+/// The free slot indices `0..len`, in lock-free stacks (Treiber stacks): per-thread shards for
+/// slots whose stream exists, and the fresh stack for those without (see the module docs).
 ///
-/// Indices are stored as links, `index + 1`, with 0 for "none". The top is one 64-bit word:
+/// Indices are stored as links, `index + 1`, with 0 for "none". Each stack is its top word:
 /// the link of the top index in the low [`LINK_BITS`] bits, a tag in the high [`TAG_BITS`]
 /// bits that every successful change increments (see the module docs for why).
 #[derive(Debug)]
-struct FreeList {
-    top: CachePadded<AtomicU64>,
-    /// For each index on the stack, the link of the index below it. Written only by the
-    /// holder of the index, just before pushing it.
+struct FreeSlots {
+    /// A power of two of stacks; a thread's home shard is its number modulo their count.
+    shards: Box<[CachePadded<AtomicU64>]>,
+    fresh: CachePadded<AtomicU64>,
+    /// For each index on a stack, the link of the index below it. Written only by the holder of
+    /// the index, just before pushing it.
     next: Box<[AtomicU32]>,
 }
 
-/// Keeps the stack's top alone on its cache lines, so that the pool's other fields (read on
-/// every acquire) are not invalidated by every change of the top. 128 bytes: adjacent-line
-/// prefetching pairs 64-byte lines on x86.
-#[derive(Debug)]
+/// Keeps a top word alone on its cache lines, so that changes of one do not invalidate another
+/// or the pool's other fields (read on every acquire). 128 bytes: adjacent-line prefetching
+/// pairs 64-byte lines on x86.
+#[derive(Debug, Default)]
 #[repr(align(128))]
 struct CachePadded<T>(T);
 
@@ -194,62 +225,106 @@ impl<T> Deref for CachePadded<T> {
     }
 }
 
-impl FreeList {
-    /// The most indices a stack holds: links (index + 1) must fit [`LINK_BITS`] bits.
+impl FreeSlots {
+    /// The most indices the stacks hold: links (index + 1) must fit [`LINK_BITS`] bits.
     const MAX_LEN: u32 = (1 << LINK_BITS) - 1;
+    /// The most shards: enough for the hardware threads of a large host, few enough that a
+    /// scan of the shards stays short.
+    const MAX_SHARDS: usize = 64;
 
-    /// The stack of every index `0..len`, 0 on top, then 1, 2, ...
-    fn full(len: u32) -> FreeList {
-        debug_assert!(len <= FreeList::MAX_LEN);
+    /// Every index `0..len` on the fresh stack (0 on top, then 1, 2, ...), and empty shards,
+    /// one per hardware thread (`parallelism`) rounded down to a power of two, at most
+    /// [`FreeSlots::MAX_SHARDS`] and at most `len` (at least one).
+    fn new(len: u32, parallelism: usize) -> FreeSlots {
+        debug_assert!(len <= FreeSlots::MAX_LEN);
+        let wanted = parallelism.min(len as usize).clamp(1, FreeSlots::MAX_SHARDS);
+        let shards = (0..1usize << wanted.ilog2()).map(|_| CachePadded::default()).collect();
         let next = (0..len).map(|index| AtomicU32::new(if index + 1 < len { index + 2 } else { 0 })).collect();
-        FreeList { top: CachePadded(AtomicU64::new(u64::from(len.min(1)))), next }
+        FreeSlots { shards, fresh: CachePadded(AtomicU64::new(u64::from(len.min(1)))), next }
     }
 
-    /// `top` with `link` on top, and the tag advanced by one.
-    fn next_top(top: u64, link: u32) -> u64 {
-        ((top >> LINK_BITS).wrapping_add(1) << LINK_BITS) | u64::from(link)
+    /// The shard of the thread numbered `thread`.
+    fn shard(&self, thread: u32) -> usize {
+        thread as usize & (self.shards.len() - 1)
     }
 
-    /// Takes the top index, or `None` when the stack is empty (every index is held).
+    /// Takes a free index for the thread numbered `thread`: from its home shard, else from
+    /// the other shards in turn, else from the fresh stack. `None` only when every index was
+    /// held at one instant (see the module docs).
     #[inline]
-    fn pop(&self) -> Option<u32> {
-        let (mut top, mut backoff) = (self.top.load(Ordering::Acquire), Backoff::default());
+    fn pop(&self, thread: u32) -> Option<u32> {
+        let home = self.shard(thread);
+        if let Some(index) = self.pop_from(&self.shards[home]) {
+            return Some(index);
+        }
+        self.pop_elsewhere(home)
+    }
+
+    /// [`FreeSlots::pop`] once the home shard was found empty.
+    #[cold]
+    fn pop_elsewhere(&self, home: usize) -> Option<u32> {
+        let count = self.shards.len();
+        loop {
+            let others = (1..count).map(|offset| &self.shards[(home + offset) % count]);
+            if let Some(index) = others.chain([&self.fresh]).find_map(|stack| self.pop_from(stack)) {
+                return Some(index);
+            }
+            // Every stack looked empty, one after the other: true at one instant only if
+            // every top word, read twice, was empty and unchanged.
+            let tops = || self.shards.iter().chain([&self.fresh]).map(|top| top.load(Ordering::Acquire));
+            let first: Vec<u64> = tops().collect();
+            if first.iter().all(|&top| top & LINK_MASK == 0) && tops().eq(first) {
+                return None;
+            }
+        }
+    }
+
+    /// Puts back `index`, which the caller took with [`FreeSlots::pop`] and holds: onto the
+    /// home shard of the thread numbered `thread` if its stream was `created`, else onto the
+    /// fresh stack.
+    #[inline]
+    fn push(&self, thread: u32, index: u32, created: bool) {
+        let stack = if created { &self.shards[self.shard(thread)] } else { &self.fresh };
+        self.push_onto(stack, index);
+    }
+}
+
+/// `top` with `link` on top, and the tag advanced by one.
+fn next_top(top: u64, link: u32) -> u64 {
+    ((top >> LINK_BITS).wrapping_add(1) << LINK_BITS) | u64::from(link)
+}
+
+impl FreeSlots {
+    /// Pops the top index of the stack whose top word is `stack`, or `None` when it is empty.
+    #[inline]
+    fn pop_from(&self, stack: &AtomicU64) -> Option<u32> {
+        let (mut top, mut backoff) = (stack.load(Ordering::Acquire), Backoff::default());
         loop {
             let index = ((top & LINK_MASK) as u32).checked_sub(1)?;
-            // Stale only if `index` was popped and pushed since `top` was read; the tag then
-            // differs and the exchange below fails.
+            // Stale only if `index` was popped since `top` was read; the tag then differs and
+            // the exchange below fails.
             let below = self.next[index as usize].load(Ordering::Relaxed);
-            match self.top.compare_exchange_weak(
-                top,
-                FreeList::next_top(top, below),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
+            match stack.compare_exchange_weak(top, next_top(top, below), Ordering::Acquire, Ordering::Relaxed) {
                 Ok(_) => return Some(index),
                 Err(_) => {
                     backoff.spin();
-                    top = self.top.load(Ordering::Acquire);
+                    top = stack.load(Ordering::Acquire);
                 }
             }
         }
     }
 
-    /// Puts back `index`, which the caller took with [`FreeList::pop`] and holds.
+    /// Pushes `index`, which the caller holds, onto the stack whose top word is `stack`.
     #[inline]
-    fn push(&self, index: u32) {
-        let (mut top, mut backoff) = (self.top.load(Ordering::Relaxed), Backoff::default());
+    fn push_onto(&self, stack: &AtomicU64, index: u32) {
+        let (mut top, mut backoff) = (stack.load(Ordering::Relaxed), Backoff::default());
         loop {
             self.next[index as usize].store((top & LINK_MASK) as u32, Ordering::Relaxed);
-            match self.top.compare_exchange_weak(
-                top,
-                FreeList::next_top(top, index + 1),
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
+            match stack.compare_exchange_weak(top, next_top(top, index + 1), Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(_) => {
                     backoff.spin();
-                    top = self.top.load(Ordering::Relaxed);
+                    top = stack.load(Ordering::Relaxed);
                 }
             }
         }
@@ -278,52 +353,67 @@ impl Backoff {
 
 #[cfg(test)]
 mod tests {
-    use super::FreeList;
+    use super::{FreeSlots, next_top};
     use std::sync::Barrier;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     #[test]
-    fn pops_every_index_once_lowest_first_then_the_last_pushed() {
-        let list = FreeList::full(4);
-        assert_eq!((0..5).map(|_| list.pop()).collect::<Vec<_>>(), [Some(0), Some(1), Some(2), Some(3), None]);
-        list.push(2);
-        list.push(0);
-        assert_eq!((list.pop(), list.pop(), list.pop()), (Some(0), Some(2), None));
-        assert_eq!(FreeList::full(0).pop(), None);
+    fn fresh_indices_lowest_first_released_ones_before_fresh_and_empty_when_all_held() {
+        let slots = FreeSlots::new(4, 4);
+        assert_eq!(slots.pop(0), Some(0));
+        slots.push(0, 0, true);
+        // Thread 1's home shard is empty: it takes thread 0's released index, not a fresh one.
+        assert_eq!(slots.pop(1), Some(0));
+        assert_eq!((1..5).map(|_| slots.pop(0)).collect::<Vec<_>>(), [Some(1), Some(2), Some(3), None]);
+        slots.push(5, 2, false);
+        slots.push(6, 3, true);
+        slots.push(6, 1, true);
+        assert_eq!((slots.pop(2), slots.pop(2), slots.pop(2), slots.pop(2)), (Some(1), Some(3), Some(2), None));
+        assert_eq!(FreeSlots::new(0, 8).pop(0), None);
+    }
+
+    #[test]
+    fn one_shard_per_hardware_thread_a_power_of_two_at_most_the_capacity() {
+        let shards = |len, parallelism| FreeSlots::new(len, parallelism).shards.len();
+        assert_eq!((shards(16, 16), shards(16, 12), shards(2, 16), shards(0, 16)), (16, 8, 2, 1));
+        assert_eq!((shards(4096, 1), shards(4096, 1000)), (1, FreeSlots::MAX_SHARDS));
     }
 
     #[test]
     fn the_tag_wraps_without_touching_the_link() {
         let top = (((1u64 << super::TAG_BITS) - 1) << super::LINK_BITS) | 5;
-        assert_eq!(FreeList::next_top(top, 7), 7);
+        assert_eq!(next_top(top, 7), 7);
     }
 
-    /// Threads pop and push as fast as they can. Each holder sets its index's flag after the
-    /// pop and clears it before the push: a flag found set means two holders at once. With no
-    /// more threads than indices, a pop never finds the stack empty: at most `threads - 1`
-    /// others hold an index at any instant, so emptiness would be a lie.
-    fn hammer(threads: usize, len: u32, rounds: usize) -> usize {
-        let list = FreeList::full(len);
+    /// Threads (numbered 0, 1, ...: each its own home shard, or sharing with `shards` fewer
+    /// than threads) pop and push as fast as they can, odd indices back to the fresh stack.
+    /// Each holder sets its index's flag after the pop and clears it before the push: a flag
+    /// found set means two holders at once. With no more threads than indices, a pop never
+    /// finds every index held: at most `threads - 1` others hold one at any instant, so
+    /// emptiness would be a lie.
+    fn hammer(threads: u32, len: u32, shards: usize, rounds: usize) -> usize {
+        let slots = FreeSlots::new(len, shards);
         let held: Vec<AtomicBool> = (0..len).map(|_| AtomicBool::new(false)).collect();
-        let (empty, barrier) = (AtomicUsize::new(0), Barrier::new(threads));
+        let (empty, barrier) = (AtomicUsize::new(0), Barrier::new(threads as usize));
         std::thread::scope(|scope| {
-            for _ in 0..threads {
-                scope.spawn(|| {
+            for thread in 0..threads {
+                let (slots, held, empty, barrier) = (&slots, &held, &empty, &barrier);
+                scope.spawn(move || {
                     barrier.wait();
                     for _ in 0..rounds {
-                        let Some(index) = list.pop() else {
+                        let Some(index) = slots.pop(thread) else {
                             empty.fetch_add(1, Ordering::Relaxed);
                             continue;
                         };
                         assert!(!held[index as usize].swap(true, Ordering::Relaxed), "index {index} held twice");
                         std::hint::spin_loop();
                         held[index as usize].store(false, Ordering::Relaxed);
-                        list.push(index);
+                        slots.push(thread, index, index % 2 == 0);
                     }
                 });
             }
         });
-        let mut left: Vec<u32> = std::iter::from_fn(|| list.pop()).collect();
+        let mut left: Vec<u32> = std::iter::from_fn(|| slots.pop(0)).collect();
         left.sort_unstable();
         assert_eq!(left, (0..len).collect::<Vec<_>>(), "every index is back exactly once");
         empty.into_inner()
@@ -331,8 +421,9 @@ mod tests {
 
     #[test]
     fn threads_never_share_an_index_nor_see_a_false_empty() {
-        assert_eq!(hammer(8, 8, 50_000), 0, "the stack looked empty while an index was free");
+        assert_eq!(hammer(8, 8, 8, 50_000), 0, "every index looked held while one was free");
+        assert_eq!(hammer(8, 8, 2, 50_000), 0, "every index looked held while one was free (shared shards)");
         // More threads than indices: the empty path under contention, still never shared.
-        hammer(8, 3, 50_000);
+        hammer(8, 3, 8, 50_000);
     }
 }
