@@ -11,22 +11,32 @@
 //!    kernel;
 //! 2. a raw C++ host function (`cudaLaunchHostFunc`, `kernels/bench_floor.cu`) that sets a flag
 //!    the thread spins on;
-//! 3. `StreamRef::completion()` awaited with `block_on` (a parked thread, woken);
+//! 3. `StreamRef::completion()` awaited with `block_on` (a parked thread, woken), the reactor
+//!    waiting as the device does (`ReactorWait::AsDevice`, the default: under CUDA's default
+//!    schedule it spins while the future is pending);
 //! 4. `Event::completion()` awaited the same way;
-//! 5. as 3, with the reactor's hot window at its maximum (`set_hot_window(Duration::MAX)`).
+//! 5. as 3, awaited by a busy executor: a thread that spins on a flag its waker sets (as an
+//!    executor busy with other tasks checks its queue) and then polls; this is when the future
+//!    resolves, without the parked thread's wake-up;
+//! 6. as 3, with the reactor backing off (`ReactorWait::BackOff` with the default hot window:
+//!    what a device set to `cudaDeviceScheduleBlockingSync` gets, little CPU while waiting).
 //!
 //! Prints a table (medians and min..max of 50 repetitions, µs, and the reactor thread's CPU
 //! time per repetition), the reactor's CPU time while idle, and writes them as JSON to
 //! `$BENCH_OUT/bench-completion-latency.json` (default `target/`). `--quick` runs 10
 //! repetitions. The goal: within 2× of the floor.
 
-use cuda_stream::completion::{REACTOR_THREAD_NAME, pending_completions, set_hot_window};
+use cuda_stream::completion::{
+    DEFAULT_HOT_WINDOW, REACTOR_THREAD_NAME, ReactorWait, pending_completions, reactor_wait, set_reactor_wait,
+};
 use cuda_stream::{Event, Stream, StreamOptions, check, sys};
 use cuda_stream_tests::{MappedFlag, Stats, block_on, poll_until, thread_cpu_ticks};
 use std::ffi::c_void;
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 unsafe extern "C" {
@@ -44,11 +54,19 @@ enum Variant {
     HostFn,
     Stream,
     Event,
-    StreamHot,
+    StreamBusyExecutor,
+    StreamBackOff,
 }
 
 impl Variant {
-    const ALL: [Variant; 5] = [Variant::Floor, Variant::HostFn, Variant::Stream, Variant::Event, Variant::StreamHot];
+    const ALL: [Variant; 6] = [
+        Variant::Floor,
+        Variant::HostFn,
+        Variant::Stream,
+        Variant::Event,
+        Variant::StreamBusyExecutor,
+        Variant::StreamBackOff,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -56,12 +74,13 @@ impl Variant {
             Variant::HostFn => "raw C++ host fn, thread spinning on its flag",
             Variant::Stream => "StreamRef::completion (block_on)",
             Variant::Event => "Event::completion (block_on)",
-            Variant::StreamHot => "StreamRef::completion, hot window max",
+            Variant::StreamBusyExecutor => "StreamRef::completion (busy executor)",
+            Variant::StreamBackOff => "StreamRef::completion, backing off (block_on)",
         }
     }
 
     fn ours(self) -> bool {
-        matches!(self, Variant::Stream | Variant::Event | Variant::StreamHot)
+        !matches!(self, Variant::Floor | Variant::HostFn)
     }
 }
 
@@ -95,9 +114,13 @@ fn measure(bench: &Bench, variant: Variant) -> (Duration, u64) {
             check(code, "cudaLaunchHostFunc").unwrap();
         }
         Variant::Event => stream.record(&bench.event).unwrap(),
-        Variant::Stream | Variant::StreamHot => {}
+        Variant::Stream | Variant::StreamBusyExecutor | Variant::StreamBackOff => {}
     }
-    let previous_window = (variant == Variant::StreamHot).then(|| set_hot_window(Duration::MAX));
+    let wait = match variant {
+        Variant::StreamBackOff => ReactorWait::BackOff { hot_window: DEFAULT_HOT_WINDOW },
+        _ => ReactorWait::AsDevice,
+    };
+    let previous_wait = set_reactor_wait(wait);
     let ticks_before = reactor_ticks();
     let (armed, is_armed) = mpsc::channel();
     let (set, observed) = std::thread::scope(|scope| {
@@ -121,7 +144,13 @@ fn measure(bench: &Bench, variant: Variant) -> (Duration, u64) {
                 }
                 Instant::now()
             }
-            Variant::Stream | Variant::StreamHot | Variant::Event => {
+            Variant::StreamBusyExecutor => {
+                let done = stream.completion();
+                armed.send(()).unwrap();
+                busy_executor(done).unwrap();
+                Instant::now()
+            }
+            Variant::Stream | Variant::StreamBackOff | Variant::Event => {
                 let done = if variant == Variant::Event { bench.event.completion() } else { stream.completion() };
                 armed.send(()).unwrap();
                 block_on(done).unwrap();
@@ -135,11 +164,33 @@ fn measure(bench: &Bench, variant: Variant) -> (Duration, u64) {
         (set, waiter.join().unwrap())
     });
     let ticks = reactor_ticks() - ticks_before;
-    if let Some(previous) = previous_window {
-        set_hot_window(previous);
-    }
+    set_reactor_wait(previous_wait);
     stream.synchronize().unwrap();
     (observed.saturating_duration_since(set), ticks)
+}
+
+/// Runs `future` to completion on this thread the way an executor busy with other tasks does:
+/// its waker sets a flag, which the thread checks between its (here: no) other tasks, and it
+/// polls the future once the flag is set. No thread is parked or woken.
+fn busy_executor<F: Future>(future: F) -> F::Output {
+    struct Flag(AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    let flag = Arc::new(Flag(AtomicBool::new(false)));
+    let waker = Waker::from(Arc::clone(&flag));
+    let mut context = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        while !flag.0.swap(false, Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// The reactor thread's CPU ticks so far (0 before it has started).
@@ -147,16 +198,11 @@ fn reactor_ticks() -> u64 {
     thread_cpu_ticks(REACTOR_THREAD_NAME).unwrap_or(0)
 }
 
-fn clock_ticks_per_second() -> f64 {
-    // SAFETY: a plain query.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 { ticks as f64 } else { 100.0 }
-}
-
 fn main() {
     let quick = std::env::args().any(|arg| arg == "--quick");
     let reps = if quick { 10 } else { 50 };
     let Some(device) = cuda_stream_tests::gpu::example_device("completion latency benchmark") else { return };
+    assert_eq!(reactor_wait(), ReactorWait::AsDevice, "the default setting");
     let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
     let mut raw_event = std::ptr::null_mut();
     let _current = device.make_current().unwrap();
@@ -165,7 +211,16 @@ fn main() {
         .unwrap();
     let event = Arc::new(Event::new(device, cuda_stream::EventFlags::default()).unwrap());
     let bench = Bench { stream, raw_event, event };
-    let per_second = clock_ticks_per_second();
+    let per_second = cuda_stream_tests::clock_ticks_per_second();
+    let mut flags = 0;
+    // SAFETY: a valid out-pointer.
+    check(unsafe { sys::cudaGetDeviceFlags(&mut flags) }, "cudaGetDeviceFlags").unwrap();
+    let schedule = match flags & sys::cudaDeviceScheduleMask {
+        sys::cudaDeviceScheduleAuto => "Auto",
+        sys::cudaDeviceScheduleSpin => "Spin",
+        sys::cudaDeviceScheduleYield => "Yield",
+        _ => "BlockingSync",
+    };
 
     for variant in Variant::ALL {
         measure(&bench, variant); // warm-up
@@ -186,7 +241,7 @@ fn main() {
         device.name().unwrap(),
         cuda_stream::driver_version().unwrap()
     );
-    println!("goal: each of ours within {GOAL}x of the floor");
+    println!("device schedule: cudaDeviceSchedule{schedule}; goal: each of ours within {GOAL}x of the floor");
     println!("{:<46} {:>9} {:>9}   {:<18} {:>18}", "variant", "median", "/floor", "min..max", "reactor CPU ms/rep");
     let stats: Vec<Stats> = samples.iter().map(|(latencies, _)| Stats::of(latencies.clone())).collect();
     let floor = stats[0].median;
@@ -236,7 +291,7 @@ fn main() {
     // SAFETY: created above; every waiter that used it has joined.
     check(unsafe { sys::cudaEventDestroy(bench.raw_event) }, "cudaEventDestroy").unwrap();
     let document = format!(
-        "{{\"device\":\"{}\",\"driver\":{},\"held_ms\":{},\"repetitions\":{reps},\"goal_over_floor\":{GOAL},\"variants\":[\n{}\n],\"idle_reactor_ticks_per_s\":{idle_ticks}}}\n",
+        "{{\"device\":\"{}\",\"driver\":{},\"schedule\":\"{schedule}\",\"held_ms\":{},\"repetitions\":{reps},\"goal_over_floor\":{GOAL},\"variants\":[\n{}\n],\"idle_reactor_ticks_per_s\":{idle_ticks}}}\n",
         device.name().unwrap(),
         cuda_stream::driver_version().unwrap(),
         HELD.as_secs_f64() * 1e3,

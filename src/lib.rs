@@ -315,6 +315,14 @@ pub fn thread_cpu_ticks(name: &str) -> Option<u64> {
     None
 }
 
+/// Clock ticks per second, the unit of [`thread_cpu_ticks`] (`sysconf(_SC_CLK_TCK)`; 100 if
+/// it cannot be read).
+pub fn clock_ticks_per_second() -> f64 {
+    // SAFETY: a plain query of a system constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
 /// Reads a value the host must see after the device wrote it.
 pub(crate) fn volatile_read<T: Copy>(ptr: *const T) -> T {
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);

@@ -1,11 +1,14 @@
 //! Completion futures on a GPU, woken by the event-polling reactor (`cuda_stream::completion`):
 //! after the work and not before, many at once from several threads, through an event with no
-//! stream created, dropped early, with the hot window at its maximum, an idle reactor at no
-//! CPU cost, and a process that exits with futures pending. After a fault: `fault_child` in
+//! stream created, dropped early, with the reactor spinning, waiting as the device's scheduling
+//! flag says (spinning under Auto, backing off under BlockingSync), an idle reactor at no CPU
+//! cost, and a process that exits with futures pending. After a fault: `fault_child` in
 //! `tests/soundness.rs`.
 
-use cuda_stream::completion::{REACTOR_THREAD_NAME, hot_window, pending_completions, set_hot_window};
-use cuda_stream::{Device, Stream, live_events, live_host_fns, live_streams};
+use cuda_stream::completion::{
+    DEFAULT_HOT_WINDOW, REACTOR_THREAD_NAME, ReactorWait, pending_completions, reactor_wait, set_reactor_wait,
+};
+use cuda_stream::{Device, Stream, check, live_events, live_host_fns, live_streams, sys};
 use cuda_stream_tests::{
     FlagOutcome, LONG_SPIN, MappedFlag, TagLog, block_on, gpu_or_skip, non_blocking_stream, poll_until,
     thread_cpu_ticks,
@@ -39,18 +42,18 @@ fn parked(device: Device) -> (Stream, MappedFlag) {
     parked_for(device, Duration::from_secs(20))
 }
 
-/// Sets the hot window for a scope, restoring the previous one also on panic.
-struct HotWindow(Duration);
+/// Sets how the reactor waits for a scope, restoring the previous setting also on panic.
+struct Waiting(ReactorWait);
 
-impl HotWindow {
-    fn set(window: Duration) -> HotWindow {
-        HotWindow(set_hot_window(window))
+impl Waiting {
+    fn set(wait: ReactorWait) -> Waiting {
+        Waiting(set_reactor_wait(wait))
     }
 }
 
-impl Drop for HotWindow {
+impl Drop for Waiting {
     fn drop(&mut self) {
-        set_hot_window(self.0);
+        set_reactor_wait(self.0);
     }
 }
 
@@ -182,11 +185,10 @@ fn a_future_dropped_before_completion_leaves_nothing_pending() {
 }
 
 #[test]
-fn with_the_hot_window_at_its_maximum_futures_resolve_and_the_idle_reactor_still_sleeps() {
+fn with_the_reactor_spinning_futures_resolve_and_the_idle_reactor_still_sleeps() {
     let device = gpu_or_skip!();
     let _serial = serial();
-    let window = HotWindow::set(Duration::MAX);
-    assert!(hot_window() > Duration::from_secs(365 * 24 * 3600), "saturated, not wrapped: {:?}", hot_window());
+    let waiting = Waiting::set(ReactorWait::Spin);
     let (stream, flag) = parked(device);
     let done = stream.completion();
     std::thread::sleep(Duration::from_millis(20));
@@ -195,8 +197,76 @@ fn with_the_hot_window_at_its_maximum_futures_resolve_and_the_idle_reactor_still
     block_on(done).unwrap();
     assert!(settled());
     assert_idle_for(Duration::from_millis(300));
-    drop(window);
-    assert_eq!(hot_window(), cuda_stream::completion::DEFAULT_HOT_WINDOW);
+    drop(waiting);
+    assert_eq!(reactor_wait(), ReactorWait::AsDevice);
+}
+
+/// The reactor's CPU time, in clock ticks, while one future waits `held` for its work.
+fn reactor_ticks_while_pending(device: Device, held: Duration) -> u64 {
+    let (stream, flag) = parked(device);
+    let done = stream.completion();
+    // The reactor has started (the first future of the process starts it) and taken the arrival.
+    std::thread::sleep(Duration::from_millis(20));
+    let ticks = || thread_cpu_ticks(REACTOR_THREAD_NAME).expect("the reactor thread runs, under its name");
+    let before = ticks();
+    std::thread::sleep(held);
+    let spent = ticks() - before;
+    flag.set();
+    block_on(done).unwrap();
+    assert!(settled());
+    spent
+}
+
+/// Clock ticks in `held` for a thread that ran all of it.
+fn ticks_in(held: Duration) -> u64 {
+    (held.as_secs_f64() * cuda_stream_tests::clock_ticks_per_second()) as u64
+}
+
+#[test]
+fn by_default_the_reactor_waits_as_the_devices_synchronize_does() {
+    let device = gpu_or_skip!();
+    let _serial = serial();
+    let mut flags = 0;
+    // SAFETY: a valid out-pointer.
+    check(unsafe { sys::cudaGetDeviceFlags(&mut flags) }, "cudaGetDeviceFlags").unwrap();
+    let held = Duration::from_millis(400);
+    let (full, spent) = (ticks_in(held), reactor_ticks_while_pending(device, held));
+    match flags & sys::cudaDeviceScheduleMask {
+        // CUDA's default (Auto) and Spin: the reactor spins, as a synchronize would.
+        sys::cudaDeviceScheduleAuto | sys::cudaDeviceScheduleSpin => {
+            assert!(spent * 2 >= full, "spinning, the reactor ran {spent} of {full} ticks");
+        }
+        other => panic!("this test expects the device's default schedule, found flags {other:#x}"),
+    }
+    let waiting = Waiting::set(ReactorWait::BackOff { hot_window: DEFAULT_HOT_WINDOW });
+    let spent = reactor_ticks_while_pending(device, held);
+    assert!(spent * 10 <= full, "backing off, the reactor ran {spent} of {full} ticks");
+    drop(waiting);
+    println!("reactor ticks over {held:?}: spinning under Auto, then {spent} backing off, of {full}");
+}
+
+#[test]
+fn on_a_blocking_sync_device_the_reactor_backs_off() {
+    let _device = gpu_or_skip!();
+    cuda_stream_tests::child_test_prints("blocking_sync_child", &["blocking sync: the reactor backed off"]);
+}
+
+#[test]
+#[ignore = "child process of on_a_blocking_sync_device_the_reactor_backs_off"]
+fn blocking_sync_child() {
+    // Before anything initializes the device: its context is created with this flag.
+    // SAFETY: sets a flag of the calling thread's device (0); no pointer.
+    check(unsafe { sys::cudaSetDeviceFlags(sys::cudaDeviceScheduleBlockingSync) }, "cudaSetDeviceFlags").unwrap();
+    let device = Device::new(0).unwrap();
+    let mut flags = 0;
+    // SAFETY: a valid out-pointer.
+    check(unsafe { sys::cudaGetDeviceFlags(&mut flags) }, "cudaGetDeviceFlags").unwrap();
+    assert_eq!(flags & sys::cudaDeviceScheduleMask, sys::cudaDeviceScheduleBlockingSync, "flags {flags:#x}");
+    assert_eq!(reactor_wait(), ReactorWait::AsDevice);
+    let held = Duration::from_millis(400);
+    let (full, spent) = (ticks_in(held), reactor_ticks_while_pending(device, held));
+    assert!(spent * 10 <= full, "on a BlockingSync device the reactor ran {spent} of {full} ticks");
+    println!("blocking sync: the reactor backed off ({spent} of {full} ticks)");
 }
 
 #[test]
@@ -234,7 +304,7 @@ fn exiting_with_pending_futures_neither_hangs_nor_crashes() {
 fn exit_child() {
     let device = Device::new(0).unwrap();
     // The reactor spins, so that exit finds it in cuEventQuery as often as it can.
-    set_hot_window(Duration::MAX);
+    set_reactor_wait(ReactorWait::Spin);
     let (stream, flag) = parked_for(device, Duration::from_secs(2));
     let event = Arc::new(stream.record_event().unwrap());
     let pending = (stream.completion(), event.completion());

@@ -11,11 +11,15 @@
 //!   first future. While anything is pending it queries each pending event
 //!   ([`cuEventQuery`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html),
 //!   through the driver entry points, from a thread of ours: no CUDA callback thread is
-//!   involved, so nothing calls CUDA inside a host function). It spins for a short hot window
-//!   after the newest arrival or resolution ([`set_hot_window`]: 50 µs by default, up to
-//!   "always" for latency-sensitive programs), yields for as long again, then naps a sixteenth
-//!   of the time since that activity (20 µs growing to 1 ms), woken early by any arrival. With
-//!   nothing pending it blocks on a condition variable and uses no CPU at all.
+//!   involved, so nothing calls CUDA inside a host function). How it waits between passes is
+//!   [`set_reactor_wait`]'s: by default ([`ReactorWait::AsDevice`]) as the device's own
+//!   synchronize waits, by its `cudaDeviceSchedule*` flag: under CUDA's default (Auto) and
+//!   Spin it queries without pause while a future is pending, so a completion is seen about as
+//!   soon as a thread spinning on `cudaEventQuery` sees it, for one busy core while anything
+//!   waits; under BlockingSync it spins for a short hot window ([`DEFAULT_HOT_WINDOW`]) after
+//!   each arrival or resolution, yields for as long again, then naps a sixteenth of the time
+//!   since (20 µs growing to 1 ms), woken early by any arrival. With nothing pending it blocks
+//!   on a condition variable and uses no CPU at all, whatever the setting.
 //! * A query that fails resolves its future with that [`Error::Cuda`](crate::Error::Cuda)
 //!   (`cudaEventQuery` and the code). A sticky error poisons the context: every pending future
 //!   of that device resolves with it, also those whose event still reads as not ready.
@@ -41,7 +45,8 @@
 //!
 //! # Limits
 //! * A future whose work never completes (or a `Completion` leaked with `mem::forget`) keeps
-//!   the reactor polling about a thousand times a second until the process exits.
+//!   the reactor polling until the process exits: spinning under a device that spins, about a
+//!   thousand times a second when backing off.
 //! * Wakers run on the reactor thread, which is in CUDA's Relaxed capture-interaction mode
 //!   (so that its queries never break a capture): a task an inline executor polls there makes
 //!   its own CUDA calls in that mode too (this crate's calls are still refused as anywhere).
@@ -60,7 +65,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-pub use crate::reactor::{DEFAULT_HOT_WINDOW, REACTOR_THREAD_NAME, hot_window, pending_completions, set_hot_window};
+pub use crate::reactor::{
+    DEFAULT_HOT_WINDOW, REACTOR_THREAD_NAME, ReactorWait, pending_completions, reactor_wait, set_reactor_wait,
+};
 
 /// Resolves when the work before it has completed: `Ok(())`, the error after a fault, or the
 /// error that kept it from being registered (see the [module docs](crate::completion)).

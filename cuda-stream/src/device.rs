@@ -186,7 +186,7 @@ impl Device {
     /// CUDA's errors.
     pub fn has_primary_context(self) -> Result<bool> {
         crate::host_fn::refuse_inside_host_fn()?;
-        driver::primary_context_active(self.ordinal)
+        driver::primary_context_state(self.ordinal).map(|(_, active)| active)
     }
 
     /// Makes this device current on the calling thread until the guard drops, which restores

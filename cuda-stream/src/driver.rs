@@ -196,8 +196,11 @@ pub(crate) fn stream_device_ordinal(stream: sys::cudaStream_t) -> Result<i32> {
     Err(Error::Cuda { api: "cuCtxGetDevice", code: crate::CudaCode(sys::cudaError::cudaErrorInvalidDevice.0 as i32) })
 }
 
-/// Whether the device's primary context is active (`cuDevicePrimaryCtxGetState`).
-pub(crate) fn primary_context_active(ordinal: i32) -> Result<bool> {
+/// The flags of the device's primary context and whether it is active
+/// (`cuDevicePrimaryCtxGetState`). The flags are those a context created now would get, or
+/// the active one has: `cudaDeviceSchedule*` in the low bits (the driver's `CU_CTX_SCHED_*`
+/// share their values).
+pub(crate) fn primary_context_state(ordinal: i32) -> Result<(c_uint, bool)> {
     let driver = driver()?;
     let mut device: c_int = 0;
     // SAFETY: a valid out-pointer; an invalid ordinal is reported as an error.
@@ -206,7 +209,7 @@ pub(crate) fn primary_context_active(ordinal: i32) -> Result<bool> {
     // SAFETY: valid out-pointers; `device` came from cuDeviceGet.
     let code = unsafe { (driver.primary_ctx_get_state)(device, &mut flags, &mut active) };
     check_driver(code, "cuDevicePrimaryCtxGetState")?;
-    Ok(active != 0)
+    Ok((flags, active != 0))
 }
 
 // The hot operations. Each takes a real handle (never 0, `cudaStreamLegacy` or

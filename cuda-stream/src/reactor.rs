@@ -23,8 +23,45 @@ use std::time::{Duration, Instant};
 /// it (Linux keeps 15 bytes of a thread's name).
 pub const REACTOR_THREAD_NAME: &str = "cuda-reactor";
 
-/// The hot window a process starts with (see [`set_hot_window`]).
+/// The hot window of [`ReactorWait::BackOff`] for the futures of a device that blocks
+/// (`cudaDeviceScheduleBlockingSync`) under [`ReactorWait::AsDevice`].
 pub const DEFAULT_HOT_WINDOW: Duration = Duration::from_micros(50);
+
+/// How the reactor waits between its queries while completion futures are pending; with none
+/// pending it always blocks, at no CPU cost. Set with [`set_reactor_wait`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ReactorWait {
+    /// The default: the reactor waits as each pending future's device waits in its own
+    /// synchronize, by the device's scheduling flag
+    /// ([`cudaSetDeviceFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html),
+    /// read with `cuDevicePrimaryCtxGetState` when a future arrives):
+    /// * `cudaDeviceScheduleAuto` (CUDA's default) and `cudaDeviceScheduleSpin`: as
+    ///   [`ReactorWait::Spin`]. (Auto spins while the process has no more CUDA contexts than
+    ///   logical processors, which is the case this crate serves; it yields otherwise.)
+    /// * `cudaDeviceScheduleYield`: queries without pause too, yielding the core between
+    ///   passes.
+    /// * `cudaDeviceScheduleBlockingSync`: [`ReactorWait::BackOff`] with
+    ///   [`DEFAULT_HOT_WINDOW`].
+    ///
+    /// The most eager pending future sets the pace. So the CPU a pending future costs is the
+    /// CPU a `synchronize` of its device costs: a program that set `BlockingSync` to keep its
+    /// cores free keeps them free while it awaits too. The flags read are the primary
+    /// context's, also for a stream of another context (lent by a cudarc context, say).
+    AsDevice,
+    /// Queries without pause while anything is pending: the lowest latency, and one busy core
+    /// for as long as a future waits.
+    Spin,
+    /// Spins through `hot_window` after each arrival or resolution, yields for as long again,
+    /// then naps a sixteenth of the time since that activity (20 µs growing to 1 ms), woken
+    /// early by an arrival. Work that completes inside the window is seen within about a
+    /// microsecond; a future that waited `t` longer sees its completion about `t / 16` late,
+    /// at most about 1 ms. The CPU cost: up to twice the window of one core per arrival or
+    /// resolution. Windows saturate at `u64::MAX - 2` nanoseconds (about 584 years).
+    BackOff {
+        /// How long the reactor spins after each arrival or resolution.
+        hot_window: Duration,
+    },
+}
 
 /// The back-off naps: a sixteenth of the time since the last activity, within these bounds.
 const NAP_DIVISOR: u32 = 16;
@@ -34,11 +71,12 @@ const LONGEST_NAP: Duration = Duration::from_millis(1);
 /// How many idle internal events the free list keeps, all devices together.
 const FREE_EVENTS: usize = 64;
 
-static HOT_WINDOW_NS: AtomicU64 = AtomicU64::new(DEFAULT_HOT_WINDOW.as_nanos() as u64);
+/// The [`ReactorWait`] in force, as [`ReactorWait::encode`] packs it.
+static WAIT: AtomicU64 = AtomicU64::new(ReactorWait::AS_DEVICE);
 /// Futures registered and not yet resolved or found dropped.
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry { incoming: Vec::new(), parked: false, started: false });
-/// Signalled when something arrives while the reactor is parked, or the hot window changes.
+/// Signalled when something arrives while the reactor is parked, or the wait setting changes.
 static ARRIVED: Condvar = Condvar::new();
 /// Held by the reactor around each polling pass, the only place it calls CUDA.
 static POLLING: Mutex<()> = Mutex::new(());
@@ -63,6 +101,30 @@ struct Entry {
     signal: Arc<Signal>,
     /// The outcome of this pass's query, once there is one.
     outcome: Option<Result<()>>,
+    /// How its device waits, read at the reactor's first pass over it.
+    schedule: Option<Schedule>,
+}
+
+/// How a device's synchronize waits, by its `cudaDeviceSchedule*` flag; the most eager first.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Schedule {
+    Spin,
+    Yield,
+    Block,
+}
+
+impl Schedule {
+    /// The device's flag, read from its primary context; `Block` (the cheapest in CPU) if it
+    /// cannot be read.
+    fn of(device: Device) -> Schedule {
+        let flags = crate::driver::primary_context_state(device.ordinal())
+            .map_or(sys::cudaDeviceScheduleBlockingSync, |(flags, _)| flags);
+        match flags & sys::cudaDeviceScheduleMask {
+            sys::cudaDeviceScheduleBlockingSync => Schedule::Block,
+            sys::cudaDeviceScheduleYield => Schedule::Yield,
+            _ => Schedule::Spin,
+        }
+    }
 }
 
 /// The event a future waits on, owned by the reactor's entry so that it stays valid for every
@@ -97,30 +159,45 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The hot window now in force (see [`set_hot_window`]).
-pub fn hot_window() -> Duration {
-    Duration::from_nanos(HOT_WINDOW_NS.load(Ordering::Relaxed))
+impl ReactorWait {
+    const AS_DEVICE: u64 = u64::MAX;
+    const SPIN: u64 = u64::MAX - 1;
+
+    /// One word: the two named settings at the top of the range, else the window in ns.
+    fn encode(self) -> u64 {
+        match self {
+            ReactorWait::AsDevice => ReactorWait::AS_DEVICE,
+            ReactorWait::Spin => ReactorWait::SPIN,
+            ReactorWait::BackOff { hot_window } => {
+                u64::try_from(hot_window.as_nanos()).unwrap_or(u64::MAX).min(ReactorWait::SPIN - 1)
+            }
+        }
+    }
+
+    fn decode(word: u64) -> ReactorWait {
+        match word {
+            ReactorWait::AS_DEVICE => ReactorWait::AsDevice,
+            ReactorWait::SPIN => ReactorWait::Spin,
+            nanos => ReactorWait::BackOff { hot_window: Duration::from_nanos(nanos) },
+        }
+    }
 }
 
-/// Sets how long the reactor spins on a CPU core, querying without pause, after each arrival
-/// or resolution of a completion future, for every future of the process; returns the
-/// previous window. The default is [`DEFAULT_HOT_WINDOW`] (50 µs).
-///
-/// The cost is CPU: up to twice the window of one core after each arrival or resolution
-/// (the window spinning, then as long again yielding), and nothing once no future is pending.
-/// Work that completes inside the window is seen within about a microsecond; after it the
-/// reactor naps a sixteenth of the time since the last activity (20 µs to 1 ms), so a future
-/// that has waited `t` sees its completion about `t / 16` late, at most about 1 ms.
-/// `Duration::MAX` spins for as long as any future is pending: the lowest latency, at the
-/// price of one busy core while anything waits. Takes effect at once, also for futures
-/// already pending.
-pub fn set_hot_window(window: Duration) -> Duration {
-    let nanos = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
-    let previous = HOT_WINDOW_NS.swap(nanos, Ordering::Relaxed);
+/// How the reactor waits now (see [`set_reactor_wait`]).
+pub fn reactor_wait() -> ReactorWait {
+    ReactorWait::decode(WAIT.load(Ordering::Relaxed))
+}
+
+/// Sets how the reactor waits between its queries while completion futures are pending, for
+/// every future of the process, and returns the previous setting. The default is
+/// [`ReactorWait::AsDevice`]: a pending future costs the CPU a synchronize of its device
+/// costs. Takes effect at once, also for futures already pending.
+pub fn set_reactor_wait(wait: ReactorWait) -> ReactorWait {
+    let previous = WAIT.swap(wait.encode(), Ordering::Relaxed);
     if lock(&REGISTRY).parked {
         ARRIVED.notify_one();
     }
-    Duration::from_nanos(previous)
+    ReactorWait::decode(previous)
 }
 
 /// How many completion futures the reactor watches: registered and not yet resolved. A future
@@ -175,7 +252,7 @@ pub(crate) fn watch(watched: Watched, signal: Arc<Signal>) -> Result<()> {
         }
         registry.started = true;
     }
-    registry.incoming.push(Entry { watched, signal, outcome: None });
+    registry.incoming.push(Entry { watched, signal, outcome: None, schedule: None });
     PENDING.fetch_add(1, Ordering::SeqCst);
     if registry.parked {
         ARRIVED.notify_one();
@@ -278,7 +355,7 @@ fn serve(query: Query) {
         if take_arrivals(&mut pending) {
             active = Instant::now();
         }
-        {
+        let pace = {
             let _polling = lock(&POLLING);
             if EXITING.load(Ordering::SeqCst) {
                 break;
@@ -286,7 +363,8 @@ fn serve(query: Query) {
             if poll(query, &mut poisoned, &mut pending, &mut woken, &mut released) {
                 active = Instant::now();
             }
-        }
+            Pace::of(&pending)
+        };
         // Outside every lock: wakers are the executor's code, and so are their drops (a
         // dropped future's signal may hold one).
         for signal in released.drain(..) {
@@ -296,7 +374,7 @@ fn serve(query: Query) {
             quietly(|| waker.wake());
         }
         if !pending.is_empty() {
-            pause(active.elapsed());
+            pace.pause(active.elapsed());
         }
     }
     park_forever();
@@ -324,21 +402,48 @@ fn take_arrivals(pending: &mut Vec<Entry>) -> bool {
     arrived
 }
 
-/// Waits before the next pass, `since` the last activity: spins through the hot window, yields
-/// for as long again, then naps (woken early by an arrival).
-fn pause(since: Duration) {
-    let hot = hot_window();
-    if since < hot {
-        std::hint::spin_loop();
-    } else if since < hot.saturating_mul(2) {
-        std::thread::yield_now();
-    } else {
-        let nap = (since / NAP_DIVISOR).clamp(SHORTEST_NAP, LONGEST_NAP);
-        let mut registry = lock(&REGISTRY);
-        if registry.incoming.is_empty() {
-            registry.parked = true;
-            registry = ARRIVED.wait_timeout(registry, nap).unwrap_or_else(PoisonError::into_inner).0;
-            registry.parked = false;
+/// How the reactor waits between passes while futures are pending.
+#[derive(Copy, Clone)]
+enum Pace {
+    Spin,
+    Yield,
+    BackOff(Duration),
+}
+
+impl Pace {
+    /// The pace [`reactor_wait`] asks for, given the `pending` futures' devices.
+    fn of(pending: &[Entry]) -> Pace {
+        match reactor_wait() {
+            ReactorWait::Spin => Pace::Spin,
+            ReactorWait::BackOff { hot_window } => Pace::BackOff(hot_window),
+            ReactorWait::AsDevice => match pending.iter().filter_map(|entry| entry.schedule).min() {
+                Some(Schedule::Spin) => Pace::Spin,
+                Some(Schedule::Yield) => Pace::Yield,
+                Some(Schedule::Block) | None => Pace::BackOff(DEFAULT_HOT_WINDOW),
+            },
+        }
+    }
+
+    /// Waits before the next pass, `since` the last activity. Backing off, it spins through
+    /// the hot window, yields for as long again, then naps (woken early by an arrival).
+    fn pause(self, since: Duration) {
+        let hot = match self {
+            Pace::Spin => return std::hint::spin_loop(),
+            Pace::Yield => return std::thread::yield_now(),
+            Pace::BackOff(hot) => hot,
+        };
+        if since < hot {
+            std::hint::spin_loop();
+        } else if since < hot.saturating_mul(2) {
+            std::thread::yield_now();
+        } else {
+            let nap = (since / NAP_DIVISOR).clamp(SHORTEST_NAP, LONGEST_NAP);
+            let mut registry = lock(&REGISTRY);
+            if registry.incoming.is_empty() {
+                registry.parked = true;
+                registry = ARRIVED.wait_timeout(registry, nap).unwrap_or_else(PoisonError::into_inner).0;
+                registry.parked = false;
+            }
         }
     }
 }
@@ -357,6 +462,20 @@ fn poll(
     woken: &mut Vec<Waker>,
     released: &mut Vec<Arc<Signal>>,
 ) -> bool {
+    // The devices' schedules, read once per pass for the new arrivals.
+    let mut schedules: Vec<(Device, Schedule)> = Vec::new();
+    for entry in pending.iter_mut().filter(|entry| entry.schedule.is_none()) {
+        let device = entry.watched.event().device();
+        let schedule = match schedules.iter().find(|(known, _)| *known == device) {
+            Some(&(_, schedule)) => schedule,
+            None => {
+                let schedule = Schedule::of(device);
+                schedules.push((device, schedule));
+                schedule
+            }
+        };
+        entry.schedule = Some(schedule);
+    }
     for entry in pending.iter_mut().filter(|entry| !is_dropped(entry)) {
         match query.ready(entry.watched.event()) {
             Ok(true) => entry.outcome = Some(Ok(())),
@@ -389,7 +508,7 @@ fn poll(
             index += 1;
             continue;
         }
-        let Entry { watched, signal, outcome } = pending.swap_remove(index);
+        let Entry { watched, signal, outcome, .. } = pending.swap_remove(index);
         watched.release();
         PENDING.fetch_sub(1, Ordering::SeqCst);
         if let (false, Some(outcome)) = (dropped, outcome) {
@@ -412,10 +531,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_hot_window_saturates_at_its_maximum_and_restores() {
-        let previous = set_hot_window(Duration::MAX);
-        assert_eq!(hot_window(), Duration::from_nanos(u64::MAX), "saturated, not wrapped");
-        assert_eq!(set_hot_window(previous), Duration::from_nanos(u64::MAX));
-        assert_eq!(hot_window(), previous);
+    fn every_setting_survives_its_encoding_and_huge_windows_saturate() {
+        for wait in [
+            ReactorWait::AsDevice,
+            ReactorWait::Spin,
+            ReactorWait::BackOff { hot_window: Duration::ZERO },
+            ReactorWait::BackOff { hot_window: DEFAULT_HOT_WINDOW },
+        ] {
+            assert_eq!(ReactorWait::decode(wait.encode()), wait);
+        }
+        let huge = ReactorWait::BackOff { hot_window: Duration::MAX }.encode();
+        assert_eq!(ReactorWait::decode(huge), ReactorWait::BackOff { hot_window: Duration::from_nanos(u64::MAX - 2) });
+    }
+
+    #[test]
+    fn the_setting_is_swapped_and_restored() {
+        assert_eq!(reactor_wait(), ReactorWait::AsDevice, "the default");
+        let previous = set_reactor_wait(ReactorWait::Spin);
+        assert_eq!((previous, reactor_wait()), (ReactorWait::AsDevice, ReactorWait::Spin));
+        assert_eq!(set_reactor_wait(previous), ReactorWait::Spin);
+        assert_eq!(reactor_wait(), ReactorWait::AsDevice);
     }
 }
