@@ -9,22 +9,25 @@
 //!
 //! 1. floor: a thread spinning on `cudaEventQuery` (raw FFI) of an event recorded after the
 //!    kernel;
-//! 2. a raw C++ host function (`cudaLaunchHostFunc`, `kernels/bench_floor.cu`) that sets a flag
+//! 2. the floor for a parked waiter: a thread spinning on that query unparks a parked thread
+//!    (what any waker of a parked thread pays on top of noticing the completion);
+//! 3. a raw C++ host function (`cudaLaunchHostFunc`, `kernels/bench_floor.cu`) that sets a flag
 //!    the thread spins on;
-//! 3. `StreamRef::completion()` awaited with `block_on` (a parked thread, woken), the reactor
+//! 4. `StreamRef::completion()` awaited with `block_on` (a parked thread, woken), the reactor
 //!    waiting as the device does (`ReactorWait::AsDevice`, the default: under CUDA's default
 //!    schedule it spins while the future is pending);
-//! 4. `Event::completion()` awaited the same way;
-//! 5. as 3, awaited by a busy executor: a thread that spins on a flag its waker sets (as an
+//! 5. `Event::completion()` awaited the same way;
+//! 6. as 4, awaited by a busy executor: a thread that spins on a flag its waker sets (as an
 //!    executor busy with other tasks checks its queue) and then polls; this is when the future
 //!    resolves, without the parked thread's wake-up;
-//! 6. as 3, with the reactor backing off (`ReactorWait::BackOff` with the default hot window:
+//! 7. as 4, with the reactor backing off (`ReactorWait::BackOff` with the default hot window:
 //!    what a device set to `cudaDeviceScheduleBlockingSync` gets, little CPU while waiting).
 //!
 //! Prints a table (medians and min..max of 50 repetitions, µs, and the reactor thread's CPU
 //! time per repetition), the reactor's CPU time while idle, and writes them as JSON to
 //! `$BENCH_OUT/bench-completion-latency.json` (default `target/`). `--quick` runs 10
-//! repetitions. The goal: within 2× of the floor.
+//! repetitions. The goal: within 2× of the floor; the parked variants are also compared with
+//! the parked floor.
 
 use cuda_stream::completion::{
     DEFAULT_HOT_WINDOW, REACTOR_THREAD_NAME, ReactorWait, pending_completions, reactor_wait, set_reactor_wait,
@@ -51,6 +54,7 @@ const GOAL: f64 = 2.0;
 #[derive(Copy, Clone, PartialEq)]
 enum Variant {
     Floor,
+    FloorParked,
     HostFn,
     Stream,
     Event,
@@ -59,8 +63,9 @@ enum Variant {
 }
 
 impl Variant {
-    const ALL: [Variant; 6] = [
+    const ALL: [Variant; 7] = [
         Variant::Floor,
+        Variant::FloorParked,
         Variant::HostFn,
         Variant::Stream,
         Variant::Event,
@@ -71,6 +76,7 @@ impl Variant {
     fn name(self) -> &'static str {
         match self {
             Variant::Floor => "floor: thread spinning on cudaEventQuery",
+            Variant::FloorParked => "parked floor: the spinning thread unparks",
             Variant::HostFn => "raw C++ host fn, thread spinning on its flag",
             Variant::Stream => "StreamRef::completion (block_on)",
             Variant::Event => "Event::completion (block_on)",
@@ -80,7 +86,12 @@ impl Variant {
     }
 
     fn ours(self) -> bool {
-        !matches!(self, Variant::Floor | Variant::HostFn)
+        !matches!(self, Variant::Floor | Variant::FloorParked | Variant::HostFn)
+    }
+
+    /// Whether the waiting thread parks until it is woken.
+    fn parks(self) -> bool {
+        matches!(self, Variant::FloorParked | Variant::Stream | Variant::Event | Variant::StreamBackOff)
     }
 }
 
@@ -102,7 +113,7 @@ fn measure(bench: &Bench, variant: Variant) -> (Duration, u64) {
     cuda_stream_tests::wait_flag(stream, &flag, Duration::from_secs(1)).unwrap();
     let host_fn_flag = AtomicI32::new(0);
     match variant {
-        Variant::Floor => {
+        Variant::Floor | Variant::FloorParked => {
             // SAFETY: both handles are live; the event and the stream are of one device.
             check(unsafe { sys::cudaEventRecord(bench.raw_event, stream.as_raw()) }, "cudaEventRecord").unwrap();
         }
@@ -127,15 +138,22 @@ fn measure(bench: &Bench, variant: Variant) -> (Duration, u64) {
         let waiter = scope.spawn(|| match variant {
             Variant::Floor => {
                 armed.send(()).unwrap();
-                loop {
-                    // SAFETY: a live event.
-                    let code = unsafe { sys::cudaEventQuery(bench.raw_event) };
-                    if code != sys::cudaError::cudaErrorNotReady {
-                        let observed = Instant::now();
-                        check(code, "cudaEventQuery").unwrap();
-                        return observed;
+                spin_until_complete(bench.raw_event)
+            }
+            Variant::FloorParked => {
+                let (complete, waiter) = (AtomicBool::new(false), std::thread::current());
+                std::thread::scope(|inner| {
+                    inner.spawn(|| {
+                        spin_until_complete(bench.raw_event);
+                        complete.store(true, Ordering::Release);
+                        waiter.unpark();
+                    });
+                    armed.send(()).unwrap();
+                    while !complete.load(Ordering::Acquire) {
+                        std::thread::park();
                     }
-                }
+                    Instant::now()
+                })
             }
             Variant::HostFn => {
                 armed.send(()).unwrap();
@@ -167,6 +185,19 @@ fn measure(bench: &Bench, variant: Variant) -> (Duration, u64) {
     set_reactor_wait(previous_wait);
     stream.synchronize().unwrap();
     (observed.saturating_duration_since(set), ticks)
+}
+
+/// Spins on `cudaEventQuery` of `event` until it reports completion; returns when it did.
+fn spin_until_complete(event: sys::cudaEvent_t) -> Instant {
+    loop {
+        // SAFETY: a live event (the `Bench`'s, destroyed after every waiter has joined).
+        let code = unsafe { sys::cudaEventQuery(event) };
+        if code != sys::cudaError::cudaErrorNotReady {
+            let observed = Instant::now();
+            check(code, "cudaEventQuery").unwrap();
+            return observed;
+        }
+    }
 }
 
 /// Runs `future` to completion on this thread the way an executor busy with other tasks does:
@@ -242,12 +273,17 @@ fn main() {
         cuda_stream::driver_version().unwrap()
     );
     println!("device schedule: cudaDeviceSchedule{schedule}; goal: each of ours within {GOAL}x of the floor");
-    println!("{:<46} {:>9} {:>9}   {:<18} {:>18}", "variant", "median", "/floor", "min..max", "reactor CPU ms/rep");
+    println!(
+        "{:<46} {:>9} {:>9} {:>9}   {:<18} {:>18}",
+        "variant", "median", "/floor", "/parked", "min..max", "reactor CPU ms/rep"
+    );
     let stats: Vec<Stats> = samples.iter().map(|(latencies, _)| Stats::of(latencies.clone())).collect();
-    let floor = stats[0].median;
+    let median_of = |wanted| stats[Variant::ALL.iter().position(|&variant| variant == wanted).unwrap()].median;
+    let (floor, parked_floor) = (median_of(Variant::Floor), median_of(Variant::FloorParked));
     let mut json = Vec::new();
     for ((variant, s), (_, ticks)) in Variant::ALL.iter().zip(&stats).zip(&samples) {
         let over = s.median / floor;
+        let over_parked = variant.parks().then(|| s.median / parked_floor);
         let cpu_ms = *ticks as f64 / per_second * 1e3 / reps as f64;
         let verdict = match (variant.ours(), over <= GOAL) {
             (false, _) => "",
@@ -255,20 +291,22 @@ fn main() {
             (true, false) => "  goal NOT met",
         };
         println!(
-            "{:<46} {:>9.1} {:>9.2}   {:<18} {:>18.3}{verdict}",
+            "{:<46} {:>9.1} {:>9.2} {:>9}   {:<18} {:>18.3}{verdict}",
             variant.name(),
             s.median,
             over,
+            over_parked.map_or("-".to_string(), |over| format!("{over:.2}")),
             format!("{:.1}..{:.1}", s.min, s.max),
             cpu_ms
         );
         json.push(format!(
-            "{{\"variant\":\"{}\",\"median_us\":{:.2},\"min_us\":{:.2},\"max_us\":{:.2},\"over_floor\":{:.3},\"reactor_cpu_ms_per_rep\":{:.4}}}",
+            "{{\"variant\":\"{}\",\"median_us\":{:.2},\"min_us\":{:.2},\"max_us\":{:.2},\"over_floor\":{:.3},\"over_parked_floor\":{},\"reactor_cpu_ms_per_rep\":{:.4}}}",
             variant.name(),
             s.median,
             s.min,
             s.max,
             over,
+            over_parked.map_or("null".to_string(), |over| format!("{over:.3}")),
             cpu_ms
         ));
     }

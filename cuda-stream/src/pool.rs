@@ -318,8 +318,15 @@ impl FreeSlots {
     #[inline]
     fn push_onto(&self, stack: &AtomicU64, index: u32) {
         let (mut top, mut backoff) = (stack.load(Ordering::Relaxed), Backoff::default());
+        let next = &self.next[index as usize];
         loop {
-            self.next[index as usize].store((top & LINK_MASK) as u32, Ordering::Relaxed);
+            // Stored only when it changes: the links of many indices share a cache line, and a
+            // thread that takes and returns one stream on its own shard finds it unchanged (the
+            // shard empty below it), so it writes nothing other threads read.
+            let below = (top & LINK_MASK) as u32;
+            if next.load(Ordering::Relaxed) != below {
+                next.store(below, Ordering::Relaxed);
+            }
             match stack.compare_exchange_weak(top, next_top(top, index + 1), Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(_) => {
