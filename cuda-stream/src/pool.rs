@@ -15,8 +15,9 @@
 //!   on the same line).
 //! * **fresh**, holding the slots that have no stream yet (all of them at first, and a slot
 //!   whose creation failed): taken only when every shard was found empty. Streams that exist are
-//!   reused before new ones are created: without concurrent acquires, [`StreamPool::created`]
-//!   never exceeds the most leases held at once.
+//!   reused before new ones are created: without concurrent acquires and releases,
+//!   [`StreamPool::created`] never exceeds the most leases held at once (a release onto a shard
+//!   an acquire has already passed can send that acquire to a fresh slot).
 //!
 //! Each push and pop is one compare-and-swap on a top word in the common case, whatever the
 //! capacity and however many slots are leased: no scan of the slots. A failed compare-and-swap
@@ -28,8 +29,13 @@
 //! turn is not enough (a slot may have been pushed onto a stack already passed), so `acquire`
 //! then reads every top word twice: every change of a top word changes its tag, so if each
 //! word read the same twice, each stack was empty over the whole interval between its two
-//! reads, and all those intervals contain the instant between the two rounds of reads. If any
-//! word changed, another thread's operation succeeded meanwhile, and `acquire` looks again.
+//! reads, and all those intervals contain the instant between the two rounds of reads. (That
+//! instant is one of the hardware's single order of stores, which x86 and ARMv8 have; in the
+//! language's terms, a release that happens before the acquire is always seen.) If any word
+//! changed, another thread's operation succeeded meanwhile, and `acquire` looks again, at
+//! every stack, its home shard included. While every slot is leased and their holders keep
+//! taking and returning them, an acquire can thus look again many times before it returns
+//! [`Error::PoolExhausted`]: it never blocks, but it is not bounded either.
 //!
 //! Soundness (no stream leased twice):
 //! * Every slot index is, at any instant, either on exactly one stack exactly once or held by
@@ -178,8 +184,10 @@ impl Drop for StreamLease<'_> {
 }
 
 /// The calling thread's number, which picks its home shard in every pool: threads are numbered
-/// in the order they first take or return a pooled stream. 0 on a thread whose thread-locals
-/// are being torn down (a lease dropped by a thread-local's destructor): never a panic.
+/// in the order they first take or return a pooled stream, and numbers are not reused, so
+/// threads that come and go can share a home shard (correct, a little slower). `try_with`
+/// cannot fail for a `u32` (it has no destructor), but `Drop` must not panic whatever Rust's
+/// thread-locals do.
 #[inline]
 fn home() -> u32 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -264,16 +272,25 @@ impl FreeSlots {
     #[cold]
     fn pop_elsewhere(&self, home: usize) -> Option<u32> {
         let count = self.shards.len();
+        // `pop` just tried the home shard; every later round tries it again, first: a slot
+        // released onto it meanwhile (by a thread sharing it) must be found, not spun over.
+        let mut start = 1;
         loop {
-            let others = (1..count).map(|offset| &self.shards[(home + offset) % count]);
-            if let Some(index) = others.chain([&self.fresh]).find_map(|stack| self.pop_from(stack)) {
+            let shards = (start..count).map(|offset| &self.shards[(home + offset) % count]);
+            if let Some(index) = shards.chain([&self.fresh]).find_map(|stack| self.pop_from(stack)) {
                 return Some(index);
             }
+            start = 0;
             // Every stack looked empty, one after the other: true at one instant only if
             // every top word, read twice, was empty and unchanged.
             let tops = || self.shards.iter().chain([&self.fresh]).map(|top| top.load(Ordering::Acquire));
-            let first: Vec<u64> = tops().collect();
-            if first.iter().all(|&top| top & LINK_MASK == 0) && tops().eq(first) {
+            let mut first = [0u64; FreeSlots::MAX_SHARDS + 1];
+            let mut empty = true;
+            for (slot, top) in first.iter_mut().zip(tops()) {
+                *slot = top;
+                empty &= top & LINK_MASK == 0;
+            }
+            if empty && tops().eq(first[..=count].iter().copied()) {
                 return None;
             }
         }
@@ -424,6 +441,40 @@ mod tests {
         left.sort_unstable();
         assert_eq!(left, (0..len).collect::<Vec<_>>(), "every index is back exactly once");
         empty.into_inner()
+    }
+
+    /// Runs `f` on a thread; `None` if it has not returned within `limit` (the thread is left
+    /// spinning: a hang becomes a failure, not a stuck test run).
+    fn within<T: Send + 'static>(limit: std::time::Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || drop(send.send(f())));
+        receive.recv_timeout(limit).ok()
+    }
+
+    /// The race `pop` loses: thread 0 finds its home shard empty, then a thread with the same
+    /// home shard (here the only shard) releases the only slot onto it. `pop_elsewhere` never
+    /// looks at the home shard again, and its double collect sees the home top non-empty, so it
+    /// neither returns the free slot nor reports exhaustion: it spins until another thread
+    /// takes the slot, forever if none does.
+    #[test]
+    fn a_slot_released_onto_the_home_shard_during_the_scan_is_found() {
+        let slots: &'static FreeSlots = Box::leak(Box::new(FreeSlots::new(1, 1)));
+        let index = slots.pop(1).unwrap();
+        // Thread 0 is in `pop` between its home-shard attempt and `pop_elsewhere`: thread 1
+        // releases the slot onto shard 0 (thread 1's home too: one shard).
+        slots.push(1, index, true);
+        let found = within(std::time::Duration::from_secs(2), move || slots.pop_elsewhere(slots.shard(0)));
+        assert_eq!(found, Some(Some(index)), "the free slot on the home shard was never found (livelock)");
+    }
+
+    /// The same through `pop` only: two threads with one shard and one slot. When one thread's
+    /// last push lands while the other is inside `pop_elsewhere`, the other never returns.
+    #[test]
+    fn two_threads_one_shard_one_slot_both_finish() {
+        for _ in 0..20 {
+            let finished = within(std::time::Duration::from_secs(5), || hammer(2, 1, 1, 20_000));
+            assert!(finished.is_some(), "a thread of the hammer never returned from pop (livelock)");
+        }
     }
 
     #[test]

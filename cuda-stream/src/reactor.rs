@@ -4,8 +4,9 @@
 //! docs; this is the mechanism.
 //!
 //! Locks, never nested except as written: `REGISTRY` (arrivals, the reactor's parking),
-//! `POLLING` (held by the reactor around every CUDA call it makes, taken once by the exit hook)
-//! then `FREE` (the free list of internal events).
+//! `POLLING` (held by the reactor around every CUDA call it makes, taken once by the exit hook
+//! and by every drop of a pending future) then `FREE` (the free list of internal events) or a
+//! future's `Signal` (resolved during a pass).
 
 use crate::completion::Signal;
 use crate::device::Device;
@@ -43,10 +44,12 @@ pub enum ReactorWait {
     /// * `cudaDeviceScheduleBlockingSync`: [`ReactorWait::BackOff`] with
     ///   [`DEFAULT_HOT_WINDOW`].
     ///
-    /// The most eager pending future sets the pace. So the CPU a pending future costs is the
-    /// CPU a `synchronize` of its device costs: a program that set `BlockingSync` to keep its
-    /// cores free keeps them free while it awaits too. The flags read are the primary
-    /// context's, also for a stream of another context (lent by a cudarc context, say).
+    /// The most eager pending future sets the pace. So a pending future costs about the CPU a
+    /// `synchronize` of its device costs: a busy core where that spins; where it blocks, the
+    /// back-off's cost (about 100 µs of one core per arrival or resolution, a whole core from
+    /// about 10,000 a second, and up to a thousand wake-ups a second while anything is
+    /// pending). The flags read are the primary context's, also for a stream of another
+    /// context (lent by a cudarc context, say).
     AsDevice,
     /// Queries without pause while anything is pending: the lowest latency, and one busy core
     /// for as long as a future waits.
@@ -80,6 +83,9 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry { incoming: Vec::new(), p
 static ARRIVED: Condvar = Condvar::new();
 /// Held by the reactor around each polling pass, the only place it calls CUDA.
 static POLLING: Mutex<()> = Mutex::new(());
+/// Threads waiting in [`wait_for_pass`]: a spinning reactor lets them take `POLLING` before it
+/// takes it again (a mutex may hand it straight back to the thread that just released it).
+static WAITING_FOR_PASS: AtomicUsize = AtomicUsize::new(0);
 /// Set by the exit hook: the reactor makes no CUDA call any more.
 static EXITING: AtomicBool = AtomicBool::new(false);
 /// Idle internal events, for [`internal_event`].
@@ -288,7 +294,9 @@ fn start() -> std::io::Result<()> {
 /// Waits for the reactor's polling pass in progress, if any: after it, every pass sees what
 /// the caller did before (a dropped future), through this mutex.
 pub(crate) fn wait_for_pass() {
+    WAITING_FOR_PASS.fetch_add(1, Ordering::SeqCst);
     drop(lock(&POLLING));
+    WAITING_FOR_PASS.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// The reactor thread. It runs in CUDA's Relaxed capture-interaction mode
@@ -355,15 +363,19 @@ fn serve(query: Query) {
         if take_arrivals(&mut pending) {
             active = Instant::now();
         }
-        let pace = {
+        while WAITING_FOR_PASS.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        let (pace, wait) = {
             let _polling = lock(&POLLING);
             if EXITING.load(Ordering::SeqCst) {
                 break;
             }
-            if poll(query, &mut poisoned, &mut pending, &mut woken, &mut released) {
+            let wait = WAIT.load(Ordering::Relaxed);
+            if poll(query, ReactorWait::decode(wait), &mut poisoned, &mut pending, &mut woken, &mut released) {
                 active = Instant::now();
             }
-            Pace::of(&pending)
+            (Pace::of(ReactorWait::decode(wait), &pending), wait)
         };
         // Outside every lock: wakers are the executor's code, and so are their drops (a
         // dropped future's signal may hold one).
@@ -374,7 +386,7 @@ fn serve(query: Query) {
             quietly(|| waker.wake());
         }
         if !pending.is_empty() {
-            pace.pause(active.elapsed());
+            pace.pause(active.elapsed(), wait);
         }
     }
     park_forever();
@@ -411,9 +423,9 @@ enum Pace {
 }
 
 impl Pace {
-    /// The pace [`reactor_wait`] asks for, given the `pending` futures' devices.
-    fn of(pending: &[Entry]) -> Pace {
-        match reactor_wait() {
+    /// The pace `wait` asks for, given the `pending` futures' devices.
+    fn of(wait: ReactorWait, pending: &[Entry]) -> Pace {
+        match wait {
             ReactorWait::Spin => Pace::Spin,
             ReactorWait::BackOff { hot_window } => Pace::BackOff(hot_window),
             ReactorWait::AsDevice => match pending.iter().filter_map(|entry| entry.schedule).min() {
@@ -425,8 +437,11 @@ impl Pace {
     }
 
     /// Waits before the next pass, `since` the last activity. Backing off, it spins through
-    /// the hot window, yields for as long again, then naps (woken early by an arrival).
-    fn pause(self, since: Duration) {
+    /// the hot window, yields for as long again, then naps, woken early by an arrival or a
+    /// change of the setting: it naps only if the setting is still `wait` (the encoded word
+    /// the pace was chosen under), read under the lock [`set_reactor_wait`] takes after its
+    /// change, so a change is never slept through.
+    fn pause(self, since: Duration, wait: u64) {
         let hot = match self {
             Pace::Spin => return std::hint::spin_loop(),
             Pace::Yield => return std::thread::yield_now(),
@@ -439,7 +454,7 @@ impl Pace {
         } else {
             let nap = (since / NAP_DIVISOR).clamp(SHORTEST_NAP, LONGEST_NAP);
             let mut registry = lock(&REGISTRY);
-            if registry.incoming.is_empty() {
+            if registry.incoming.is_empty() && WAIT.load(Ordering::Relaxed) == wait {
                 registry.parked = true;
                 registry = ARRIVED.wait_timeout(registry, nap).unwrap_or_else(PoisonError::into_inner).0;
                 registry.parked = false;
@@ -448,8 +463,9 @@ impl Pace {
     }
 }
 
-/// One pass: queries the event of every pending future whose `Completion` still exists,
-/// removes the resolved and the dropped ones (releasing their events first, so that a
+/// One pass: reads the devices' schedules of new arrivals (under `wait` =
+/// [`ReactorWait::AsDevice`]), queries the event of every pending future whose `Completion`
+/// still exists, removes the resolved and the dropped ones (releasing their events first, so that a
 /// resolved future's event is no longer held by the reactor), and collects the wakers to call.
 /// Returns whether any future resolved.
 ///
@@ -457,14 +473,16 @@ impl Pace {
 /// registered later, resolves with that error (what its own event reads cannot be trusted).
 fn poll(
     query: Query,
+    wait: ReactorWait,
     poisoned: &mut Vec<(Device, Error)>,
     pending: &mut Vec<Entry>,
     woken: &mut Vec<Waker>,
     released: &mut Vec<Arc<Signal>>,
 ) -> bool {
-    // The devices' schedules, read once per pass for the new arrivals.
+    // The devices' schedules, read once per pass for the new arrivals, when the setting uses them.
     let mut schedules: Vec<(Device, Schedule)> = Vec::new();
-    for entry in pending.iter_mut().filter(|entry| entry.schedule.is_none()) {
+    let unread = pending.iter_mut().filter(|entry| entry.schedule.is_none() && wait == ReactorWait::AsDevice);
+    for entry in unread {
         let device = entry.watched.event().device();
         let schedule = match schedules.iter().find(|(known, _)| *known == device) {
             Some(&(_, schedule)) => schedule,
