@@ -16,7 +16,7 @@
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stream::{BuiltinStream, StreamRef};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::marker::PhantomData;
 
 /// One `as_current` scope: its number on this thread, and the stream it made current.
@@ -25,12 +25,25 @@ struct Scope {
     stream: StreamRef,
 }
 
-thread_local! {
+/// A thread's `as_current` scopes.
+struct Scopes {
+    /// The number of the last scope begun on this thread (0: none yet).
+    last: u64,
     /// Per device ordinal, the streams made current on this thread, innermost last. Each entry
     /// lives exactly as long as the `as_current` call that pushed it, which borrows the stream.
-    static CURRENT: RefCell<Vec<Vec<Scope>>> = const { RefCell::new(Vec::new()) };
-    /// The number of the last scope begun on this thread (0: none yet).
-    static LAST_SCOPE: Cell<u64> = const { Cell::new(0) };
+    by_device: Vec<Vec<Scope>>,
+}
+
+impl Scopes {
+    /// `device`'s scopes, innermost last (none if it has never had one).
+    fn of(&self, device: usize) -> &[Scope] {
+        self.by_device.get(device).map_or(&[], Vec::as_slice)
+    }
+}
+
+thread_local! {
+    /// One thread-local for both, so that a scope's begin and end each look it up once.
+    static CURRENT: RefCell<Scopes> = const { RefCell::new(Scopes { last: 0, by_device: Vec::new() }) };
 }
 
 /// Pops what `as_current` pushed, when the closure returns or unwinds.
@@ -42,11 +55,14 @@ struct Pop {
 impl Drop for Pop {
     fn drop(&mut self) {
         let _ = CURRENT.try_with(|current| {
-            let mut current = current.borrow_mut();
-            let stack = &mut current[self.device];
+            let stack = &mut current.borrow_mut().by_device[self.device];
             // Scopes end innermost first, so this is the last entry; `retain` keeps that true
             // even if it were not.
-            stack.retain(|scope| scope.number != self.number);
+            if stack.last().is_some_and(|scope| scope.number == self.number) {
+                stack.pop();
+            } else {
+                stack.retain(|scope| scope.number != self.number);
+            }
         });
     }
 }
@@ -59,13 +75,13 @@ impl StreamRef {
     pub fn as_current<R>(&self, f: impl FnOnce() -> R) -> R {
         let device = self.device().ordinal() as usize;
         let pushed = CURRENT.try_with(|current| {
-            let number = LAST_SCOPE.get() + 1;
-            LAST_SCOPE.set(number);
             let mut current = current.borrow_mut();
-            if current.len() <= device {
-                current.resize_with(device + 1, Vec::new);
+            current.last += 1;
+            let number = current.last;
+            if current.by_device.len() <= device {
+                current.by_device.resize_with(device + 1, Vec::new);
             }
-            current[device].push(Scope { number, stream: self.view() });
+            current.by_device[device].push(Scope { number, stream: self.view() });
             number
         });
         // During thread exit there is no current-stream stack left: run `f` as it is.
@@ -102,10 +118,7 @@ impl StreamRef {
     /// the scope runs, and returns [`Error::NotCurrent`] once it has ended.
     pub fn current(device: Device) -> CurrentStream {
         let number = CURRENT
-            .try_with(|current| {
-                let current = current.borrow();
-                current.get(device.ordinal() as usize).and_then(|stack| stack.last()).map(|scope| scope.number)
-            })
+            .try_with(|current| current.borrow().of(device.ordinal() as usize).last().map(|scope| scope.number))
             .ok()
             .flatten();
         CurrentStream { device, scope: number, _thread_bound: PhantomData }
@@ -160,13 +173,52 @@ impl CurrentStream {
         CURRENT
             .try_with(|current| {
                 let current = current.borrow();
-                current
-                    .get(self.device.ordinal() as usize)
-                    .and_then(|stack| stack.iter().find(|scope| scope.number == number))
-                    .map(|scope| scope.stream.view())
+                let stack = current.of(self.device.ordinal() as usize);
+                stack.iter().rev().find(|scope| scope.number == number).map(|scope| scope.stream.view())
             })
             .ok()
             .flatten()
             .ok_or(Error::NotCurrent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Host-only: scopes of built-in streams (no CUDA call is made) nest, end innermost first
+    /// and also out of order, and a `CurrentStream` of an ended scope is refused.
+    #[test]
+    fn scopes_nest_end_and_are_checked_without_cuda() {
+        let (zero, one) = (Device::from_ordinal(0), Device::from_ordinal(1));
+        let (outer, inner) = (BuiltinStream::per_thread(zero), BuiltinStream::legacy(zero));
+        let null = BuiltinStream::null(zero).as_raw();
+        assert_eq!(StreamRef::with_current(zero, StreamRef::as_raw), null);
+        let ended = outer.as_current(|| {
+            let outer_current = StreamRef::current(zero);
+            inner.as_current(|| {
+                assert_eq!(StreamRef::with_current(zero, StreamRef::as_raw), inner.as_raw());
+                assert_eq!(StreamRef::with_current(one, StreamRef::as_raw), BuiltinStream::null(one).as_raw());
+                assert_eq!(outer_current.with(StreamRef::as_raw), Ok(outer.as_raw()), "an outer scope still runs");
+            });
+            assert_eq!(StreamRef::with_current(zero, StreamRef::as_raw), outer.as_raw());
+            StreamRef::current(zero)
+        });
+        assert_eq!(ended.with(StreamRef::as_raw), Err(Error::NotCurrent));
+        assert_eq!(StreamRef::with_current(zero, StreamRef::as_raw), null);
+        // A scope that ends out of order (no safe code does this) leaves the others intact.
+        CURRENT.with(|current| assert!(current.borrow().of(0).is_empty()));
+        CURRENT.with(|current| {
+            let mut current = current.borrow_mut();
+            current.by_device[0].push(Scope { number: u64::MAX - 1, stream: outer.view() });
+            current.by_device[0].push(Scope { number: u64::MAX, stream: inner.view() });
+        });
+        drop(Pop { device: 0, number: u64::MAX - 1 });
+        CURRENT.with(|current| {
+            let numbers: Vec<u64> = current.borrow().of(0).iter().map(|scope| scope.number).collect();
+            assert_eq!(numbers, [u64::MAX]);
+        });
+        drop(Pop { device: 0, number: u64::MAX });
+        CURRENT.with(|current| assert!(current.borrow().of(0).is_empty()));
     }
 }
