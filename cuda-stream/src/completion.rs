@@ -57,7 +57,10 @@
 //!   its own CUDA calls in that mode too (this crate's calls are still refused as anywhere).
 //! * A reset of a device's primary context (`cudaDeviceReset` through `sys`) is not supported:
 //!   idle events in the free list and a device's sticky error outlive it.
-//! * After `fork`, the child has no reactor thread: its futures never resolve.
+//! * After `fork`, the child has no reactor thread (and CUDA does not support a child of a
+//!   process that initialized it): its new futures resolve at once with
+//!   [`Error::ReactorUnavailable`](crate::Error::ReactorUnavailable), and its exit, and drops
+//!   of futures it inherited, wait for nothing. Inherited futures never resolve.
 //!
 //! [`Event::completion`]: crate::Event::completion
 

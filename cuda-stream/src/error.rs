@@ -310,8 +310,9 @@ pub enum Error {
     #[error("the stream was current in a scope that has ended")]
     NotCurrent,
     /// The thread that wakes [`Completion`](crate::Completion)s could not be started (the
-    /// reason the operating system gave); a later future tries again.
-    #[error("cannot start the completion reactor thread: {0}")]
+    /// reason the operating system gave; a later future tries again), or this is a child
+    /// process made by `fork` after it started, which has no such thread (`Unsupported`).
+    #[error("no completion reactor thread: {0}")]
     ReactorUnavailable(std::io::ErrorKind),
 }
 

@@ -66,11 +66,11 @@ use std::thread::available_parallelism;
 /// Streams of one device and one set of [`StreamOptions`], created lazily up to a bound.
 ///
 /// `acquire` is lock-free and does not scan the slots: it pops a free slot off lock-free stacks,
-/// one per hardware thread, so that threads sharing a pool do not contend (see the module
+/// up to one per hardware thread, so that threads sharing a pool seldom contend (see the module
 /// source for the design and why no stream is ever leased twice), creating the slot's stream
-/// the first time. Streams that exist are reused before new ones are created, the one this
-/// thread released last first: without concurrent acquires, [`StreamPool::created`] never
-/// exceeds the most leases held at once. When every slot is leased it returns
+/// the first time. Streams that exist are reused before new ones are created, those on this
+/// thread's own stack first (the one released there last first): without concurrent acquires
+/// and releases, [`StreamPool::created`] never exceeds the most leases held at once. When every slot is leased it returns
 /// [`Error::PoolExhausted`]; it never waits and never shares.
 ///
 /// A released stream keeps its pending work: the next holder's work is ordered after it. It
@@ -451,11 +451,11 @@ mod tests {
         receive.recv_timeout(limit).ok()
     }
 
-    /// The race `pop` loses: thread 0 finds its home shard empty, then a thread with the same
-    /// home shard (here the only shard) releases the only slot onto it. `pop_elsewhere` never
-    /// looks at the home shard again, and its double collect sees the home top non-empty, so it
-    /// neither returns the free slot nor reports exhaustion: it spins until another thread
-    /// takes the slot, forever if none does.
+    /// The race `pop` must not lose: thread 0 finds its home shard empty, then a thread with
+    /// the same home shard (here the only shard) releases the only slot onto it. Were the home
+    /// shard not looked at again, the double collect would see its top non-empty, and the pop
+    /// would neither return the free slot nor report exhaustion: it would spin until another
+    /// thread took the slot, forever if none did.
     #[test]
     fn a_slot_released_onto_the_home_shard_during_the_scan_is_found() {
         let slots: &'static FreeSlots = Box::leak(Box::new(FreeSlots::new(1, 1)));
@@ -467,8 +467,8 @@ mod tests {
         assert_eq!(found, Some(Some(index)), "the free slot on the home shard was never found (livelock)");
     }
 
-    /// The same through `pop` only: two threads with one shard and one slot. When one thread's
-    /// last push lands while the other is inside `pop_elsewhere`, the other never returns.
+    /// The same through `pop` only: two threads with one shard and one slot, where one
+    /// thread's last push can land while the other is inside `pop_elsewhere`.
     #[test]
     fn two_threads_one_shard_one_slot_both_finish() {
         for _ in 0..20 {

@@ -4,9 +4,15 @@
 //! docs; this is the mechanism.
 //!
 //! Locks, never nested except as written: `REGISTRY` (arrivals, the reactor's parking),
-//! `POLLING` (held by the reactor around every CUDA call it makes, taken once by the exit hook
-//! and by every drop of a pending future) then `FREE` (the free list of internal events) or a
-//! future's `Signal` (resolved during a pass).
+//! `POLLING` (held by the reactor around every CUDA call it makes, taken once by the exit hook)
+//! then `FREE` (the free list of internal events) or a future's `Signal` (resolved during a
+//! pass). A dropped pending future takes no lock: it waits for the pass it saw running
+//! (`PASSES`, odd during a pass), so neither the reactor nor a stream of drops can keep the
+//! other out.
+//!
+//! A child process made by `fork` has no reactor thread, and may have inherited these locks
+//! held by it: a `pthread_atfork` hook marks the child, whose futures then resolve at once
+//! with [`Error::ReactorUnavailable`], and whose drops and exit take no lock.
 
 use crate::completion::Signal;
 use crate::device::Device;
@@ -78,16 +84,22 @@ const FREE_EVENTS: usize = 64;
 static WAIT: AtomicU64 = AtomicU64::new(ReactorWait::AS_DEVICE);
 /// Futures registered and not yet resolved or found dropped.
 static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// Futures registered so far, counted under `REGISTRY`: a reactor with futures pending looks at
+/// the registry only when this moved, instead of locking it between every two passes (where a
+/// thread registering a future would meet it).
+static ARRIVALS: AtomicU64 = AtomicU64::new(0);
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry { incoming: Vec::new(), parked: false, started: false });
 /// Signalled when something arrives while the reactor is parked, or the wait setting changes.
 static ARRIVED: Condvar = Condvar::new();
 /// Held by the reactor around each polling pass, the only place it calls CUDA.
 static POLLING: Mutex<()> = Mutex::new(());
-/// Threads waiting in [`wait_for_pass`]: a spinning reactor lets them take `POLLING` before it
-/// takes it again (a mutex may hand it straight back to the thread that just released it).
-static WAITING_FOR_PASS: AtomicUsize = AtomicUsize::new(0);
+/// Passes begun and ended (odd while one runs): a dropped future waits for the pass it saw
+/// running, never for `POLLING`, so neither side can keep the other out.
+static PASSES: AtomicU64 = AtomicU64::new(0);
 /// Set by the exit hook: the reactor makes no CUDA call any more.
 static EXITING: AtomicBool = AtomicBool::new(false);
+/// Set in a child process made by `fork` after the reactor started: it has no reactor thread.
+static FORKED: AtomicBool = AtomicBool::new(false);
 /// Idle internal events, for [`internal_event`].
 static FREE: Mutex<Vec<Event>> = Mutex::new(Vec::new());
 
@@ -221,6 +233,7 @@ pub fn pending_completions() -> usize {
 /// reused event is popped by one caller, which records it before registering it. These events
 /// are never exposed, so no stream waits on them and a new record changes nobody's view.
 pub(crate) fn internal_event(device: Device) -> Result<Event> {
+    refuse_in_forked_child()?;
     let reused = {
         let mut free = lock(&FREE);
         free.iter().rposition(|event| event.device() == device).map(|index| free.swap_remove(index))
@@ -249,6 +262,7 @@ pub(crate) fn recycle(event: Event) {
 /// # Errors
 /// [`Error::ReactorUnavailable`] if the thread cannot be started; `watched` is released.
 pub(crate) fn watch(watched: Watched, signal: Arc<Signal>) -> Result<()> {
+    refuse_in_forked_child()?;
     let mut registry = lock(&REGISTRY);
     if !registry.started {
         if let Err(error) = start() {
@@ -259,9 +273,19 @@ pub(crate) fn watch(watched: Watched, signal: Arc<Signal>) -> Result<()> {
         registry.started = true;
     }
     registry.incoming.push(Entry { watched, signal, outcome: None, schedule: None });
+    ARRIVALS.fetch_add(1, Ordering::Release);
     PENDING.fetch_add(1, Ordering::SeqCst);
     if registry.parked {
         ARRIVED.notify_one();
+    }
+    Ok(())
+}
+
+/// [`Error::ReactorUnavailable`] in a child process made by `fork` after the reactor started
+/// (checked before any lock: the reactor may have held them when the process forked).
+fn refuse_in_forked_child() -> Result<()> {
+    if FORKED.load(Ordering::SeqCst) {
+        return Err(Error::ReactorUnavailable(std::io::ErrorKind::Unsupported));
     }
     Ok(())
 }
@@ -270,33 +294,92 @@ unsafe extern "C" {
     /// The C library's `atexit`: `callback` runs at `exit`, before the handlers registered
     /// earlier (CUDA's own teardown among them, registered when CUDA initialized).
     fn atexit(callback: extern "C" fn()) -> c_int;
+    /// POSIX `pthread_atfork`: `child` runs in the child process after a `fork`.
+    fn pthread_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+    ) -> c_int;
 }
 
 /// Runs at process exit, before CUDA tears itself down: waits for the reactor's polling pass in
-/// progress, if any, and stops it from making another CUDA call. Never unwinds.
+/// progress, if any, and stops it from making another CUDA call. In a forked child (no reactor,
+/// `POLLING` perhaps inherited locked) it does nothing. Never unwinds.
 extern "C" fn stop_polling_at_exit() {
+    if FORKED.load(Ordering::SeqCst) {
+        return;
+    }
     EXITING.store(true, Ordering::SeqCst);
     drop(lock(&POLLING));
 }
 
-fn start() -> std::io::Result<()> {
-    // Once per process, even when a spawn fails and a later future tries again.
+/// Runs in the child of a `fork` (one thread, a copy of the parent's memory): marks it as a
+/// process without a reactor. Async-signal-safe: one atomic store.
+extern "C" fn mark_forked_child() {
+    FORKED.store(true, Ordering::SeqCst);
+}
+
+/// Registers the process hooks, once per process (also when a spawn fails and a later future
+/// tries again): the exit hook and the fork hook.
+fn hook_process() -> std::io::Result<()> {
     static HOOKED: AtomicBool = AtomicBool::new(false);
-    // SAFETY: `stop_polling_at_exit` is a plain C-ABI function that never unwinds and only
-    // touches statics, which live until the process ends.
-    if !HOOKED.load(Ordering::SeqCst) && unsafe { atexit(stop_polling_at_exit) } != 0 {
+    if HOOKED.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    // SAFETY: both are plain C-ABI functions that never unwind and only touch statics, which
+    // live until the process ends.
+    if unsafe { atexit(stop_polling_at_exit) } != 0 {
         return Err(std::io::ErrorKind::OutOfMemory.into());
     }
+    // SAFETY: as above; `None` for the hooks not wanted.
+    let code = unsafe { pthread_atfork(None, None, Some(mark_forked_child)) };
+    if code != 0 {
+        // Registered at exit already, and harmless to have twice: retried only on this path.
+        return Err(std::io::Error::from_raw_os_error(code));
+    }
     HOOKED.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+fn start() -> std::io::Result<()> {
+    hook_process()?;
     std::thread::Builder::new().name(REACTOR_THREAD_NAME.to_string()).spawn(run).map(drop)
 }
 
 /// Waits for the reactor's polling pass in progress, if any: after it, every pass sees what
-/// the caller did before (a dropped future), through this mutex.
+/// the caller did before (a dropped future). Takes no lock; in a forked child, returns at once.
 pub(crate) fn wait_for_pass() {
-    WAITING_FOR_PASS.fetch_add(1, Ordering::SeqCst);
-    drop(lock(&POLLING));
-    WAITING_FOR_PASS.fetch_sub(1, Ordering::SeqCst);
+    if FORKED.load(Ordering::SeqCst) {
+        return;
+    }
+    // Pairs with the fence in `begin_pass`: either this load sees that pass begun, or that
+    // pass sees the caller's drop (the signal's count fell before this).
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let seen = PASSES.load(Ordering::SeqCst);
+    if seen % 2 == 1 {
+        while PASSES.load(Ordering::Acquire) == seen {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Takes `POLLING` and begins a pass: `PASSES` turns odd until the returned guard drops.
+fn begin_pass() -> Pass {
+    let polling = lock(&POLLING);
+    PASSES.fetch_add(1, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    Pass { _polling: polling }
+}
+
+/// A pass in progress: ends it (also on unwind), then releases `POLLING`.
+struct Pass {
+    _polling: MutexGuard<'static, ()>,
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        PASSES.fetch_add(1, Ordering::Release);
+    }
 }
 
 /// The reactor thread. It runs in CUDA's Relaxed capture-interaction mode
@@ -359,15 +442,13 @@ fn serve(query: Query) {
     let mut released: Vec<Arc<Signal>> = Vec::new();
     // The newest arrival or resolution: the hot window and the naps count from it.
     let mut active = Instant::now();
+    let mut arrivals_seen = 0;
     loop {
-        if take_arrivals(&mut pending) {
+        if take_arrivals(&mut pending, &mut arrivals_seen) {
             active = Instant::now();
         }
-        while WAITING_FOR_PASS.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
-        }
         let (pace, wait) = {
-            let _polling = lock(&POLLING);
+            let _polling = begin_pass();
             if EXITING.load(Ordering::SeqCst) {
                 break;
             }
@@ -401,8 +482,13 @@ fn quietly(f: impl FnOnce()) {
 }
 
 /// Moves new arrivals into `pending`; with nothing to poll, blocks until something arrives
-/// (no CPU). Returns whether anything arrived.
-fn take_arrivals(pending: &mut Vec<Entry>) -> bool {
+/// (no CPU). Returns whether anything arrived. `seen` is the [`ARRIVALS`] count taken last: with
+/// futures pending and no new arrival counted, it returns at once, taking no lock (an arrival
+/// it misses so is taken at the next call, or seen by the nap, which checks under the lock).
+fn take_arrivals(pending: &mut Vec<Entry>, seen: &mut u64) -> bool {
+    if !pending.is_empty() && ARRIVALS.load(Ordering::Acquire) == *seen {
+        return false;
+    }
     let mut registry = lock(&REGISTRY);
     while registry.incoming.is_empty() && pending.is_empty() {
         registry.parked = true;
@@ -411,6 +497,7 @@ fn take_arrivals(pending: &mut Vec<Entry>) -> bool {
     }
     let arrived = !registry.incoming.is_empty();
     pending.append(&mut registry.incoming);
+    *seen = ARRIVALS.load(Ordering::Relaxed);
     arrived
 }
 
@@ -569,5 +656,110 @@ mod tests {
         assert_eq!((previous, reactor_wait()), (ReactorWait::AsDevice, ReactorWait::Spin));
         assert_eq!(set_reactor_wait(previous), ReactorWait::Spin);
         assert_eq!(reactor_wait(), ReactorWait::AsDevice);
+    }
+}
+
+#[cfg(test)]
+mod passes {
+    use super::*;
+
+    /// The tests below hold `POLLING` or stand in for the reactor: one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// The reactor's hand-off (`begin_pass`, then a pass) against threads that drop pending
+    /// futures in a loop through the real `wait_for_pass` (a `select!` with a timeout in a
+    /// loop, on several executor threads). Host-only: the pass is a 2 µs spin standing in for
+    /// the queries. The reactor must keep polling: while it does not, no future is woken and
+    /// every dropped entry (with its event) piles up in `incoming`.
+    #[test]
+    fn droppers_in_a_loop_do_not_starve_the_reactor() {
+        let _serial = lock(&SERIAL);
+        let spin = |d: Duration| {
+            let until = Instant::now() + d;
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        };
+        let (stop, passes, drops) = (AtomicBool::new(false), AtomicUsize::new(0), AtomicUsize::new(0));
+        let mut longest = Duration::ZERO;
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        spin(Duration::from_nanos(200)); // creating the next future
+                        wait_for_pass();
+                        drops.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let _pass = begin_pass();
+                    spin(Duration::from_micros(2));
+                    passes.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            let (began, mut last, mut since) = (Instant::now(), 0, Instant::now());
+            while began.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(1));
+                let now = passes.load(Ordering::Relaxed);
+                if now == last {
+                    longest = longest.max(since.elapsed());
+                } else {
+                    (last, since) = (now, Instant::now());
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let (passes, drops) = (passes.into_inner(), drops.into_inner());
+        println!("2 s: {passes} passes, {drops} drops; longest stretch without a pass {longest:?}");
+        assert!(longest < Duration::from_millis(50), "no pass for {longest:?} ({passes} passes, {drops} drops in 2 s)");
+    }
+
+    unsafe extern "C" {
+        fn fork() -> c_int;
+        fn _exit(status: c_int) -> !;
+        fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
+    }
+
+    /// A process that forks while the reactor is in a pass (under the default on an Auto
+    /// device, nearly always while a future is pending): the child inherits `POLLING` locked by
+    /// a thread it does not have. Its exit hook, a drop's wait for the pass and a new future
+    /// must neither take that lock nor wait for that pass. Host-only: a thread holds `POLLING`
+    /// as the reactor does.
+    #[test]
+    fn a_child_forked_during_a_pass_can_exit() {
+        let _serial = lock(&SERIAL);
+        let (held, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _pass = lock(&POLLING);
+                held.wait();
+                release.wait();
+            });
+            held.wait();
+            hook_process().unwrap();
+            // SAFETY: the child only spawns a thread, sleeps and `_exit`s.
+            let pid = unsafe { fork() };
+            if pid == 0 {
+                let hook = std::thread::spawn(|| {
+                    stop_polling_at_exit();
+                    wait_for_pass();
+                    refuse_in_forked_child().is_err()
+                });
+                std::thread::sleep(Duration::from_secs(1));
+                let refused = hook.is_finished() && hook.join().unwrap_or(false);
+                // SAFETY: ends the child without running its Rust or C exit handlers.
+                unsafe { _exit(if refused { 0 } else { 1 }) }
+            }
+            let mut status = 0;
+            // SAFETY: a valid out-pointer; `pid` is our child.
+            assert_eq!(unsafe { waitpid(pid, &mut status, 0) }, pid);
+            release.wait();
+            assert_eq!(
+                status, 0,
+                "in the child, exit or a drop waited for the parent's reactor, or a future was not refused"
+            );
+        });
     }
 }
