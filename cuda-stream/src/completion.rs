@@ -20,11 +20,11 @@
 //!   each arrival or resolution, yields for as long again, then naps a sixteenth of the time
 //!   since (20 µs growing to 1 ms), woken early by any arrival. With nothing pending it blocks
 //!   on a condition variable and uses no CPU at all, whatever the setting.
-//! * Measured (`benches/completion_latency.rs`, H100): the waker is called 1.15× as late after
-//!   the work ends as a thread spinning on `cudaEventQuery` notices it (8.5 µs against 7.3 µs).
+//! * Measured (`benches/completion_latency.rs`, H100): the waker is called 1.2× as late after
+//!   the work ends as a thread spinning on `cudaEventQuery` notices it (9.0 µs against 7.4 µs).
 //!   A task whose executor thread is parked also waits for that thread to wake up (about
-//!   30 µs there, whoever wakes it); backing off, completions are seen about 150 µs late after
-//!   a 3 ms wait.
+//!   30 µs there, whoever wakes it); backing off, completions are seen about 150 to 190 µs
+//!   late after a 3 ms wait.
 //! * A query that fails resolves its future with that [`Error::Cuda`](crate::Error::Cuda)
 //!   (`cudaEventQuery` and the code). A sticky error poisons the context: every pending future
 //!   of that device resolves with it, also those whose event still reads as not ready.
