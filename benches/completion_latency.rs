@@ -243,10 +243,7 @@ fn main() {
     let event = Arc::new(Event::new(device, cuda_stream::EventFlags::default()).unwrap());
     let bench = Bench { stream, raw_event, event };
     let per_second = cuda_stream_tests::clock_ticks_per_second();
-    let mut flags = 0;
-    // SAFETY: a valid out-pointer.
-    check(unsafe { sys::cudaGetDeviceFlags(&mut flags) }, "cudaGetDeviceFlags").unwrap();
-    let schedule = match flags & sys::cudaDeviceScheduleMask {
+    let schedule = match cuda_stream_tests::device_schedule_flag() {
         sys::cudaDeviceScheduleAuto => "Auto",
         sys::cudaDeviceScheduleSpin => "Spin",
         sys::cudaDeviceScheduleYield => "Yield",

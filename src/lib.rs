@@ -315,6 +315,20 @@ pub fn thread_cpu_ticks(name: &str) -> Option<u64> {
     None
 }
 
+/// The scheduling flag of the calling thread's current device (`cudaGetDeviceFlags`, masked
+/// with `cudaDeviceScheduleMask`): how its synchronize waits, and so how the completion reactor
+/// waits by default.
+///
+/// # Panics
+/// If CUDA cannot report it.
+pub fn device_schedule_flag() -> u32 {
+    let mut flags = 0;
+    // SAFETY: a valid out-pointer.
+    let code = unsafe { cuda_stream::sys::cudaGetDeviceFlags(&mut flags) };
+    cuda_stream::check(code, "cudaGetDeviceFlags").unwrap();
+    flags & cuda_stream::sys::cudaDeviceScheduleMask
+}
+
 /// Clock ticks per second, the unit of [`thread_cpu_ticks`] (`sysconf(_SC_CLK_TCK)`; 100 if
 /// it cannot be read).
 pub fn clock_ticks_per_second() -> f64 {

@@ -231,12 +231,9 @@ fn ticks_in(held: Duration) -> u64 {
 fn by_default_the_reactor_waits_as_the_devices_synchronize_does() {
     let device = gpu_or_skip!();
     let _serial = serial();
-    let mut flags = 0;
-    // SAFETY: a valid out-pointer.
-    check(unsafe { sys::cudaGetDeviceFlags(&mut flags) }, "cudaGetDeviceFlags").unwrap();
     let held = Duration::from_millis(400);
     let (full, spent) = (ticks_in(held), reactor_ticks_while_pending(device, held));
-    match flags & sys::cudaDeviceScheduleMask {
+    match cuda_stream_tests::device_schedule_flag() {
         // CUDA's default (Auto), Spin and Yield: the reactor queries without pause, as a
         // synchronize would (yielding, with nothing else to run, takes the core as well).
         sys::cudaDeviceScheduleAuto | sys::cudaDeviceScheduleSpin | sys::cudaDeviceScheduleYield => {
@@ -288,10 +285,8 @@ fn blocking_sync_child() {
     // SAFETY: sets a flag of the calling thread's device (0); no pointer.
     check(unsafe { sys::cudaSetDeviceFlags(sys::cudaDeviceScheduleBlockingSync) }, "cudaSetDeviceFlags").unwrap();
     let device = Device::new(0).unwrap();
-    let mut flags = 0;
-    // SAFETY: a valid out-pointer.
-    check(unsafe { sys::cudaGetDeviceFlags(&mut flags) }, "cudaGetDeviceFlags").unwrap();
-    assert_eq!(flags & sys::cudaDeviceScheduleMask, sys::cudaDeviceScheduleBlockingSync, "flags {flags:#x}");
+    let schedule = cuda_stream_tests::device_schedule_flag();
+    assert_eq!(schedule, sys::cudaDeviceScheduleBlockingSync, "schedule flag {schedule:#x}");
     assert_eq!(reactor_wait(), ReactorWait::AsDevice);
     let held = Duration::from_millis(400);
     let (full, spent) = (ticks_in(held), reactor_ticks_while_pending(device, held));
@@ -316,11 +311,8 @@ fn an_idle_reactor_uses_no_cpu() {
 /// tick of tolerance, for a tick that was already under way).
 fn assert_idle_for(idle: Duration) {
     std::thread::sleep(Duration::from_millis(50));
-    let ticks = || thread_cpu_ticks(REACTOR_THREAD_NAME).expect("the reactor thread runs, under its name");
-    let before = ticks();
-    std::thread::sleep(idle);
-    let after = ticks();
-    assert!(after <= before + 1, "the idle reactor used {} clock ticks of CPU in {idle:?}", after - before);
+    let spent = reactor_ticks_over(idle);
+    assert!(spent <= 1, "the idle reactor used {spent} clock ticks of CPU in {idle:?}");
 }
 
 #[test]

@@ -5,8 +5,8 @@
 
 use cuda_stream::capture::{self, Global, Relaxed, ThreadLocal};
 use cuda_stream::{
-    CaptureStatus, Error, Graph, GraphExecUpdateResult, GraphInstantiateResult, InstantiateFlags, InstantiateOptions,
-    StreamRef, check, sys,
+    CaptureStatus, Error, Graph, GraphExec, GraphExecUpdateResult, GraphInstantiateResult, InstantiateFlags,
+    InstantiateOptions, StreamRef, check, sys,
 };
 use cuda_stream_tests::probe::{Probe, Token};
 use cuda_stream_tests::{MappedFlag, TagLog, gpu_or_skip, non_blocking_stream, poll_until, tag, wait_flag};
@@ -24,7 +24,7 @@ fn serial() -> MutexGuard<'static, ()> {
 
 /// Drops `exec` and checks that CUDA then frees every closure of `probes` (asynchronously, on a
 /// thread of its own), none of which ever ran after being freed.
-fn drop_and_expect_freed(exec: cuda_stream::GraphExec, probes: &[&Probe]) {
+fn drop_and_expect_freed(exec: GraphExec, probes: &[&Probe]) {
     drop(exec);
     let freed = poll_until(Duration::from_secs(5), || probes.iter().all(|probe| probe.dropped()));
     assert!(freed.is_some(), "dropping the executable freed every closure");
@@ -51,6 +51,22 @@ fn capture_tags(stream: &StreamRef, log: &TagLog, tags: &[u32], probe: Option<&A
     capture.end().unwrap()
 }
 
+/// The update tests' start: an executable of tags 1, 2 with a host function recording into
+/// `old` (its graph already dropped: the executable holds what it needs), and a graph of the
+/// same shape with tags 11, 12 and `new`, to update it to.
+fn old_executable_and_new_graph(
+    stream: &StreamRef,
+    log: &TagLog,
+    old: &Arc<Probe>,
+    new: &Arc<Probe>,
+) -> (GraphExec, Graph) {
+    let old_graph = capture_tags(stream, log, &[1, 2], Some(old));
+    let new_graph = capture_tags(stream, log, &[11, 12], Some(new));
+    let exec = old_graph.instantiate().unwrap();
+    drop(old_graph);
+    (exec, new_graph)
+}
+
 #[test]
 fn update_replays_the_new_kernel_arguments_and_host_functions_and_keeps_them_alive() {
     let _serial = serial();
@@ -58,10 +74,7 @@ fn update_replays_the_new_kernel_arguments_and_host_functions_and_keeps_them_ali
     let stream = non_blocking_stream(device);
     let log = TagLog::new(16).unwrap();
     let (old, new) = (Arc::new(Probe::default()), Arc::new(Probe::default()));
-    let old_graph = capture_tags(&stream, &log, &[1, 2], Some(&old));
-    let new_graph = capture_tags(&stream, &log, &[11, 12], Some(&new));
-    let mut exec = old_graph.instantiate().unwrap();
-    drop(old_graph);
+    let (mut exec, new_graph) = old_executable_and_new_graph(&stream, &log, &old, &new);
     exec.launch(&stream).unwrap();
     stream.synchronize().unwrap();
     assert_eq!(log.tags(), [1, 2]);
@@ -93,10 +106,7 @@ fn update_during_pending_launches_holds_the_replaced_closure_until_they_complete
     let stream = non_blocking_stream(device);
     let log = TagLog::new(16).unwrap();
     let (old, new) = (Arc::new(Probe::default()), Arc::new(Probe::default()));
-    let old_graph = capture_tags(&stream, &log, &[1, 2], Some(&old));
-    let new_graph = capture_tags(&stream, &log, &[11, 12], Some(&new));
-    let mut exec = old_graph.instantiate().unwrap();
-    drop(old_graph);
+    let (mut exec, new_graph) = old_executable_and_new_graph(&stream, &log, &old, &new);
     // Two launches held back behind a kernel that waits for the host's flag.
     let replay = non_blocking_stream(device);
     let flag = MappedFlag::new().unwrap();

@@ -447,16 +447,17 @@ fn serve(query: Query) {
         if take_arrivals(&mut pending, &mut arrivals_seen) {
             active = Instant::now();
         }
-        let (pace, wait) = {
+        let (pace, word) = {
             let _polling = begin_pass();
             if EXITING.load(Ordering::SeqCst) {
                 break;
             }
-            let wait = WAIT.load(Ordering::Relaxed);
-            if poll(query, ReactorWait::decode(wait), &mut poisoned, &mut pending, &mut woken, &mut released) {
+            let word = WAIT.load(Ordering::Relaxed);
+            let wait = ReactorWait::decode(word);
+            if poll(query, wait, &mut poisoned, &mut pending, &mut woken, &mut released) {
                 active = Instant::now();
             }
-            (Pace::of(ReactorWait::decode(wait), &pending), wait)
+            (Pace::of(wait, &pending), word)
         };
         // Outside every lock: wakers are the executor's code, and so are their drops (a
         // dropped future's signal may hold one).
@@ -467,7 +468,7 @@ fn serve(query: Query) {
             quietly(|| waker.wake());
         }
         if !pending.is_empty() {
-            pace.pause(active.elapsed(), wait);
+            pace.pause(active.elapsed(), word);
         }
     }
     park_forever();
@@ -525,10 +526,10 @@ impl Pace {
 
     /// Waits before the next pass, `since` the last activity. Backing off, it spins through
     /// the hot window, yields for as long again, then naps, woken early by an arrival or a
-    /// change of the setting: it naps only if the setting is still `wait` (the encoded word
+    /// change of the setting: it naps only if the setting is still `word` (the encoded word
     /// the pace was chosen under), read under the lock [`set_reactor_wait`] takes after its
     /// change, so a change is never slept through.
-    fn pause(self, since: Duration, wait: u64) {
+    fn pause(self, since: Duration, word: u64) {
         let hot = match self {
             Pace::Spin => return std::hint::spin_loop(),
             Pace::Yield => return std::thread::yield_now(),
@@ -541,7 +542,7 @@ impl Pace {
         } else {
             let nap = (since / NAP_DIVISOR).clamp(SHORTEST_NAP, LONGEST_NAP);
             let mut registry = lock(&REGISTRY);
-            if registry.incoming.is_empty() && WAIT.load(Ordering::Relaxed) == wait {
+            if registry.incoming.is_empty() && WAIT.load(Ordering::Relaxed) == word {
                 registry.parked = true;
                 registry = ARRIVED.wait_timeout(registry, nap).unwrap_or_else(PoisonError::into_inner).0;
                 registry.parked = false;
