@@ -3,7 +3,7 @@
 //! `cudaStream_t` (runtime) and `CUstream` (driver, cudarc) are the same `CUstream_st*`.
 
 use cuda_stream::capture::Global;
-use cuda_stream::{AsStream, BorrowedStream, Builtin, CaptureStatus, Device, Ownership, Stream, StreamOptions};
+use cuda_stream::{BorrowedStream, Builtin, CaptureStatus, Device, Ownership, Stream, StreamOptions};
 use cuda_stream_tests::{ForeignStream, MappedFlag, TagLog, gpu_or_skip, poll_until};
 use cudarc::driver::{CudaContext, result, sys as driver};
 use std::time::Duration;
@@ -114,21 +114,22 @@ fn c_code_enqueues_on_our_stream_and_we_borrow_its_stream() {
 }
 
 #[test]
-fn a_cudarc_stream_is_an_as_stream_that_our_streams_wait_on() {
+fn a_cudarc_stream_borrowed_from_cudarc_is_waited_on_by_ours() {
     let device = gpu_or_skip!();
     let context = CudaContext::new(0).unwrap();
     let theirs = context.new_stream().unwrap();
     let ours = Stream::new(device, StreamOptions::non_blocking()).unwrap();
     let log = TagLog::new(8).unwrap();
     let flag = MappedFlag::new().unwrap();
-    let lent = theirs.as_stream();
+    // SAFETY: cudarc keeps its stream alive while it is borrowed; nobody captures it.
+    let lent = unsafe { BorrowedStream::from_cudarc(&theirs) }.unwrap();
     assert_eq!(
         (lent.as_raw(), lent.device(), lent.ownership()),
         (theirs.cu_stream().cast(), device, Ownership::Borrowed)
     );
     cuda_stream_tests::wait_flag(&lent, &flag, Duration::from_secs(10)).unwrap();
     cuda_stream_tests::tag(&lent, &log, 1, Duration::ZERO).unwrap();
-    ours.wait_stream(&theirs).unwrap(); // `&Arc<CudaStream>`: anything that is a stream
+    ours.wait_stream(&lent).unwrap();
     cuda_stream_tests::tag(&ours, &log, 2, Duration::ZERO).unwrap();
     let early = poll_until(Duration::from_millis(100), || log.count() > 0);
     assert!(early.is_none(), "our stream ran before cudarc's: {:?}", log.tags());
@@ -137,7 +138,9 @@ fn a_cudarc_stream_is_an_as_stream_that_our_streams_wait_on() {
     assert_eq!(log.tags(), vec![1, 2]);
     // cudarc's default stream (the driver's handle 0) is the legacy stream in both our builds.
     let default = context.default_stream();
-    assert_eq!(default.as_stream().ownership(), Ownership::Builtin(Builtin::Legacy));
+    // SAFETY: as above.
+    let default = unsafe { BorrowedStream::from_cudarc(&default) }.unwrap();
+    assert_eq!(default.ownership(), Ownership::Builtin(Builtin::Legacy));
 }
 
 #[test]

@@ -236,7 +236,7 @@ impl StreamRef {
         value: &sys::cudaLaunchAttributeValue,
         valid: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        let _current = self.enter()?;
+        let _current = self.enter_runtime()?;
         let _transitions = crate::capture::no_capture_transitions();
         self.refuse_capturing("a stream attribute is not set during capture (CUDA may invalidate it)")?;
         valid()?;
@@ -246,7 +246,7 @@ impl StreamRef {
     }
 
     fn attribute(&self, id: sys::cudaLaunchAttributeID) -> Result<sys::cudaLaunchAttributeValue> {
-        let _current = self.enter()?;
+        let _current = self.enter_runtime()?;
         let _transitions = crate::capture::no_capture_transitions();
         self.refuse_capturing("a stream attribute is not read during capture (CUDA may invalidate it)")?;
         let mut value = sys::cudaLaunchAttributeValue::default();

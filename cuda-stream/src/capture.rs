@@ -256,9 +256,12 @@ impl StreamRef {
                 "a per-thread default stream cannot be captured in Relaxed mode (it could end on another thread)",
             ));
         }
-        let _current = self.enter()?;
+        let _current = self.enter_runtime()?;
         let leaves = into.as_ref().map(Graph::leaves).transpose()?.unwrap_or_default();
         let transition = capture_transition();
+        // Counted before CUDA begins it: a call that CUDA orders after the begin (a record that
+        // goes into the capture) then sees the count (`live_captures::may_capture`).
+        let counted = live_captures::begun(self.device(), M::RAW);
         let (code, api) = match &into {
             // SAFETY: a live stream; the mode is a valid constant.
             None => (unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture"),
@@ -281,11 +284,11 @@ impl StreamRef {
             }
         };
         let begun = check(code, api);
-        // Counted before any other capture can begin or end.
-        let counted = begun.is_ok().then(|| live_captures::begun(self.device(), M::RAW));
+        if begun.is_err() {
+            live_captures::ended(counted);
+        }
         drop(transition);
         begun?;
-        let counted = counted.expect("counted when begun");
         let into = into.map(Target);
         let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
@@ -342,7 +345,7 @@ fn refuse_legacy(stream: &StreamRef, why: &'static str) -> Result<()> {
 }
 
 fn capture_state(stream: &StreamRef) -> Result<CaptureState> {
-    let _current = stream.enter()?;
+    let _current = stream.enter_runtime()?;
     let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
     let mut id: c_ulonglong = 0;
     let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
@@ -398,7 +401,7 @@ pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Res
             // external event, recorded now, never again, and kept alive by the graph.
             let event = Event::internal(other.device())?;
             other.record_raw(event.as_raw(), 0)?;
-            let event = keep_alive(mine.graph, Box::new(event))?;
+            let event = keep_alive(mine.graph, this.device(), Box::new(event))?;
             // SAFETY: the graph keeps the event alive until no graph, clone or executable needs
             // it, which is longer than this call.
             this.wait_raw(unsafe { (*event).as_raw() }, sys::cudaEventWaitExternal)
@@ -478,7 +481,7 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         }
         // The stream stays in this capture until `end`, which needs `self`: nothing can take
         // it out between the check and the launch.
-        let data = keep_alive(state.graph, Counted::boxed(f))?;
+        let data = keep_alive(state.graph, stream.device(), Counted::boxed(f))?;
         let (function, data) = (Some(run_repeatable::<F> as unsafe extern "C" fn(*mut c_void)), data.cast_mut().cast());
         match stream.enter()? {
             // SAFETY: `run_repeatable::<F>` honours the contract of `data`, which the graph keeps.
@@ -508,7 +511,7 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     fn finish(&mut self) -> Result<Graph> {
         self.ended = true;
         let into = self.into.take().map(|target| target.0);
-        let current = match self.stream.enter() {
+        let current = match self.stream.enter_runtime() {
             Ok(current) => current,
             Err(error) => {
                 std::mem::forget(into);

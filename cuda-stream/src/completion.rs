@@ -182,7 +182,9 @@ impl StreamRef {
         let event = reactor::internal_event(self.device())?;
         // A failed record may mean a dead event (its context reset, say): destroyed, not
         // handed to the next future.
-        self.record_raw(event.as_raw(), 0).map(|()| event)
+        self.record_raw(event.as_raw(), 0)?;
+        event.note_record(false);
+        Ok(event)
     }
 }
 
@@ -200,12 +202,20 @@ impl Event {
     /// Recording the event again while the future is pending moves its target: a CUDA event
     /// has only its latest record, so the future resolves when that one completes (or at once
     /// if a poll saw the earlier one complete first). An event never recorded is complete:
-    /// the future resolves `Ok(())` at the first poll.
+    /// the future resolves `Ok(())` at the first poll. An event last recorded inside a stream
+    /// capture is a graph node, not a marker: the reactor never queries it (CUDA would
+    /// invalidate the capture), and the future resolves with [`Error::CaptureMisuse`](crate::Error::CaptureMisuse),
+    /// at once or, if the event is recorded into a capture while the future is pending, at the
+    /// reactor's next pass.
     ///
     /// # Errors
     /// Never returned here: the future resolves with them. CUDA's errors of the query (the
-    /// sticky error after a fault); [`Error::ReactorUnavailable`](crate::Error::ReactorUnavailable).
+    /// sticky error after a fault); [`Error::ReactorUnavailable`](crate::Error::ReactorUnavailable);
+    /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) for a captured event.
     pub fn completion(self: &Arc<Self>) -> Completion {
+        if let Err(captured) = self.refuse_captured() {
+            return Completion::done(Err(captured));
+        }
         Completion::watching(Watched::User(Arc::clone(self)))
     }
 }

@@ -1,35 +1,59 @@
 //! Interoperation with [cudarc](https://docs.rs/cudarc) (feature `cudarc`), in both directions:
 //!
-//! * cudarc's `CudaStream` is an [`AsStream`]: every function of this crate that takes a stream
-//!   takes one, borrowed for as long as the `CudaStream` is.
+//! * [`BorrowedStream::from_cudarc`] borrows cudarc's `CudaStream` for as long as it is
+//!   borrowed, so that every function of this crate that takes a stream takes it.
 //! * [`StreamRef::to_cudarc`] lends one of ours to cudarc code, with cudarc's own contract for
 //!   borrowed streams (`CudaContext::wrap_borrowed_stream`).
 //!
-//! cudarc's contexts are the devices' primary contexts, the ones the CUDA runtime (and so this
-//! crate) uses. Your own dependency on cudarc picks its CUDA version feature, as for any cudarc
-//! user.
+//! Both directions are `unsafe`, because cudarc's safe API can begin and end captures on the
+//! stream (`CudaStream::begin_capture`, `end_capture`) from any thread, outside this crate's
+//! sight: the conditions are [`BorrowedStream::borrow_raw`]'s. And both accept the devices'
+//! primary contexts only (`CudaContext::new`), the ones the CUDA runtime (and so this crate)
+//! uses: a context of `CudaContext::new_non_primary` is [`Error::ForeignContext`], because
+//! cudarc destroys it when its last `Arc` drops, and this crate keeps no handle of a context
+//! it cannot keep alive. Your own dependency on cudarc picks its CUDA version feature, as for
+//! any cudarc user.
 
-use crate::as_stream::AsStream;
 use crate::device::Device;
-use crate::error::{Result, same_device};
+use crate::driver::Context;
+use crate::error::{Error, Result, same_device};
 use crate::stream::{BorrowedStream, BuiltinStream, StreamRef};
 use cudarc::driver::{CudaContext, CudaStream};
 use std::sync::Arc;
 
-impl AsStream for CudaStream {
-    /// cudarc's stream on the device of its context. cudarc's default stream (handle 0, the
-    /// driver API's legacy stream) is lent as [`BuiltinStream::legacy`] in both of this crate's
-    /// builds, since handle 0 means the per-thread stream to a `per-thread-default-stream`
-    /// build; its per-thread stream (0x2) as [`BuiltinStream::per_thread`].
-    fn as_stream(&self) -> BorrowedStream<'_> {
-        let device = Device::from_ordinal(self.context().ordinal() as i32);
-        let handle: crate::sys::cudaStream_t = self.cu_stream().cast();
+/// The device of a cudarc context, refused unless the context is that device's primary one.
+fn primary_device_of(context: &CudaContext) -> Result<Device> {
+    let device = Device::new(i32::try_from(context.ordinal()).unwrap_or(i32::MAX))?;
+    if !device.is_primary(Context(context.cu_ctx().cast()))? {
+        return Err(Error::ForeignContext { device: device.ordinal() });
+    }
+    Ok(device)
+}
+
+impl<'a> BorrowedStream<'a> {
+    /// Borrows cudarc's stream for as long as `stream` is borrowed. cudarc's default stream
+    /// (handle 0, the driver API's legacy stream) is lent as [`BuiltinStream::legacy`] in both
+    /// of this crate's builds, since handle 0 means the per-thread stream to a
+    /// `per-thread-default-stream` build; its per-thread stream (0x2) as
+    /// [`BuiltinStream::per_thread`].
+    ///
+    /// # Safety
+    /// As for [`BorrowedStream::borrow_raw`]: no capture of the stream begins or ends (cudarc's
+    /// `begin_capture`, `end_capture`) on another thread while a call of this crate on it runs.
+    ///
+    /// # Errors
+    /// [`Error::ForeignContext`] for a stream of a non-primary context (see the
+    /// [module docs](self)); the errors of [`Device::new`].
+    pub unsafe fn from_cudarc(stream: &'a CudaStream) -> Result<BorrowedStream<'a>> {
+        let device = primary_device_of(stream.context())?;
+        let handle: crate::sys::cudaStream_t = stream.cu_stream().cast();
         if handle.is_null() {
-            return BuiltinStream::legacy(device).into();
+            return Ok(BuiltinStream::legacy(device).into());
         }
+        crate::live_captures::foreign_handle_seen();
         // SAFETY: the `CudaStream` keeps its handle alive while it is borrowed, and the handle
-        // belongs to its context's device (cudarc's contract for every `CudaStream`).
-        unsafe { BorrowedStream::borrow_unchecked(handle, device) }
+        // belongs to its context, the device's primary one (checked); the caller's contract.
+        Ok(unsafe { BorrowedStream::borrow_unchecked(handle, device) })
     }
 }
 
@@ -44,15 +68,20 @@ impl StreamRef {
     /// cudarc's contract for borrowed streams: the returned `CudaStream`, and everything cudarc
     /// makes that retains it (its slices, events, forks), must not be used after this stream
     /// is destroyed, and you order work submitted through cudarc with work submitted here. A
-    /// per-thread stream must stay on this thread.
+    /// per-thread stream must stay on this thread. And, because cudarc's safe API may capture
+    /// it: no capture of the stream begins or ends through cudarc on another thread while a
+    /// call of this crate on it runs, and a capture begun through cudarc is ended through
+    /// cudarc (for a pool's lease, before the lease drops).
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) if `context` is another
-    /// device's.
+    /// device's; [`Error::ForeignContext`] if it is not the device's primary context.
     pub unsafe fn to_cudarc(&self, context: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
-        let theirs = Device::from_ordinal(context.ordinal() as i32);
+        let theirs = primary_device_of(context)?;
         same_device("a stream is lent to cudarc with its own device's context", self.device(), theirs)?;
-        // SAFETY: the handle belongs to `context`'s device (checked) and its primary context;
+        // cudarc code may now capture it, outside this crate's sight.
+        crate::live_captures::foreign_handle_seen();
+        // SAFETY: the handle belongs to `context`'s device and its primary context (checked);
         // the caller keeps it alive and ordered (this function's contract).
         Ok(unsafe { context.wrap_borrowed_stream(self.unambiguous_raw().cast()) })
     }

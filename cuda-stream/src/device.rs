@@ -44,9 +44,8 @@ impl Device {
         }
     }
 
-    /// The device of an ordinal known to be valid (one a driver context was made for), or, in
-    /// the host-only unit tests, of any ordinal: no CUDA call.
-    #[cfg(any(test, feature = "cudarc"))]
+    /// The device of any ordinal, for the host-only unit tests: no CUDA call.
+    #[cfg(test)]
     pub(crate) fn from_ordinal(ordinal: i32) -> Device {
         Device { ordinal }
     }
@@ -189,28 +188,59 @@ impl Device {
         driver::primary_context_state(self.ordinal).map(|(_, active)| active)
     }
 
-    /// Makes this device current on the calling thread until the guard drops, which restores
-    /// what was current before (also when unwinding): the previous context, primary or not
-    /// (`cuCtxSetCurrent`). When the thread had no context, nothing is restored and this device
-    /// stays current: the old way, `cudaSetDevice` on the previous ordinal (0 on a fresh
-    /// thread), created a primary context (hundreds of MiB) on a GPU the thread never used.
-    /// Switches nothing if the device already is current.
+    /// Makes this device's primary context current on the calling thread until the guard
+    /// drops, and returns it. This crate creates, caches and uses handles of primary contexts
+    /// only (the contexts the CUDA runtime uses), whatever context another library made
+    /// current:
+    /// * the primary context is current already: nothing changes (one `cuCtxGetCurrent`);
+    /// * another context is current (another device's primary context, or a context of
+    ///   cudarc's `new_non_primary`, a raw `cuCtxCreate`): the primary context is pushed on the
+    ///   driver's context stack (`cuCtxPushCurrent`) and popped when the guard drops, also when
+    ///   unwinding, so the driver's stack, not a saved handle, says what is current after;
+    /// * no context is current (a fresh thread): the device is made current as
+    ///   `cudaSetDevice` does, and stays current. There is nothing to restore: "restoring"
+    ///   no context would make the runtime's next call on this thread create a primary context
+    ///   on its default device 0 (PyTorch's `MaybeExchangeDevice` avoids it the same way).
+    ///
+    /// A guard leaked with `mem::forget` leaves the primary context pushed.
     ///
     /// # Errors
-    /// The errors of `cudaGetDevice`, `cuCtxGetCurrent` and `cudaSetDevice`.
+    /// The errors of `cuCtxGetCurrent`, `cuDevicePrimaryCtxRetain`, `cuCtxPushCurrent` and
+    /// `cudaSetDevice`; [`Error::InsideHostFn`] inside a host function.
+    #[inline]
     pub fn make_current(self) -> Result<DeviceGuard> {
         crate::host_fn::refuse_inside_host_fn()?;
-        // One device: it is current on every thread, and `self` (validated) is it.
-        if single_device() || current_ordinal()? == self.ordinal {
-            return Ok(DeviceGuard { restore: None, _thread_bound: PhantomData });
+        let current = driver::current_context()?;
+        let primary = self.primary_context()?;
+        if current == primary {
+            return Ok(DeviceGuard { pushed: false, _thread_bound: PhantomData });
         }
-        let previous = driver::current_context()?;
-        set_current(self.ordinal)?;
-        // With no context before, there is nothing to restore: "restoring" none would make the
-        // runtime's next call on this thread create a primary context on its default device 0
-        // (PyTorch's MaybeExchangeDevice avoids it the same way). The new device stays current.
-        let restore = (!previous.0.is_null()).then_some(previous);
-        Ok(DeviceGuard { restore, _thread_bound: PhantomData })
+        if current.0.is_null() {
+            set_current(self.ordinal)?;
+            return Ok(DeviceGuard { pushed: false, _thread_bound: PhantomData });
+        }
+        driver::push_context(primary)?;
+        Ok(DeviceGuard { pushed: true, _thread_bound: PhantomData })
+    }
+
+    /// The device's primary context, retained once per process and device.
+    #[inline]
+    fn primary_context(self) -> Result<driver::Context> {
+        static PRIMARY: OnceLock<Box<[OnceLock<driver::Context>]>> = OnceLock::new();
+        let contexts = PRIMARY.get_or_init(|| (0..Device::count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
+        let Some(slot) = contexts.get(self.ordinal as usize) else {
+            return driver::primary_context(self.ordinal);
+        };
+        if let Some(context) = slot.get() {
+            return Ok(*context);
+        }
+        let context = driver::primary_context(self.ordinal)?;
+        Ok(*slot.get_or_init(|| context))
+    }
+
+    /// Whether `context` is this device's primary context.
+    pub(crate) fn is_primary(self, context: driver::Context) -> Result<bool> {
+        Ok(self.primary_context()? == context)
     }
 }
 
@@ -253,13 +283,6 @@ fn hardware_queues_of(variable: Option<&str>) -> usize {
     }
 }
 
-/// Whether the process sees exactly one device, so that no device is ever switched. Read once:
-/// the device count of a process does not change.
-fn single_device() -> bool {
-    static SINGLE: OnceLock<bool> = OnceLock::new();
-    *SINGLE.get_or_init(|| Device::count() == Ok(1))
-}
-
 fn current_ordinal() -> Result<i32> {
     let mut ordinal: c_int = 0;
     // SAFETY: `ordinal` is a valid out-pointer.
@@ -272,29 +295,31 @@ fn set_current(ordinal: i32) -> Result<()> {
     check(unsafe { sys::cudaSetDevice(ordinal) }, "cudaSetDevice")
 }
 
-/// Keeps a device current on this thread; restores what was current before on drop. `!Send`:
-/// the current context is a property of the thread that made the guard.
+/// Keeps a device's primary context current on this thread (see [`Device::make_current`]);
+/// pops it on drop when it was pushed. `!Send`: the current context is a property of the thread
+/// that made the guard.
 #[derive(Debug)]
-#[must_use = "the previous context is restored when the guard drops"]
+#[must_use = "the pushed context is popped when the guard drops"]
 pub struct DeviceGuard {
-    /// The context to make current again (possibly none), when this guard switched.
-    restore: Option<driver::Context>,
+    /// Whether the guard pushed the primary context, to pop on drop.
+    pushed: bool,
     _thread_bound: PhantomData<*const ()>,
 }
 
 impl DeviceGuard {
-    /// Whether the guard will restore a previous context when it drops.
+    /// Whether the guard pushed the primary context (another context was current), and pops
+    /// it when it drops.
     pub fn switched(&self) -> bool {
-        self.restore.is_some()
+        self.pushed
     }
 }
 
 impl Drop for DeviceGuard {
     fn drop(&mut self) {
-        if let Some(previous) = self.restore {
-            // Drop cannot report; the previous context was current a moment ago, so this
-            // fails only if the context is already poisoned, which every later call reports.
-            let _ = driver::set_current_context(previous);
+        if self.pushed {
+            // Drop cannot report; the pop fails only if the thread's stack is already empty
+            // (someone else popped it), which leaves nothing to restore.
+            let _ = driver::pop_context();
         }
     }
 }

@@ -27,17 +27,25 @@ use std::sync::OnceLock;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Context(pub(crate) *mut c_void);
 
+// SAFETY: a driver context handle is a value any thread may pass to the driver (making it
+// current is per thread); the crate shares only primary contexts, retained for the process.
+unsafe impl Send for Context {}
+// SAFETY: as above: no method reads through the pointer.
+unsafe impl Sync for Context {}
+
 // The signatures of `cuda.h` (CUDA 12.0 and later), written with the runtime's handle types,
 // which are the same C types (`cudaStream_t` is `CUstream`, ...). `CUresult` and the status a
 // stream callback receives are C enums like `cudaError_t`: `c_int` here.
 type CtxGetCurrent = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
-type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> c_int;
 type CtxPushCurrent = unsafe extern "C" fn(*mut c_void) -> c_int;
 type CtxPopCurrent = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
 type CtxGetDevice = unsafe extern "C" fn(*mut c_int) -> c_int;
 type StreamGetCtx = unsafe extern "C" fn(sys::cudaStream_t, *mut *mut c_void) -> c_int;
 type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
 type PrimaryCtxGetState = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> c_int;
+type PrimaryCtxRetain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
+type StreamGetPriority = unsafe extern "C" fn(sys::cudaStream_t, *mut c_int) -> c_int;
+type StreamGetFlags = unsafe extern "C" fn(sys::cudaStream_t, *mut c_uint) -> c_int;
 type OnStream = unsafe extern "C" fn(sys::cudaStream_t) -> c_int;
 type OnEvent = unsafe extern "C" fn(sys::cudaEvent_t) -> c_int;
 type StreamIsCapturing = unsafe extern "C" fn(sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus) -> c_int;
@@ -51,13 +59,15 @@ type GraphLaunch = unsafe extern "C" fn(sys::cudaGraphExec_t, sys::cudaStream_t)
 /// The entry points.
 struct Driver {
     ctx_get_current: CtxGetCurrent,
-    ctx_set_current: CtxSetCurrent,
     ctx_push_current: CtxPushCurrent,
     ctx_pop_current: CtxPopCurrent,
     ctx_get_device: CtxGetDevice,
     stream_get_ctx: StreamGetCtx,
     device_get: DeviceGet,
     primary_ctx_get_state: PrimaryCtxGetState,
+    primary_ctx_retain: PrimaryCtxRetain,
+    stream_get_priority: StreamGetPriority,
+    stream_get_flags: StreamGetFlags,
     stream_query: OnStream,
     stream_synchronize: OnStream,
     stream_is_capturing: StreamIsCapturing,
@@ -87,13 +97,15 @@ fn driver() -> Result<&'static Driver> {
         .get_or_init(|| {
             Ok(Driver {
                 ctx_get_current: entry_point!(c"cuCtxGetCurrent" as CtxGetCurrent),
-                ctx_set_current: entry_point!(c"cuCtxSetCurrent" as CtxSetCurrent),
                 ctx_push_current: entry_point!(c"cuCtxPushCurrent" as CtxPushCurrent),
                 ctx_pop_current: entry_point!(c"cuCtxPopCurrent" as CtxPopCurrent),
                 ctx_get_device: entry_point!(c"cuCtxGetDevice" as CtxGetDevice),
                 stream_get_ctx: entry_point!(c"cuStreamGetCtx" as StreamGetCtx),
                 device_get: entry_point!(c"cuDeviceGet" as DeviceGet),
                 primary_ctx_get_state: entry_point!(c"cuDevicePrimaryCtxGetState" as PrimaryCtxGetState),
+                primary_ctx_retain: entry_point!(c"cuDevicePrimaryCtxRetain" as PrimaryCtxRetain),
+                stream_get_priority: entry_point!(c"cuStreamGetPriority" as StreamGetPriority),
+                stream_get_flags: entry_point!(c"cuStreamGetFlags" as StreamGetFlags),
                 stream_query: entry_point!(c"cuStreamQuery" as OnStream),
                 stream_synchronize: entry_point!(c"cuStreamSynchronize" as OnStream),
                 stream_is_capturing: entry_point!(c"cuStreamIsCapturing" as StreamIsCapturing),
@@ -157,31 +169,75 @@ pub(crate) fn current_context() -> Result<Context> {
     Ok(Context(context))
 }
 
-/// Makes `context` current on the calling thread (`cuCtxSetCurrent`); null unbinds.
-pub(crate) fn set_current_context(context: Context) -> Result<()> {
-    // SAFETY: `context` was current on this thread before (or is null); a context destroyed
-    // since is reported as an error.
-    check_driver(unsafe { (driver()?.ctx_set_current)(context.0) }, "cuCtxSetCurrent")
+/// Pushes `context` onto the calling thread's context stack (`cuCtxPushCurrent`): it is current
+/// until [`pop_context`].
+pub(crate) fn push_context(context: Context) -> Result<()> {
+    // SAFETY: the caller passes a live context: a device's primary context (retained for the
+    // life of the process by `primary_context`) or a live stream's own.
+    check_driver(unsafe { (driver()?.ctx_push_current)(context.0) }, "cuCtxPushCurrent")
 }
 
-/// The runtime ordinal of the device a real stream handle belongs to: its context
-/// (`cuStreamGetCtx`), pushed for `cuCtxGetDevice` and popped again, and that `CUdevice`
-/// matched against each ordinal's (`cuDeviceGet`). None of these disturbs a capture of the
-/// stream, where `cudaStreamGetDevice` would invalidate it.
-pub(crate) fn stream_device_ordinal(stream: sys::cudaStream_t) -> Result<i32> {
+/// Pops the calling thread's current context off its stack (`cuCtxPopCurrent`): what was
+/// current before the matching [`push_context`] is current again, as the driver keeps it.
+pub(crate) fn pop_context() -> Result<()> {
+    let mut popped: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    check_driver(unsafe { (driver()?.ctx_pop_current)(&mut popped) }, "cuCtxPopCurrent")
+}
+
+/// The primary context of the device with this runtime ordinal, retained once for the life of
+/// the process (`cuDevicePrimaryCtxRetain`; never released, so the handle stays valid even
+/// if every other user releases it). Initializes the context if nothing has yet.
+pub(crate) fn primary_context(ordinal: i32) -> Result<Context> {
     let driver = driver()?;
+    let mut device: c_int = 0;
+    // SAFETY: a valid out-pointer; an invalid ordinal is reported as an error.
+    check_driver(unsafe { (driver.device_get)(&mut device, ordinal) }, "cuDeviceGet")?;
+    let mut context: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; `device` came from cuDeviceGet.
+    check_driver(unsafe { (driver.primary_ctx_retain)(&mut context, device) }, "cuDevicePrimaryCtxRetain")?;
+    Ok(Context(context))
+}
+
+/// `cuStreamGetPriority`, as `cudaStreamGetPriority`: allowed during any capture of the stream,
+/// and it binds no context to the calling thread.
+pub(crate) fn stream_priority(stream: sys::cudaStream_t) -> Result<c_int> {
+    let mut priority: c_int = 0;
+    // SAFETY: the caller passes a live, real stream handle; a valid out-pointer.
+    check_driver(unsafe { (driver()?.stream_get_priority)(stream, &mut priority) }, "cudaStreamGetPriority")?;
+    Ok(priority)
+}
+
+/// `cuStreamGetFlags`, as `cudaStreamGetFlags`. CUDA invalidates any capture of the stream in
+/// progress for this call, whatever the capture mode (probed on CUDA 13.0): callers make sure
+/// the stream is not capturing.
+pub(crate) fn stream_flags(stream: sys::cudaStream_t) -> Result<c_uint> {
+    let mut flags: c_uint = 0;
+    // SAFETY: the caller passes a live, real stream handle; a valid out-pointer.
+    check_driver(unsafe { (driver()?.stream_get_flags)(stream, &mut flags) }, "cudaStreamGetFlags")?;
+    Ok(flags)
+}
+
+/// The context a real stream handle belongs to (`cuStreamGetCtx`; leaves a capture intact).
+pub(crate) fn stream_context(stream: sys::cudaStream_t) -> Result<Context> {
     let mut context: *mut c_void = std::ptr::null_mut();
     // SAFETY: the caller passes a live, real stream handle; a valid out-pointer.
-    check_driver(unsafe { (driver.stream_get_ctx)(stream, &mut context) }, "cuStreamGetCtx")?;
-    // SAFETY: a live context, the stream's own; popped below before anything else runs here.
-    check_driver(unsafe { (driver.ctx_push_current)(context) }, "cuCtxPushCurrent")?;
+    check_driver(unsafe { (driver()?.stream_get_ctx)(stream, &mut context) }, "cuStreamGetCtx")?;
+    Ok(Context(context))
+}
+
+/// The runtime ordinal of the device of a live context (a stream's, from [`stream_context`]):
+/// the context pushed for `cuCtxGetDevice` and popped again, and that `CUdevice` matched
+/// against each ordinal's (`cuDeviceGet`). None of these disturbs a capture of the stream,
+/// where `cudaStreamGetDevice` would invalidate it.
+pub(crate) fn context_device_ordinal(context: Context) -> Result<i32> {
+    let driver = driver()?;
+    // Popped below before anything else runs here.
+    push_context(context)?;
     let mut device: c_int = 0;
     // SAFETY: a valid out-pointer; the stream's context is current.
     let read = check_driver(unsafe { (driver.ctx_get_device)(&mut device) }, "cuCtxGetDevice");
-    let mut popped: *mut c_void = std::ptr::null_mut();
-    // SAFETY: pops the context pushed above; a valid out-pointer.
-    let pop = check_driver(unsafe { (driver.ctx_pop_current)(&mut popped) }, "cuCtxPopCurrent");
-    read.and(pop)?;
+    read.and(pop_context())?;
     let mut count: c_int = 0;
     // SAFETY: a valid out-pointer.
     check(unsafe { sys::cudaGetDeviceCount(&mut count) }, "cudaGetDeviceCount")?;

@@ -314,6 +314,14 @@ pub enum Error {
     /// process made by `fork` after it started, which has no such thread (`Unsupported`).
     #[error("no completion reactor thread: {0}")]
     ReactorUnavailable(std::io::ErrorKind),
+    /// A stream (or a cudarc context) of a context that is not its device's primary context
+    /// (cudarc's `new_non_primary`, a raw `cuCtxCreate`): this crate creates, caches and uses
+    /// handles of primary contexts only, which nothing but process exit destroys.
+    #[error("the stream or context is not device {device}'s primary context (only primary contexts are supported)")]
+    ForeignContext {
+        /// The device the context belongs to.
+        device: i32,
+    },
 }
 
 /// Why no GPU can be used, read from the code CUDA returned.

@@ -11,8 +11,12 @@ use std::ffi::c_uint;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
+
+/// Why a query, synchronize, elapsed time or completion of a captured event is refused.
+const CAPTURED_EVENT: &str = "the event was last recorded inside a stream capture: it is a node of the capture's graph, \
+     not a marker of work, until it is recorded outside a capture again (CUDA would invalidate the capture)";
 
 /// How to create an event
 /// ([`cudaEventCreateWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
@@ -100,8 +104,20 @@ pub struct Event {
     /// event's IPC handle (CUDA refuses `cudaIpcGetEventHandle` on an opened event). Boxed: 64
     /// bytes that other events do not need.
     imported_from: Option<Box<sys::cudaIpcEventHandle_t>>,
-    recorded: AtomicBool,
+    /// Where the last record went: [`NEVER_RECORDED`], [`RECORDED`] or [`CAPTURED`].
+    state: AtomicU8,
 }
+
+/// Never recorded through this crate.
+const NEVER_RECORDED: u8 = 0;
+/// Last recorded outside any capture: a marker of work, to query, synchronize and time.
+const RECORDED: u8 = 1;
+/// Last recorded while its stream was (or may have been) capturing: a node of the capture's
+/// graph, not a marker. CUDA refuses to query or synchronize such an event
+/// (`cudaErrorCapturedEvent`) and invalidates the capture for the attempt; a query racing the
+/// capture's end crashed libcuda (CUDA 13.0, H100). Refused here until the event is recorded
+/// outside a capture again.
+const CAPTURED: u8 = 2;
 
 /// Who destroys an event's handle.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -116,7 +132,7 @@ enum EventOwnership {
 
 // SAFETY: a cudaEvent_t is a handle the CUDA runtime lets any thread use.
 unsafe impl Send for Event {}
-// SAFETY: every method takes `&self` and makes thread-safe runtime calls; `recorded` is atomic.
+// SAFETY: every method takes `&self` and makes thread-safe runtime calls; `state` is atomic.
 unsafe impl Sync for Event {}
 
 impl Event {
@@ -145,14 +161,20 @@ impl Event {
     }
 
     fn wrap(raw: sys::cudaEvent_t, device: Device, ownership: EventOwnership, flags: KnownEventFlags) -> Event {
-        Event { raw, device, ownership, flags, imported_from: None, recorded: AtomicBool::new(false) }
+        Event { raw, device, ownership, flags, imported_from: None, state: AtomicU8::new(NEVER_RECORDED) }
     }
 
     /// Wraps an event handle someone else owns; dropping the `Event` never destroys it.
     ///
     /// # Safety
-    /// `raw` must be a valid event of `device`, and stay valid while this `Event` is in use.
+    /// `raw` must be a valid event of `device`'s primary context, and stay valid while this
+    /// `Event` is in use. Records made outside this crate are not seen: while the event is last
+    /// recorded inside a stream capture (by its owner, say), it must not be queried,
+    /// synchronized, timed or awaited through this `Event` (CUDA would invalidate the capture,
+    /// and such a query racing the capture's end crashed libcuda).
     pub unsafe fn from_raw(raw: sys::cudaEvent_t, device: Device) -> Event {
+        // Its owner may record it in a capture this crate cannot see.
+        live_captures::foreign_handle_seen();
         Event::wrap(raw, device, EventOwnership::Borrowed, KnownEventFlags::default())
     }
 
@@ -181,7 +203,7 @@ impl Event {
         live::event_created();
         let mut event = Event::wrap(raw, device, EventOwnership::Owned, flags);
         event.imported_from = Some(Box::new(handle));
-        event.mark_recorded();
+        event.state.store(RECORDED, Ordering::Relaxed);
         Ok(event)
     }
 
@@ -216,23 +238,52 @@ impl Event {
         stream.as_stream().record(self)
     }
 
-    pub(crate) fn mark_recorded(&self) {
-        self.recorded.store(true, Ordering::Relaxed);
+    /// Notes where a record is about to go (or just went): into a capture or not. Returns the
+    /// state before, for [`Event::restore_record_state`] when the record fails.
+    #[inline(always)]
+    pub(crate) fn note_record(&self, captured: bool) -> u8 {
+        self.state.swap(if captured { CAPTURED } else { RECORDED }, Ordering::SeqCst)
+    }
+
+    /// Puts back the state [`Event::note_record`] returned, after a record that failed.
+    pub(crate) fn restore_record_state(&self, previous: u8) {
+        self.state.store(previous, Ordering::SeqCst);
+    }
+
+    /// Whether the last record went into a capture (or may have): see [`Event::query`].
+    #[inline(always)]
+    pub(crate) fn is_captured(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == CAPTURED
+    }
+
+    /// [`Error::CaptureMisuse`] for an event whose last record went into a capture.
+    #[inline(always)]
+    pub(crate) fn refuse_captured(&self) -> Result<()> {
+        if self.is_captured() { Err(Error::CaptureMisuse(CAPTURED_EVENT)) } else { Ok(()) }
     }
 
     /// Whether the work before the last record has completed (also true if never recorded)
     /// ([`cudaEventQuery`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     ///
+    /// An event last recorded inside a stream capture is a node of the capture's graph, not a
+    /// marker of work: CUDA answers `cudaErrorCapturedEvent` and invalidates the capture (and
+    /// a query racing the capture's end crashed libcuda). Such an event is refused, before
+    /// CUDA sees the call, until it is recorded outside a capture again. Which records count:
+    /// every record through this crate on a stream that was capturing (or, with another thread
+    /// beginning a capture of this crate at the same moment, may have been); a record made
+    /// through raw FFI is not seen.
+    ///
     /// # Errors
-    /// Errors of earlier asynchronous work. [`Error::CaptureMisuse`], before CUDA sees the call
-    /// (which would invalidate the capture), while this thread has a Global or ThreadLocal
-    /// capture begun through this crate in progress, or any thread has a Global one
+    /// Errors of earlier asynchronous work. [`Error::CaptureMisuse`], before CUDA sees the call,
+    /// for an event last recorded in a capture, and while this thread has a Global or
+    /// ThreadLocal capture begun through this crate in progress, or any thread has a Global one
     /// ([the rules](crate::capture#calls-refused-during-a-capture)).
     #[inline]
     pub fn query(&self) -> Result<bool> {
         refuse_inside_host_fn()?;
+        self.refuse_captured()?;
         if live_captures::any() {
-            live_captures::refuse_unsafe_call()?;
+            return self.during_captures(crate::driver::event_query);
         }
         crate::driver::event_query(self.raw)
     }
@@ -244,10 +295,23 @@ impl Event {
     /// Errors of earlier asynchronous work; [`Error::CaptureMisuse`] as for [`Event::query`].
     pub fn synchronize(&self) -> Result<()> {
         refuse_inside_host_fn()?;
+        self.refuse_captured()?;
         if live_captures::any() {
-            live_captures::refuse_unsafe_call()?;
+            return self.during_captures(crate::driver::event_synchronize);
         }
         crate::driver::event_synchronize(self.raw)
+    }
+
+    /// `call` on this event while captures of this crate are in progress: refused where they
+    /// forbid it, and made with no capture of this crate beginning or ending meanwhile, so that
+    /// a record into a capture is either seen (refused) or made after the call.
+    #[cold]
+    #[inline(never)]
+    fn during_captures<T>(&self, call: fn(sys::cudaEvent_t) -> Result<T>) -> Result<T> {
+        let _transitions = crate::capture::no_capture_transitions();
+        live_captures::refuse_unsafe_call()?;
+        self.refuse_captured()?;
+        call(self.raw)
     }
 
     /// The GPU time from `start` to this event, or `None` while either has not completed
@@ -265,7 +329,7 @@ impl Event {
             if event.flags.timing == Some(false) {
                 return Err(Error::TimingDisabled);
             }
-            if event.is_owned() && !event.recorded.load(Ordering::Relaxed) {
+            if event.is_owned() && event.state.load(Ordering::Relaxed) == NEVER_RECORDED {
                 return Err(Error::EventNotRecorded);
             }
         }
@@ -274,6 +338,8 @@ impl Event {
         if !self.query()? || !start.query()? {
             return Ok(None);
         }
+        // The runtime call binds a context on a thread that has none: this device's primary.
+        let _current = self.device.make_current()?;
         let mut ms: f32 = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.
         let code = unsafe { sys::cudaEventElapsedTime(&mut ms, start.raw, self.raw) };

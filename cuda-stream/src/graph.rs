@@ -22,8 +22,19 @@ use std::ops::BitOr;
 /// Hands `value` to `graph` as a CUDA user object that the graph owns (moved, not retained
 /// twice): CUDA drops it when the graph and everything made from it are done with it. Returns
 /// where it lives until then.
-pub(crate) fn keep_alive<T: Send + 'static>(graph: sys::cudaGraph_t, value: Box<T>) -> Result<*const T> {
-    refuse_inside_host_fn()?;
+///
+/// Serialized process-wide: NVIDIA's graph objects "are not internally synchronized and must
+/// not be accessed concurrently from multiple threads", and two threads may attach objects to
+/// the graph of one capture at once (a Relaxed capture's guard is `Sync`, and `wait_stream`
+/// and external records reach the same graph from any thread).
+pub(crate) fn keep_alive<T: Send + 'static>(
+    graph: sys::cudaGraph_t,
+    device: Device,
+    value: Box<T>,
+) -> Result<*const T> {
+    let _current = device.make_current()?;
+    static GRAPH_MUTATIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _serialized = GRAPH_MUTATIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let data = Box::into_raw(value);
     let mut object: sys::cudaUserObject_t = std::ptr::null_mut();
     // SAFETY: `release::<T>` takes back exactly this box, once, when CUDA drops the object.
@@ -89,7 +100,7 @@ impl Graph {
     /// # Errors
     /// CUDA's errors.
     pub fn instantiate(&self) -> Result<GraphExec> {
-        refuse_inside_host_fn()?;
+        let _current = self.device.make_current()?;
         let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
         // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type); `exec` is a
         // valid out-pointer.
@@ -118,9 +129,9 @@ impl Graph {
             Some(stream) => {
                 same_device("a graph is uploaded to a stream of its own device", self.device, stream.device())?;
                 params.uploadStream = stream.as_raw();
-                stream.enter()?
+                stream.enter_runtime()?
             }
-            None => None,
+            None => self.device.make_current()?,
         };
         let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
         // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type); `exec` and
@@ -333,7 +344,7 @@ impl GraphExec {
     /// CUDA's errors.
     pub fn upload(&self, stream: impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
-        let _current = stream.enter()?;
+        let _current = stream.enter_runtime()?;
         // SAFETY: a live executable used by this thread only, and a live stream.
         check(unsafe { sys::cudaGraphUpload(self.raw, stream.as_raw()) }, "cudaGraphUpload")
     }

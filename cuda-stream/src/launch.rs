@@ -41,10 +41,7 @@ impl StreamRef {
         launcher_name: &'static str,
         launcher: impl FnOnce(sys::cudaStream_t) -> sys::cudaError_t,
     ) -> Result<()> {
-        let _current = match self.enter()? {
-            Some(builtin_current) => builtin_current,
-            None => self.device().make_current()?,
-        };
+        let _current = self.enter_runtime()?;
         let _ = take_last_error();
         let returned = launcher(self.as_raw());
         let last = take_last_error();

@@ -3,6 +3,15 @@
 //!
 //! The hot path reads one relaxed atomic, the number of captures in progress; only when it is
 //! not zero does a call take the lock and look at the captures themselves (device, mode, thread).
+//!
+//! The same word has one more bit, [`FOREIGN`]: set for good once a stream or event handle this
+//! crate did not create has been wrapped ([`foreign_handle_seen`]). From then on a capture this
+//! crate cannot count may be in progress on any stream: a foreign stream can be captured by its
+//! owner (`torch.cuda.graph`, cudarc), and a stream of ours that waits on it joins that capture.
+//! [`may_capture`] says whether any capture is possible at all; while it is false (the common
+//! case of a program that only uses its own streams and has no capture in progress), the calls
+//! whose meaning changes during a capture (records, `wait_stream`, pool returns) skip reading
+//! the stream's capture status.
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -10,9 +19,13 @@ use crate::sys;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// How many captures begun by this crate are in progress: `CAPTURES.len()`, readable without
-/// the lock. The only thing the hot path reads.
+/// How many captures begun by this crate are in progress (`CAPTURES.len()`, readable without the
+/// lock), and the [`FOREIGN`] bit. The only thing the hot path reads.
 static IN_PROGRESS: AtomicUsize = AtomicUsize::new(0);
+
+/// Set in [`IN_PROGRESS`] once a foreign handle was wrapped: captures this crate does not count
+/// may exist from then on.
+const FOREIGN: usize = 1 << (usize::BITS - 1);
 
 /// One entry per capture in progress.
 static CAPTURES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
@@ -44,7 +57,7 @@ pub(crate) fn begun(device: Device, mode: sys::cudaStreamCaptureMode) -> Entry {
     let entry = Entry::new(device, mode);
     let mut captures = captures();
     captures.push(entry);
-    IN_PROGRESS.store(captures.len(), Ordering::Relaxed);
+    publish(captures.len());
     entry
 }
 
@@ -55,14 +68,40 @@ pub(crate) fn ended(entry: Entry) {
     if let Some(index) = captures.iter().position(|counted| *counted == entry) {
         captures.swap_remove(index);
     }
-    IN_PROGRESS.store(captures.len(), Ordering::Relaxed);
+    publish(captures.len());
+}
+
+/// Stores the count (under the lock), keeping the [`FOREIGN`] bit. SeqCst: a record made after
+/// a capture began (in CUDA's order) reads the count that includes it (see [`may_capture`]).
+fn publish(count: usize) {
+    let foreign = IN_PROGRESS.load(Ordering::SeqCst) & FOREIGN;
+    IN_PROGRESS.store(count | foreign, Ordering::SeqCst);
+}
+
+/// Marks the process as holding a handle this crate did not create (a borrowed stream or
+/// event, a stream taken over or lent to another library): captures this crate does not count
+/// may be in progress from now on. Never cleared.
+#[inline]
+pub(crate) fn foreign_handle_seen() {
+    if IN_PROGRESS.load(Ordering::Relaxed) & FOREIGN == 0 {
+        let _captures = captures();
+        IN_PROGRESS.fetch_or(FOREIGN, Ordering::SeqCst);
+    }
 }
 
 /// Whether any capture begun by this crate is in progress: one relaxed load. Every refusal
 /// below is asked only when this is true.
 #[inline(always)]
 pub(crate) fn any() -> bool {
-    IN_PROGRESS.load(Ordering::Relaxed) != 0
+    IN_PROGRESS.load(Ordering::Relaxed) & !FOREIGN != 0
+}
+
+/// Whether any stream may be capturing: a capture of this crate is in progress, or a foreign
+/// handle was seen, whose owner may capture it (see the module docs). One load; while false, no
+/// stream of the process is capturing.
+#[inline(always)]
+pub(crate) fn may_capture() -> bool {
+    IN_PROGRESS.load(Ordering::SeqCst) != 0
 }
 
 /// Refuses an operation on `device`'s legacy stream while a capture of that device is in

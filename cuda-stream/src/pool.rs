@@ -73,10 +73,13 @@ use std::thread::available_parallelism;
 /// and releases, [`StreamPool::created`] never exceeds the most leases held at once. When every slot is leased it returns
 /// [`Error::PoolExhausted`]; it never waits and never shares.
 ///
-/// A released stream keeps its pending work: the next holder's work is ordered after it. It
-/// also keeps a capture its holder leaked (`mem::forget` of the [`Capture`](crate::Capture)
-/// guard ends the borrow, not the capture): the next holder's work would then go into that
-/// graph. Do not leak captures of leased streams.
+/// A released stream keeps its pending work: the next holder's work is ordered after it. A
+/// stream that comes back still capturing (its holder leaked the [`Capture`](crate::Capture)
+/// guard with `mem::forget`, which ends the borrow, not the capture; or it joined a capture
+/// that has not ended) is never handed on: the next holder's work would go into that graph.
+/// Its slot is quarantined for the pool's life, and [`StreamPool::quarantined`] counts it. The
+/// check reads the stream's capture status only while some stream of the process may be
+/// capturing; otherwise a release costs what it did.
 #[derive(Debug)]
 pub struct StreamPool {
     device: Device,
@@ -88,6 +91,8 @@ pub struct StreamPool {
 #[derive(Debug, Default)]
 struct Slot {
     stream: OnceLock<Stream>,
+    /// Set when the stream came back capturing: the slot is never handed out again.
+    quarantined: std::sync::atomic::AtomicBool,
 }
 
 impl StreamPool {
@@ -149,6 +154,12 @@ impl StreamPool {
         self.slots.iter().filter(|slot| slot.stream.get().is_some()).count()
     }
 
+    /// How many slots were quarantined because their stream came back from a lease still
+    /// capturing: they count against the capacity and are never leased again.
+    pub fn quarantined(&self) -> usize {
+        self.slots.iter().filter(|slot| slot.quarantined.load(Ordering::Relaxed)).count()
+    }
+
     /// The bound.
     pub fn capacity(&self) -> usize {
         self.slots.len()
@@ -178,9 +189,22 @@ impl Deref for StreamLease<'_> {
 
 impl Drop for StreamLease<'_> {
     fn drop(&mut self) {
-        let created = self.pool.slots[self.index as usize].stream.get().is_some();
-        self.pool.free.push(home(), self.index, created);
+        let slot = &self.pool.slots[self.index as usize];
+        let created = slot.stream.get();
+        if crate::live_captures::may_capture() && created.is_some_and(|stream| !is_idle_of_captures(stream)) {
+            slot.quarantined.store(true, Ordering::Relaxed);
+            return;
+        }
+        self.pool.free.push(home(), self.index, created.is_some());
     }
+}
+
+/// Whether a returned stream is outside any capture; `false` when that cannot be read (inside a
+/// host function, say): a stream that may be capturing is never handed on.
+#[cold]
+#[inline(never)]
+fn is_idle_of_captures(stream: &StreamRef) -> bool {
+    stream.may_be_capturing() == Ok(false)
 }
 
 /// The calling thread's number, which picks its home shard in every pool: threads are numbered

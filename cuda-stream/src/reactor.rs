@@ -383,9 +383,9 @@ impl Drop for Pass {
 }
 
 /// The reactor thread. It runs in CUDA's Relaxed capture-interaction mode
-/// (`cudaThreadExchangeStreamCaptureMode`): its queries touch only events whose work was
-/// recorded outside any capture (a capturing stream refuses `completion`), so they are safe
-/// while another thread captures, and in that mode CUDA lets them run instead of invalidating a
+/// (`cudaThreadExchangeStreamCaptureMode`): its queries touch only events whose last record
+/// was made outside any capture (a capturing stream refuses `completion`, and an event marked
+/// as captured is never queried), so they are safe while another thread captures, and in that mode CUDA lets them run instead of invalidating a
 /// Global capture, this crate's or anyone's. Should the mode not be set, the reactor queries
 /// through the crate's refusals instead and waits while a capture forbids it.
 fn run() {
@@ -423,7 +423,12 @@ enum Query {
 }
 
 impl Query {
+    /// Queries `event`, unless its last record went into a capture (a graph node, which CUDA
+    /// refuses to query, invalidating the capture): that is an error for its future. Called
+    /// with no capture of this crate beginning or ending (see [`serve`]), so a record into a
+    /// capture made before the call is seen here.
     fn ready(self, event: &Event) -> Result<bool> {
+        event.refuse_captured()?;
         match self {
             Query::Relaxed => crate::driver::event_query(event.as_raw()),
             Query::Checked => match event.query() {
@@ -435,7 +440,7 @@ impl Query {
 }
 
 fn serve(query: Query) {
-    // Devices whose context a sticky error poisoned: that lasts until the process exits.
+    // Devices whose primary context a sticky error poisoned: that lasts until the process exits.
     let mut poisoned: Vec<(Device, Error)> = Vec::new();
     let mut pending: Vec<Entry> = Vec::new();
     let mut woken: Vec<Waker> = Vec::new();
@@ -449,6 +454,10 @@ fn serve(query: Query) {
         }
         let (pace, word) = {
             let _polling = begin_pass();
+            // No capture of this crate begins or ends during the pass: none can end while one
+            // of its events is queried (CUDA 13.0 crashed when that raced), and a record into
+            // one is marked before the pass reads the event's state.
+            let _transitions = crate::capture::no_capture_transitions();
             if EXITING.load(Ordering::SeqCst) {
                 break;
             }
@@ -557,8 +566,10 @@ impl Pace {
 /// resolved future's event is no longer held by the reactor), and collects the wakers to call.
 /// Returns whether any future resolved.
 ///
-/// A sticky error poisons its context for good, so every future of that device, pending now or
+/// A sticky error poisons its context for good, so every future of that context, pending now or
 /// registered later, resolves with that error (what its own event reads cannot be trusted).
+/// Poisoning is kept per primary context, the context of every event this crate creates; an
+/// event of unknown context (borrowed) is neither poisoned nor poisons.
 fn poll(
     query: Query,
     wait: ReactorWait,
@@ -587,9 +598,10 @@ fn poll(
             Ok(true) => entry.outcome = Some(Ok(())),
             Ok(false) => {}
             Err(error) => {
-                let device = entry.watched.event().device();
-                if error.is_sticky() && !poisoned.iter().any(|(known, _)| *known == device) {
-                    poisoned.push((device, error.clone()));
+                if let Some(device) = primary_device(entry) {
+                    if error.is_sticky() && !poisoned.iter().any(|(known, _)| *known == device) {
+                        poisoned.push((device, error.clone()));
+                    }
                 }
                 entry.outcome = Some(Err(error));
             }
@@ -599,7 +611,7 @@ fn poll(
     // after a fault, events of other streams of the context stayed pending while their kernels
     // ran on, then read as complete): every future of that device resolves with its sticky error.
     for entry in pending.iter_mut() {
-        let device = entry.watched.event().device();
+        let Some(device) = primary_device(entry) else { continue };
         if let Some((_, error)) = poisoned.iter().find(|(known, _)| *known == device) {
             if !matches!(&entry.outcome, Some(Err(own)) if own.is_sticky()) {
                 entry.outcome = Some(Err(error.clone()));
@@ -624,6 +636,15 @@ fn poll(
         released.push(signal);
     }
     resolved
+}
+
+/// The device whose primary context the entry's event belongs to: every event this crate
+/// creates (see [`Device::make_current`]). `None` for an event borrowed with the unsafe
+/// [`Event::from_raw`], whose context is not known: a fault seen on it poisons nothing else,
+/// and a poisoned primary context does not decide its outcome.
+fn primary_device(entry: &Entry) -> Option<Device> {
+    let event = entry.watched.event();
+    event.is_owned().then(|| event.device())
 }
 
 /// Whether the entry's `Completion` is gone: the reactor holds the only reference to its

@@ -147,6 +147,11 @@ pub struct StreamRef {
     thread: u64,
     /// CUDA's id, read when this crate created the stream (nobody could capture it yet).
     id: Option<u64>,
+    /// Whether it was created non-blocking, where known without asking CUDA (which
+    /// invalidates a capture of the stream to answer): streams created here, built-in streams.
+    non_blocking: Option<bool>,
+    /// The priority CUDA gave it, read back when this crate created it.
+    priority: Option<c_int>,
 }
 
 // SAFETY: a cudaStream_t is a handle the CUDA runtime lets any thread use; the thread-bound
@@ -168,7 +173,10 @@ impl StreamRef {
             Ownership::Builtin(builtin) if builtin.is_thread_bound() => thread_identity(),
             _ => 0,
         };
-        StreamRef { raw, device, ownership, thread, id: None }
+        // The built-in streams are blocking: the legacy stream itself, and the per-thread
+        // stream, which synchronizes with it.
+        let non_blocking = matches!(ownership, Ownership::Builtin(_)).then_some(false);
+        StreamRef { raw, device, ownership, thread, id: None, non_blocking, priority: None }
     }
 
     /// A copy of this view for the crate's own bookkeeping (the current-stream stack). It must
@@ -214,7 +222,7 @@ impl StreamRef {
     }
 
     fn read_id(&self) -> Result<u64> {
-        let _current = self.enter()?;
+        let _current = self.enter_runtime()?;
         let mut id: c_ulonglong = 0;
         // SAFETY: `raw` is a live stream (or special handle) of the current device.
         check(unsafe { sys::cudaStreamGetId(self.raw, &mut id) }, "cudaStreamGetId")?;
@@ -245,6 +253,17 @@ impl StreamRef {
             live_captures::refuse_legacy_stream(self.device)?;
         }
         self.device.make_current()
+    }
+
+    /// Prepares a runtime call on this stream that may bind a context to the calling thread:
+    /// as [`StreamRef::enter`], and for a real handle its device's primary context is made
+    /// current (the runtime would bind device 0's on a thread that has none).
+    #[inline]
+    pub(crate) fn enter_runtime(&self) -> Result<DeviceGuard> {
+        match self.enter()? {
+            Some(current) => Ok(current),
+            None => self.device.make_current(),
+        }
     }
 
     /// Whether this handle means another stream on another thread (the per-thread stream).
@@ -320,9 +339,42 @@ impl StreamRef {
     #[inline]
     pub fn record(&self, event: &Event) -> Result<()> {
         same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
+        if live_captures::may_capture() {
+            return self.record_during_captures(event);
+        }
         self.record_raw(event.as_raw(), 0)?;
-        event.mark_recorded();
+        event.note_record(false);
+        if live_captures::may_capture() {
+            // A capture of this crate began meanwhile (counted before CUDA began it): the record
+            // may have gone into it.
+            event.note_record(self.may_be_capturing()?);
+        }
         Ok(())
+    }
+
+    /// [`StreamRef::record`] while some stream may be capturing: the event is marked as
+    /// captured before a record into a capture, so that nothing queries it meanwhile, and no
+    /// capture of this crate begins or ends between the status read and the record.
+    #[cold]
+    #[inline(never)]
+    fn record_during_captures(&self, event: &Event) -> Result<()> {
+        let _transitions = crate::capture::no_capture_transitions();
+        let previous = event.note_record(self.may_be_capturing()?);
+        let recorded = self.record_raw(event.as_raw(), 0);
+        if recorded.is_err() {
+            event.restore_record_state(previous);
+        }
+        recorded
+    }
+
+    /// Whether this stream is capturing, or its capture is invalidated (not yet ended). The
+    /// legacy stream never is (and asking it fails while another stream captures in Global
+    /// mode).
+    pub(crate) fn may_be_capturing(&self) -> Result<bool> {
+        if self.builtin().is_some_and(Builtin::is_legacy) {
+            return Ok(false);
+        }
+        Ok(self.capture_status()? != crate::CaptureStatus::None)
     }
 
     /// Records `event` here with CUDA's record flags
@@ -347,11 +399,16 @@ impl StreamRef {
         // No capture of this crate's begins or ends between the status read and the record, so
         // the graph that keeps the event is the one the record goes into.
         let _transitions = crate::capture::no_capture_transitions();
-        if let Some(graph) = crate::capture::active_graph(self)? {
-            crate::graph::keep_alive(graph, Box::new(Arc::clone(event)))?;
+        let graph = crate::capture::active_graph(self)?;
+        if let Some(graph) = graph {
+            crate::graph::keep_alive(graph, self.device, Box::new(Arc::clone(event)))?;
         }
         self.record_raw(event.as_raw(), sys::cudaEventRecordExternal)?;
-        event.mark_recorded();
+        // In a capture, the record is a node that records the event at each launch: the event
+        // itself stays what its last real record made it. Outside one, it is a real record.
+        if graph.is_none() {
+            event.note_record(false);
+        }
         Ok(())
     }
 
@@ -413,7 +470,9 @@ impl StreamRef {
     }
 
     /// Makes later work on this stream wait for the work enqueued on `other` so far. Costs one
-    /// capture-status read, one record and one wait: the marker event is created once per
+    /// record and one wait, plus a capture-status read while some stream of the process may be
+    /// capturing (a capture of this crate is in progress, or a foreign handle was ever
+    /// wrapped, see [`BorrowedStream::borrow_raw`]); the marker event is created once per
     /// thread and device, never per call.
     ///
     /// During stream capture:
@@ -429,7 +488,8 @@ impl StreamRef {
     #[inline]
     pub fn wait_stream(&self, other: impl AsStream) -> Result<()> {
         let other = other.as_stream();
-        if self.capture_status()? != crate::CaptureStatus::None {
+        // While no stream of the process may be capturing, `self` is not: no status to read.
+        if live_captures::may_capture() && self.capture_status()? != crate::CaptureStatus::None {
             return crate::capture::wait_stream_in_capture(self, &other);
         }
         self.wait_stream_now(&other)
@@ -466,30 +526,47 @@ impl StreamRef {
     }
 
     /// The priority CUDA applied to this stream
-    /// ([`cudaStreamGetPriority`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    /// ([`cudaStreamGetPriority`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)):
+    /// for a stream created here, read back at creation; otherwise read now, which CUDA allows
+    /// during a capture of the stream.
     ///
     /// # Errors
     /// CUDA's errors.
     #[inline]
     pub fn priority(&self) -> Result<Priority> {
-        let _current = self.enter()?;
-        let mut priority: c_int = 0;
-        // SAFETY: `priority` is a valid out-pointer; `raw` is live.
-        check(unsafe { sys::cudaStreamGetPriority(self.raw, &mut priority) }, "cudaStreamGetPriority")?;
-        Ok(Priority(priority))
+        if let Some(priority) = self.priority {
+            return Ok(Priority(priority));
+        }
+        // Both calls are allowed during any capture of the stream (probed on CUDA 13.0).
+        match self.enter()? {
+            None => driver::stream_priority(self.raw).map(Priority),
+            Some(_current) => {
+                let mut priority: c_int = 0;
+                // SAFETY: `priority` is a valid out-pointer; `raw` is a special handle of the
+                // current device.
+                check(unsafe { sys::cudaStreamGetPriority(self.raw, &mut priority) }, "cudaStreamGetPriority")?;
+                Ok(Priority(priority))
+            }
+        }
     }
 
     /// Whether the stream was created with `cudaStreamNonBlocking`
     /// ([`cudaStreamGetFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    /// Known without a CUDA call for streams created here and built-in streams; for others it
+    /// is read, unless the stream is being captured: CUDA invalidates the capture, in every
+    /// mode, to answer.
     ///
     /// # Errors
-    /// CUDA's errors.
+    /// [`Error::CaptureMisuse`] for a foreign stream that is being captured; CUDA's errors.
     pub fn is_non_blocking(&self) -> Result<bool> {
-        let _current = self.enter()?;
-        let mut flags: c_uint = 0;
-        // SAFETY: `flags` is a valid out-pointer; `raw` is live.
-        check(unsafe { sys::cudaStreamGetFlags(self.raw, &mut flags) }, "cudaStreamGetFlags")?;
-        Ok(flags & sys::cudaStreamNonBlocking != 0)
+        if let Some(non_blocking) = self.non_blocking {
+            return Ok(non_blocking);
+        }
+        // A stream this crate did not create (always a real handle). CUDA invalidates a capture
+        // of the stream, in every mode, to answer `cuStreamGetFlags` (probed on CUDA 13.0).
+        refuse_inside_host_fn()?;
+        self.refuse_capturing("reading the flags of a capturing stream would invalidate its capture")?;
+        Ok(driver::stream_flags(self.raw)? & sys::cudaStreamNonBlocking != 0)
     }
 
     /// The identity `Eq` and `Hash` use: device, the stream the handle stands for, thread.
@@ -575,8 +652,10 @@ impl Stream {
         live::stream_created();
         let mut stream = Stream { stream: StreamRef::new(raw, device, Ownership::Owned) };
         // Nobody else has the handle yet, so nobody can be capturing it: reading the id is
-        // safe now, and only now. If it fails, the stream drops and is destroyed.
+        // safe now, and only now. If a read fails, the stream drops and is destroyed.
         stream.stream.id = Some(stream.read_id()?);
+        stream.stream.non_blocking = Some(options.non_blocking);
+        stream.stream.priority = Some(driver::stream_priority(raw)?);
         Ok(stream)
     }
 
@@ -598,6 +677,8 @@ impl Stream {
         }
         refuse_inside_host_fn()?;
         check_stream_device("an owned stream handle belongs to the device it is taken for", handle, device)?;
+        // Made elsewhere: whoever made it may have begun a capture of it.
+        live_captures::foreign_handle_seen();
         live::stream_created();
         Ok(Stream { stream: StreamRef::new(handle, device, Ownership::Owned) })
     }
@@ -683,20 +764,38 @@ impl<'a> BorrowedStream<'a> {
     /// (`cudaStreamGetDevice`, CUDA 12.8, would invalidate that capture.) These driver calls
     /// exist in every CUDA 12 and 13 driver.
     ///
+    /// Only streams of a device's primary context (the runtime's, PyTorch's, CuPy's, cudarc's
+    /// `CudaContext::new`) are accepted: a stream of another context is [`Error::ForeignContext`].
+    ///
+    /// From the first borrow on, the process may hold streams whose owners capture them: the
+    /// calls whose meaning changes during a capture (records, `wait_stream`, a pool's returns)
+    /// then read the stream's capture status first (about 25 ns), where without foreign
+    /// handles they need not.
+    ///
     /// # Safety
-    /// `handle` must be a live stream (or a special handle), and its owner must not destroy it
-    /// during `'a`.
+    /// * `handle` must be a live stream (or a special handle), and its owner must not destroy
+    ///   it during `'a`.
+    /// * Its context (a primary context, checked) must stay alive during `'a`: nobody resets
+    ///   the device (`cudaDeviceReset`).
+    /// * Captures its owner begins or ends (`torch.cuda.graph`, cudarc's `begin_capture`) must
+    ///   not overlap, on another thread, a call of this crate on the stream: the driver is not
+    ///   safe against a host function enqueued while a capture of the stream begins or ends
+    ///   (a segmentation fault inside libcuda, probed on CUDA 13.0), and a call that checked
+    ///   the capture status would act on a stale one. A capture in progress before the call is
+    ///   seen and respected, and reading the stream leaves it intact.
     ///
     /// # Errors
     /// CUDA's errors reading the device (for a stream whose capture is broken, the capture's
     /// error: name the device with [`BorrowedStream::borrow_raw_on`] to wrap it anyway);
-    /// [`Error::InsideHostFn`] inside a host function.
+    /// [`Error::ForeignContext`] for a stream of another context; [`Error::InsideHostFn`]
+    /// inside a host function.
     pub unsafe fn borrow_raw(handle: sys::cudaStream_t) -> Result<BorrowedStream<'a>> {
         refuse_inside_host_fn()?;
         let device = match Builtin::of_handle(handle) {
             Some(_) => Device::current()?,
             None => stream_device(handle)?,
         };
+        live_captures::foreign_handle_seen();
         // SAFETY: the caller's contract; `device` is the handle's own.
         Ok(unsafe { BorrowedStream::borrow_unchecked(handle, device) })
     }
@@ -709,14 +808,16 @@ impl<'a> BorrowedStream<'a> {
     /// As [`BorrowedStream::borrow_raw`].
     ///
     /// # Errors
-    /// [`Error::DeviceMismatch`] if the handle belongs to another device; CUDA's errors
-    /// reading the device. A stream whose capture is broken cannot report its device: `device`
-    /// is then taken on trust.
+    /// [`Error::DeviceMismatch`] if the handle belongs to another device;
+    /// [`Error::ForeignContext`] if it belongs to another context than the device's primary
+    /// one; CUDA's errors reading the device. A stream whose capture is broken cannot report
+    /// its device: `device` is then taken on trust.
     pub unsafe fn borrow_raw_on(handle: sys::cudaStream_t, device: Device) -> Result<BorrowedStream<'a>> {
         refuse_inside_host_fn()?;
         if Builtin::of_handle(handle).is_none() {
             check_stream_device("a borrowed stream handle belongs to the device named for it", handle, device)?;
         }
+        live_captures::foreign_handle_seen();
         // SAFETY: the caller's contract; the device is checked.
         Ok(unsafe { BorrowedStream::borrow_unchecked(handle, device) })
     }
@@ -754,9 +855,15 @@ impl From<BuiltinStream> for BorrowedStream<'static> {
     }
 }
 
-/// The device a real (not special) stream handle belongs to, read through its context.
+/// The device a real (not special) stream handle belongs to, read through its context, which
+/// must be the device's primary context: this crate uses no other (see [`Device::make_current`]).
 fn stream_device(handle: sys::cudaStream_t) -> Result<Device> {
-    Device::new(driver::stream_device_ordinal(handle)?)
+    let context = driver::stream_context(handle)?;
+    let device = Device::new(driver::context_device_ordinal(context)?)?;
+    if !device.is_primary(context)? {
+        return Err(Error::ForeignContext { device: device.ordinal() });
+    }
+    Ok(device)
 }
 
 /// [`Error::DeviceMismatch`] (saying `what`) unless the real stream handle belongs to `device`.
