@@ -30,8 +30,8 @@
 //!
 //! All three deref to [`StreamRef`], which carries every operation. Functions that take a
 //! stream take an `impl` [`AsStream`] (as std's `AsFd`): any of these, a reference, `Box`,
-//! `Rc` or `Arc` of one, a pool lease, your own type, or (feature `cudarc`) cudarc's
-//! `CudaStream`. A `StreamRef` is never handed out by value, so nothing reachable from safe code
+//! `Rc` or `Arc` of one, a pool lease, or your own type; (feature `cudarc`) cudarc's
+//! `CudaStream` through the unsafe `BorrowedStream::from_cudarc`. A `StreamRef` is never handed out by value, so nothing reachable from safe code
 //! holds a stream without a lifetime or an ownership that keeps it alive: not a thread-local,
 //! not a guard that `mem::forget` could leak.
 //!
@@ -124,7 +124,8 @@
 //! # Features
 //! * `per-thread-default-stream`: handle 0 means the per-thread default stream.
 //! * `dynamic-linking`: link the shared `libcudart` instead of the static one.
-//! * `cudarc`: cudarc's `CudaStream` is an [`AsStream`]; `StreamRef::to_cudarc` lends ours.
+//! * `cudarc`: `BorrowedStream::from_cudarc` borrows cudarc's `CudaStream`;
+//!   `StreamRef::to_cudarc` lends ours (both `unsafe`, primary contexts only).
 //! * `testing`: `cuda_stream::testing`, the GPU gate for tests of your own kernels.
 
 #![deny(missing_docs)]

@@ -5,4 +5,6 @@ fn the_compiler_refuses_what_the_types_forbid() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/compile_fail/*.rs");
     t.pass("tests/compile_pass/*.rs");
+    #[cfg(feature = "cudarc")]
+    t.compile_fail("tests/compile_fail_cudarc/*.rs");
 }

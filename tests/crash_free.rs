@@ -1,0 +1,330 @@
+//! No safe program can crash the driver: one test per route that once could (captured events
+//! queried, reads that broke a foreign capture, handles created in a non-primary context that
+//! another library destroyed, cudarc lending, a pool lease returned capturing, graph objects
+//! mutated from two threads), each observing on the GPU what now happens instead. The routes
+//! that cannot be closed in code are `unsafe` (their compile-fail tests are in
+//! `cuda-stream/tests/compile_fail/`). Tests whose old failure was a crash run in a child
+//! process, so that a crash fails the test instead of the whole binary.
+
+use cuda_stream::sys;
+use cuda_stream::{
+    BorrowedStream, CaptureStatus, Device, Error, Event, EventFlags, Stream, StreamOptions, StreamPool, capture,
+    live_streams,
+};
+use cuda_stream_tests::non_blocking_stream as stream;
+use cuda_stream_tests::probe::Token;
+use cuda_stream_tests::{MappedFlag, TagLog, block_on, child_test_prints, gpu_or_skip};
+use cudarc::driver::{CudaContext, result};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+/// GPU tests run one at a time: captures in progress make the crate refuse other tests' calls.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn is_capture_misuse<T: std::fmt::Debug>(result: &cuda_stream::Result<T>) -> bool {
+    matches!(result, Err(Error::CaptureMisuse(_)))
+}
+
+// 2. An event recorded inside a capture is a graph node: every call that would query it is
+//    refused, and the capture survives.
+
+#[test]
+fn an_event_recorded_in_a_relaxed_capture_is_refused_until_recorded_outside() {
+    let device = gpu_or_skip!();
+    let _serial = serial();
+    let stream = stream(device);
+    let (event, start) =
+        (Event::new(device, EventFlags::timing()).unwrap(), Event::new(device, EventFlags::timing()).unwrap());
+    start.record(&*stream).unwrap();
+    let capture = stream.begin_capture(capture::Relaxed).unwrap();
+    cuda_stream_tests::empty(&stream).unwrap();
+    event.record(&*stream).unwrap();
+    assert!(is_capture_misuse(&event.query()), "query of a captured event");
+    assert!(is_capture_misuse(&event.synchronize()), "synchronize of a captured event");
+    assert!(is_capture_misuse(&event.elapsed(&start)), "elapsed to a captured event");
+    // From another thread too: a Relaxed capture forbids nobody's queries, the event does.
+    std::thread::scope(|scope| scope.spawn(|| assert!(is_capture_misuse(&event.query()))).join().unwrap());
+    assert_eq!(stream.capture_status(), Ok(CaptureStatus::Active), "no query reached CUDA");
+    let graph = capture.end().expect("the capture was not invalidated");
+    graph.instantiate().unwrap().launch(&*stream).unwrap();
+    assert!(is_capture_misuse(&event.query()), "still a graph node after the capture ended");
+    event.record(&*stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(event.query(), Ok(true), "recorded outside a capture, it is a marker again");
+    assert!(event.elapsed(&start).unwrap().is_some());
+}
+
+#[test]
+fn a_completion_of_an_event_recorded_in_a_global_capture_resolves_with_capture_misuse() {
+    let device = gpu_or_skip!();
+    let _serial = serial();
+    let stream = stream(device);
+    let event = Arc::new(Event::new(device, EventFlags::default()).unwrap());
+    let capture = stream.begin_capture(capture::Global).unwrap();
+    event.record(&*stream).unwrap();
+    let refused = event.completion();
+    assert!(refused.is_complete(), "refused at once, never handed to the reactor");
+    assert!(is_capture_misuse(&block_on(refused)));
+    assert_eq!(stream.capture_status(), Ok(CaptureStatus::Active));
+    capture.end().expect("the reactor never queried the captured event");
+}
+
+#[test]
+fn a_pending_completion_whose_event_is_recorded_into_a_capture_resolves_without_querying_it() {
+    let device = gpu_or_skip!();
+    let _serial = serial();
+    let (parked, capturing) = (stream(device), stream(device));
+    let flag = MappedFlag::new().unwrap();
+    cuda_stream_tests::wait_flag(&parked, &flag, Duration::from_secs(20)).unwrap();
+    let event = Arc::new(parked.record_event().unwrap());
+    let pending = event.completion();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!pending.is_complete(), "the flag holds the work");
+    // The event moves into a capture while the reactor polls it: the reactor must stop
+    // querying it (a query would invalidate the capture; racing the end, crash libcuda).
+    let capture = capturing.begin_capture(capture::Global).unwrap();
+    event.record(&*capturing).unwrap();
+    let outcome = block_on(pending);
+    assert!(is_capture_misuse(&outcome), "{outcome:?}");
+    assert_eq!(capturing.capture_status(), Ok(CaptureStatus::Active));
+    capture.end().expect("the capture was not invalidated");
+    flag.set();
+    parked.synchronize().unwrap();
+}
+
+/// The fuzzer's crash, as a loop: completions and queries of an event race the end of the
+/// capture it was recorded into. Run in a child: the old failure killed the process.
+#[test]
+fn queries_and_completions_racing_capture_ends_never_crash() {
+    let _device = gpu_or_skip!();
+    let _serial = serial();
+    child_test_prints("child_queries_race_capture_ends", &["raced"]);
+}
+
+#[test]
+#[ignore = "run by queries_and_completions_racing_capture_ends_never_crash in a child process"]
+fn child_queries_race_capture_ends() {
+    let device = Device::new(0).unwrap();
+    let stream = stream(device);
+    let event = Arc::new(Event::new(device, EventFlags::default()).unwrap());
+    let rounds = cuda_stream_tests::scaled(300, 30);
+    let (start, done) = (Barrier::new(2), std::sync::atomic::AtomicBool::new(false));
+    let mut invalidated = 0;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            start.wait();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = event.query();
+                let _ = block_on(event.completion());
+            }
+        });
+        start.wait();
+        for _ in 0..rounds {
+            let capture = stream.begin_capture(capture::Relaxed).unwrap();
+            cuda_stream_tests::empty(&stream).unwrap();
+            event.record(&*stream).unwrap();
+            if capture.end().is_err() {
+                invalidated += 1;
+            }
+            event.record(&*stream).unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    stream.synchronize().unwrap();
+    // A query that checked the event just before another thread marked it captured may still
+    // reach CUDA and invalidate that capture (a typed error at `end`), never crash.
+    println!("raced {rounds} captures, {invalidated} invalidated");
+}
+
+// 3. Reads of a stream leave a foreign capture intact.
+
+#[test]
+fn reads_of_a_borrowed_stream_leave_a_foreign_global_capture_intact() {
+    let device = gpu_or_skip!();
+    let _serial = serial();
+    let owner = stream(device);
+    let handle = owner.as_raw();
+    // SAFETY: `owner` outlives the borrow; this thread alone begins and ends the capture.
+    let borrowed = unsafe { BorrowedStream::borrow_raw(handle) }.unwrap();
+    // What `torch.cuda.graph` does: a raw Global capture of a stream it hands us.
+    // SAFETY: a live stream; a valid mode.
+    assert_eq!(
+        unsafe { sys::cudaStreamBeginCapture(handle, sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal) },
+        sys::cudaError::cudaSuccess
+    );
+    assert!(is_capture_misuse(&borrowed.is_non_blocking()), "CUDA would invalidate the capture to answer");
+    assert_eq!(owner.is_non_blocking(), Ok(true), "known since creation: no CUDA call");
+    assert_eq!(borrowed.priority(), owner.priority(), "read by a call CUDA allows during capture");
+    assert_eq!(borrowed.device(), device);
+    assert_eq!(borrowed.capture_status(), Ok(CaptureStatus::Active));
+    assert_eq!(borrowed.capture_info().map(|info| info.status), Ok(CaptureStatus::Active));
+    assert!(is_capture_misuse(&borrowed.id()));
+    let (token, probe) = Token::new();
+    assert!(is_capture_misuse(&borrowed.launch_host_fn(move || token.run())));
+    assert!(probe.dropped() && probe.runs() == 0);
+    let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+    // SAFETY: the stream's capture, begun above; a valid out-pointer.
+    let ended = unsafe { sys::cudaStreamEndCapture(handle, &mut graph) };
+    assert_eq!(ended, sys::cudaError::cudaSuccess, "the foreign capture survived every read");
+    // SAFETY: the graph the end returned, ours to destroy.
+    assert_eq!(unsafe { sys::cudaGraphDestroy(graph) }, sys::cudaError::cudaSuccess);
+    owner.synchronize().unwrap();
+}
+
+// 4. Non-primary contexts: what the crate creates lives in the primary context.
+
+#[test]
+fn handles_made_while_a_non_primary_context_is_current_survive_its_destruction() {
+    let _device = gpu_or_skip!();
+    let _serial = serial();
+    child_test_prints("child_non_primary_context_destroyed", &["survived"]);
+}
+
+#[test]
+#[ignore = "run by handles_made_while_a_non_primary_context_is_current_survive_its_destruction in a child"]
+fn child_non_primary_context_destroyed() {
+    let device = Device::new(0).unwrap();
+    let pool = StreamPool::new(device, StreamOptions::non_blocking(), 2).unwrap();
+    let before = live_streams();
+    let context = CudaContext::new_non_primary(0, 0).expect("a non-primary context");
+    let theirs = result::ctx::get_current().unwrap().expect("cudarc made its context current");
+    assert_eq!(theirs, context.cu_ctx());
+    // Everything made now: a stream, an event, a pool slot, a completion's internal event,
+    // the thread's wait_stream marker.
+    let created = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    let event = Event::new(device, EventFlags::timing()).unwrap();
+    let lease = pool.acquire().unwrap();
+    block_on(created.completion()).unwrap();
+    lease.wait_stream(&*created).unwrap();
+    {
+        let guard = device.make_current().unwrap();
+        assert!(guard.switched(), "the primary context was pushed over cudarc's");
+    }
+    assert_eq!(result::ctx::get_current().unwrap(), Some(theirs), "the guard popped back to cudarc's context");
+    // A stream of the non-primary context is refused, not lent as device 0's.
+    let foreign = context.new_stream().unwrap();
+    // SAFETY: cudarc keeps `foreign` alive while borrowed.
+    let borrowed = unsafe { BorrowedStream::borrow_raw(foreign.cu_stream().cast()) };
+    assert!(matches!(borrowed, Err(Error::ForeignContext { device: 0 })), "{borrowed:?}");
+    // SAFETY: as above.
+    let lent = unsafe { BorrowedStream::from_cudarc(&foreign) };
+    assert!(matches!(lent, Err(Error::ForeignContext { device: 0 })), "{lent:?}");
+    // SAFETY: never reached: the context is refused before anything is wrapped.
+    let to_theirs = unsafe { created.to_cudarc(&context) };
+    assert!(matches!(to_theirs, Err(Error::ForeignContext { device: 0 })), "{to_theirs:?}");
+    // Its default stream (handle 0) is that context's legacy stream, not device 0's: refused.
+    let default = context.default_stream();
+    // SAFETY: as above.
+    let lent = unsafe { BorrowedStream::from_cudarc(&default) };
+    assert!(matches!(lent, Err(Error::ForeignContext { device: 0 })), "{lent:?}");
+    drop((foreign, default));
+    drop(context); // cudarc destroys its context
+    // All of it still works, on the primary context, and drops cleanly.
+    let log = TagLog::new(8).unwrap();
+    cuda_stream_tests::tag(&created, &log, 1, Duration::ZERO).unwrap();
+    created.record(&event).unwrap();
+    lease.wait_event(&event).unwrap();
+    cuda_stream_tests::tag(&lease, &log, 2, Duration::ZERO).unwrap();
+    block_on(lease.completion()).unwrap();
+    assert_eq!(log.tags(), vec![1, 2]);
+    drop(lease);
+    let again = pool.acquire().unwrap();
+    again.synchronize().unwrap();
+    drop(again);
+    drop((created, event, pool));
+    assert_eq!(live_streams(), before, "every stream made meanwhile was destroyed");
+    println!("survived the destruction of the non-primary context");
+}
+
+// 6. Captures begun by foreign code (cudarc's safe API) on a stream we borrow.
+
+#[test]
+fn a_stream_captured_by_cudarc_refuses_fn_once_host_fns_and_keeps_its_capture() {
+    let device = gpu_or_skip!();
+    let _serial = serial();
+    let context = CudaContext::new(0).unwrap();
+    let theirs = context.new_stream().unwrap();
+    // SAFETY: cudarc keeps its stream alive; this thread alone begins and ends its capture.
+    let ours = unsafe { BorrowedStream::from_cudarc(&theirs) }.unwrap();
+    assert_eq!(ours.device(), device);
+    theirs.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).unwrap();
+    let (token, probe) = Token::new();
+    assert!(is_capture_misuse(&ours.launch_host_fn(move || token.run())));
+    assert!(probe.dropped() && probe.runs() == 0, "refused before CUDA: dropped, never run");
+    let marker = ours.record_event_with(EventFlags::default(), cuda_stream::RecordFlags::external()).unwrap();
+    cuda_stream_tests::empty(&ours).unwrap();
+    let graph = theirs
+        .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+        .expect("cudarc's capture survived")
+        .expect("a graph");
+    graph.launch().unwrap();
+    theirs.synchronize().unwrap();
+    assert_eq!(marker.query(), Ok(true), "the graph keeps the event alive; an external record leaves it queryable");
+}
+
+// 7. A pool never hands on a stream that came back capturing.
+
+#[test]
+fn a_lease_returned_with_a_leaked_capture_is_quarantined() {
+    let _device = gpu_or_skip!();
+    let _serial = serial();
+    // In a child: the leaked capture stays counted (and refuses the legacy stream) for good.
+    child_test_prints("child_lease_with_leaked_capture", &["quarantined"]);
+}
+
+#[test]
+#[ignore = "run by a_lease_returned_with_a_leaked_capture_is_quarantined in a child process"]
+fn child_lease_with_leaked_capture() {
+    let device = Device::new(0).unwrap();
+    let pool = StreamPool::new(device, StreamOptions::non_blocking(), 2).unwrap();
+    let leaked_raw = {
+        let lease = pool.acquire().unwrap();
+        std::mem::forget(lease.begin_capture(capture::Relaxed).unwrap());
+        lease.as_raw()
+    };
+    assert_eq!(pool.quarantined(), 1);
+    let next = pool.acquire().unwrap();
+    assert_ne!(next.as_raw(), leaked_raw, "the capturing stream is never leased again");
+    assert_eq!(next.capture_status(), Ok(CaptureStatus::None));
+    assert!(matches!(pool.acquire(), Err(Error::PoolExhausted { capacity: 2 })), "the quarantined slot is gone");
+    println!("quarantined the stream of the leaked capture");
+}
+
+// 8. Two threads attach objects to the graph of one capture at once.
+
+#[test]
+fn external_records_from_two_threads_into_one_capture_are_serialized() {
+    let device = gpu_or_skip!();
+    let _serial = serial();
+    let (origin, joined) = (stream(device), stream(device));
+    let capture = origin.begin_capture(capture::Relaxed).unwrap();
+    joined.wait_stream(&*origin).unwrap();
+    let rounds = cuda_stream_tests::scaled(2_000, 200);
+    let events: Vec<Arc<Event>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = [&origin, &joined]
+            .into_iter()
+            .map(|stream| {
+                scope.spawn(move || {
+                    (0..rounds)
+                        .map(|_| {
+                            stream
+                                .record_event_with(EventFlags::default(), cuda_stream::RecordFlags::external())
+                                .unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|worker| worker.join().unwrap()).collect()
+    });
+    origin.wait_stream(&*joined).unwrap();
+    let graph = capture.end().expect("the capture survived concurrent attachments");
+    let exec = graph.instantiate().unwrap();
+    drop((graph, events)); // the graph keeps every event alive
+    exec.launch(&*origin).unwrap();
+    origin.synchronize().unwrap();
+}
