@@ -151,11 +151,10 @@ fn reads_of_a_borrowed_stream_leave_a_foreign_global_capture_intact() {
     // SAFETY: `owner` outlives the borrow; this thread alone begins and ends the capture.
     let borrowed = unsafe { BorrowedStream::borrow_raw(handle) }.unwrap();
     // What `torch.cuda.graph` does: a raw Global capture of a stream it hands us.
+    let global = sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal;
     // SAFETY: a live stream; a valid mode.
-    assert_eq!(
-        unsafe { sys::cudaStreamBeginCapture(handle, sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal) },
-        sys::cudaError::cudaSuccess
-    );
+    let begun = unsafe { sys::cudaStreamBeginCapture(handle, global) };
+    assert_eq!(begun, sys::cudaError::cudaSuccess);
     assert!(is_capture_misuse(&borrowed.is_non_blocking()), "CUDA would invalidate the capture to answer");
     assert_eq!(owner.is_non_blocking(), Ok(true), "known since creation: no CUDA call");
     assert_eq!(borrowed.priority(), owner.priority(), "read by a call CUDA allows during capture");

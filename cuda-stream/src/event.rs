@@ -238,14 +238,20 @@ impl Event {
         stream.as_stream().record(self)
     }
 
-    /// Notes where a record is about to go (or just went): into a capture or not. Returns the
-    /// state before, for [`Event::restore_record_state`] when the record fails.
+    /// Notes where a record just went: into a capture or not.
     #[inline(always)]
-    pub(crate) fn note_record(&self, captured: bool) -> u8 {
+    pub(crate) fn note_record(&self, captured: bool) {
+        self.state.store(if captured { CAPTURED } else { RECORDED }, Ordering::Release);
+    }
+
+    /// Notes where a record is about to go, before it is made (so that no query can slip in
+    /// between), and returns the state before, for [`Event::restore_record_state`] when the
+    /// record fails.
+    pub(crate) fn note_record_ahead(&self, captured: bool) -> u8 {
         self.state.swap(if captured { CAPTURED } else { RECORDED }, Ordering::SeqCst)
     }
 
-    /// Puts back the state [`Event::note_record`] returned, after a record that failed.
+    /// Puts back the state [`Event::note_record_ahead`] returned, after a record that failed.
     pub(crate) fn restore_record_state(&self, previous: u8) {
         self.state.store(previous, Ordering::SeqCst);
     }
@@ -253,7 +259,7 @@ impl Event {
     /// Whether the last record went into a capture (or may have): see [`Event::query`].
     #[inline(always)]
     pub(crate) fn is_captured(&self) -> bool {
-        self.state.load(Ordering::SeqCst) == CAPTURED
+        self.state.load(Ordering::Acquire) == CAPTURED
     }
 
     /// [`Error::CaptureMisuse`] for an event whose last record went into a capture.

@@ -359,7 +359,7 @@ impl StreamRef {
     #[inline(never)]
     fn record_during_captures(&self, event: &Event) -> Result<()> {
         let _transitions = crate::capture::no_capture_transitions();
-        let previous = event.note_record(self.may_be_capturing()?);
+        let previous = event.note_record_ahead(self.may_be_capturing()?);
         let recorded = self.record_raw(event.as_raw(), 0);
         if recorded.is_err() {
             event.restore_record_state(previous);
