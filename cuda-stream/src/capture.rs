@@ -27,6 +27,7 @@
 //! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress | [`StreamRef::query`], [`StreamRef::synchronize`], [`Event::query`], [`Event::synchronize`] and [`Device::synchronize`], on this thread |
 //! | any thread has a [`Global`] capture in progress | the same calls, on every thread |
 //! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread |
+//! | an event's last record went into a capture (any capture, this crate's or a foreign one seen through a borrowed stream) | its [`query`](Event::query), [`synchronize`](Event::synchronize), [`elapsed`](Event::elapsed) and [`completion`](Event::completion), on every thread, until it is recorded outside a capture again |
 //!
 //! The legacy stream is refused even while only non-blocking streams are captured, where CUDA
 //! would accept it: a blocking stream may join the capture at any time (through
@@ -38,7 +39,14 @@
 //! * Captures begun outside this crate (raw FFI, `torch.cuda.graph`, another library) are not
 //!   counted: the calls they forbid reach CUDA, which refuses them and invalidates that capture.
 //!   (A stream's own query and synchronize are checked against CUDA's capture status, but only
-//!   while some capture of this crate is in progress.)
+//!   while some capture of this crate is in progress.) What such a capture cannot do is make
+//!   this crate crash the driver: once a foreign stream or event is wrapped
+//!   ([`BorrowedStream::borrow_raw`](crate::BorrowedStream::borrow_raw), whose `# Safety` says
+//!   which transitions must not overlap its calls), records read the stream's capture status,
+//!   so an event recorded into a foreign capture is known as captured.
+//! * An event queried on one thread while another records it into a capture: the query may have
+//!   checked the event just before, and then reach CUDA, which invalidates that capture (a typed
+//!   error at its end). No capture of this crate ends during such a query.
 //! * A capture that another thread begins between a call's check and the call itself: the check
 //!   passed, so CUDA refuses the call and invalidates that capture. Closing that window would
 //!   take a lock around every call; order such calls and capture begins yourself.

@@ -289,7 +289,7 @@ impl Event {
         refuse_inside_host_fn()?;
         self.refuse_captured()?;
         if live_captures::any() {
-            return self.during_captures(crate::driver::event_query);
+            return self.query_during_captures();
         }
         crate::driver::event_query(self.raw)
     }
@@ -303,21 +303,26 @@ impl Event {
         refuse_inside_host_fn()?;
         self.refuse_captured()?;
         if live_captures::any() {
-            return self.during_captures(crate::driver::event_synchronize);
+            // Checked with no capture of this crate beginning or ending, but not held while
+            // waiting: the work waited for may depend on a capture's end.
+            let _transitions = crate::capture::no_capture_transitions();
+            live_captures::refuse_unsafe_call()?;
+            self.refuse_captured()?;
         }
         crate::driver::event_synchronize(self.raw)
     }
 
-    /// `call` on this event while captures of this crate are in progress: refused where they
-    /// forbid it, and made with no capture of this crate beginning or ending meanwhile, so that
-    /// a record into a capture is either seen (refused) or made after the call.
+    /// [`Event::query`] while captures of this crate are in progress: refused where they forbid
+    /// it, and made with no capture of this crate beginning or ending meanwhile (CUDA 13.0
+    /// crashed when a query raced the end of a Global capture), so that a record into a capture
+    /// is either seen (refused) or made after the query.
     #[cold]
     #[inline(never)]
-    fn during_captures<T>(&self, call: fn(sys::cudaEvent_t) -> Result<T>) -> Result<T> {
+    fn query_during_captures(&self) -> Result<bool> {
         let _transitions = crate::capture::no_capture_transitions();
         live_captures::refuse_unsafe_call()?;
         self.refuse_captured()?;
-        call(self.raw)
+        crate::driver::event_query(self.raw)
     }
 
     /// The GPU time from `start` to this event, or `None` while either has not completed

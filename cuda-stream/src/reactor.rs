@@ -418,7 +418,7 @@ fn park_forever() -> ! {
 enum Query {
     /// Straight to `cuEventQuery`: the thread is in Relaxed capture mode.
     Relaxed,
-    /// Through [`Event::query`], whose refusal during a capture means "not yet".
+    /// Through the crate's refusals, whose refusal during a capture means "not yet".
     Checked,
 }
 
@@ -431,9 +431,12 @@ impl Query {
         event.refuse_captured()?;
         match self {
             Query::Relaxed => crate::driver::event_query(event.as_raw()),
-            Query::Checked => match event.query() {
+            // The pass holds the capture-transition lock already: the refusals are asked
+            // directly (not through `Event::query`, which would take it again).
+            Query::Checked => match crate::live_captures::refuse_unsafe_call() {
                 Err(Error::CaptureMisuse(_)) => Ok(false),
-                other => other,
+                Err(other) => Err(other),
+                Ok(()) => crate::driver::event_query(event.as_raw()),
             },
         }
     }

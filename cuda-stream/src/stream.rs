@@ -293,9 +293,9 @@ impl StreamRef {
     #[inline]
     pub fn query(&self) -> Result<bool> {
         let current = self.enter()?;
-        if live_captures::any() {
-            self.refuse_during_capture()?;
-        }
+        // While captures of this crate are in progress, none begins or ends during the query
+        // (CUDA 13.0 crashed when a query raced the end of a Global capture).
+        let _transitions = if live_captures::any() { Some(self.refuse_during_capture()?) } else { None };
         match current {
             None => driver::stream_query(self.raw),
             // SAFETY: `raw` is a special handle, for the stream of the current device.
@@ -313,7 +313,8 @@ impl StreamRef {
     pub fn synchronize(&self) -> Result<()> {
         let current = self.enter()?;
         if live_captures::any() {
-            self.refuse_during_capture()?;
+            // Checked, not held while waiting: the work may depend on a capture's end.
+            drop(self.refuse_during_capture()?);
         }
         match current {
             None => driver::stream_synchronize(self.raw),
@@ -324,11 +325,15 @@ impl StreamRef {
 
     /// Refuses a query or synchronize of this stream that would invalidate a capture: where the
     /// captures in progress forbid it on this thread, or while this stream is being captured.
+    /// Returns the hold that keeps captures of this crate from beginning or ending, under which
+    /// it checked.
     #[cold]
     #[inline(never)]
-    fn refuse_during_capture(&self) -> Result<()> {
+    fn refuse_during_capture(&self) -> Result<std::sync::RwLockReadGuard<'static, ()>> {
+        let transitions = crate::capture::no_capture_transitions();
         live_captures::refuse_unsafe_call()?;
-        self.refuse_capturing("querying or synchronizing a capturing stream would invalidate its capture")
+        self.refuse_capturing("querying or synchronizing a capturing stream would invalidate its capture")?;
+        Ok(transitions)
     }
 
     /// Records `event` here: it completes when the work enqueued so far has
