@@ -539,13 +539,11 @@ impl StreamRef {
     /// CUDA's errors.
     #[inline]
     pub fn priority(&self) -> Result<Priority> {
-        if let Some(priority) = self.priority {
-            return Ok(Priority(priority));
-        }
         // Both calls are allowed during any capture of the stream (probed on CUDA 13.0).
-        match self.enter()? {
-            None => driver::stream_priority(self.raw).map(Priority),
-            Some(_current) => {
+        match (self.enter()?, self.priority) {
+            (None, Some(known)) => Ok(Priority(known)),
+            (None, None) => driver::stream_priority(self.raw).map(Priority),
+            (Some(_current), _) => {
                 let mut priority: c_int = 0;
                 // SAFETY: `priority` is a valid out-pointer; `raw` is a special handle of the
                 // current device.
@@ -564,12 +562,14 @@ impl StreamRef {
     /// # Errors
     /// [`Error::CaptureMisuse`] for a foreign stream that is being captured; CUDA's errors.
     pub fn is_non_blocking(&self) -> Result<bool> {
+        // The built-in streams' rules (their thread; the legacy stream during a capture) hold
+        // even where no CUDA call is needed.
+        let _current = self.enter()?;
         if let Some(non_blocking) = self.non_blocking {
             return Ok(non_blocking);
         }
-        // A stream this crate did not create (always a real handle). CUDA invalidates a capture
-        // of the stream, in every mode, to answer `cuStreamGetFlags` (probed on CUDA 13.0).
-        refuse_inside_host_fn()?;
+        // A stream this crate did not create (a real handle). CUDA invalidates a capture of the
+        // stream, in every mode, to answer `cuStreamGetFlags` (probed on CUDA 13.0).
         self.refuse_capturing("reading the flags of a capturing stream would invalidate its capture")?;
         Ok(driver::stream_flags(self.raw)? & sys::cudaStreamNonBlocking != 0)
     }
