@@ -79,6 +79,29 @@
 //! * [`StreamPool`]: exclusive leases, never one stream to two holders.
 //! * [`Device::make_current`]: a guard that restores the previous context, or none.
 //!
+//! # Contexts, foreign captures and captured events
+//! What this crate guarantees whatever other code (cudarc, PyTorch, raw FFI) does beside it:
+//! * **One context per device.** Every handle this crate creates or caches (streams, events,
+//!   pool slots, the completion reactor's and `wait_stream`'s internal events) lives in its
+//!   device's primary context, whatever context is current: [`Device::make_current`] pushes
+//!   the primary context over another one and pops it after. Foreign streams of another
+//!   context are refused ([`Error::ForeignContext`]), so no handle of a context someone else
+//!   may destroy is ever kept. A sticky fault poisons the futures of its primary context.
+//! * **Captured events are graph nodes.** An event last recorded inside a capture is refused by
+//!   every call that would query it ([`Error::CaptureMisuse`]), and the reactor never queries
+//!   it: CUDA would invalidate the capture, and a query racing the capture's end crashed
+//!   libcuda.
+//! * **Capture transitions.** Captures begun through this crate never begin or end while the
+//!   crate enqueues a host function, attaches an object to a capture's graph, records a
+//!   possibly captured event, or queries during a capture (CUDA 13.0 crashed on each race).
+//!   Foreign code's transitions cannot be seen: the unsafe entry points for foreign streams
+//!   ([`BorrowedStream::borrow_raw`], `BorrowedStream::from_cudarc`, `StreamRef::to_cudarc`)
+//!   make the caller promise they do not overlap this crate's calls on the stream.
+//! * **Reads leave captures intact.** Identity, device, priority, flags and capture status are
+//!   read by calls CUDA allows during any capture, or known from creation; a read that CUDA
+//!   would answer by invalidating a capture is refused instead.
+//! * **Pools never lend a capturing stream**: a lease returned capturing is quarantined.
+//!
 //! # Errors
 //! Every CUDA failure is an [`Error::Cuda`] with the API's name and the [`CudaCode`] (name,
 //! description, [`CudaCode::is_sticky`]). `cudaErrorNotReady` is not an error: queries return
