@@ -8,7 +8,21 @@
 //! is active); graph captures in all three modes, with repeatable host functions, forks and joins,
 //! ended or dropped; graphs instantiated, uploaded, launched on any stream and dropped in any order
 //! with launches pending; pool leases up to exhaustion; nested `as_current`; and bursts of 2 to 4
-//! threads doing random operations on the program's shared streams.
+//! threads doing random operations on the program's shared streams. And actors the crate does not
+//! control:
+//! * events recorded inside a capture, then queried, synchronized, timed and awaited (polled, or
+//!   kept pending), on the capturing thread or a spawned one, and by threads racing the capture's
+//!   end (one of them perhaps recording the event again outside the capture meanwhile); outside
+//!   a capture, such an event checked, recorded outside again, and used;
+//! * raw captures: a program stream wrapped with `BorrowedStream::borrow_raw`, captured through
+//!   raw FFI (`cudaStreamBeginCapture`, any mode; Relaxed when a spawned thread checks events
+//!   meanwhile, since a Global capture forbids its queries), crate operations on it and on other
+//!   streams from the capturing thread only, then the raw `cudaStreamEndCapture` (perhaps while
+//!   that thread checks the events recorded in it), and `cudaGraphDestroy` of the graph;
+//! * a non-primary context of cudarc's (`CudaContext::new_non_primary`) made current, crate
+//!   operations meanwhile (streams, events, pool leases, completions, `wait_stream`, captures,
+//!   kernels, host functions), the context destroyed, then everything made meanwhile used and
+//!   dropped. Where no such context can be made, the actor is skipped for the program.
 //!
 //! What must hold, checked for every program:
 //! * every call returns `Ok` or a typed [`Error`]: nothing panics, crashes or hangs, no call made
@@ -24,6 +38,26 @@
 //!   interprocess flag, `elapsed` without timing or records, pool exhaustion, the per-thread
 //!   stream of one thread used on another, the identity of built-in and borrowed streams, the
 //!   current stream inside nested `as_current`;
+//! * an event whose last record went into a capture (this crate's or a raw one) is refused with
+//!   [`Error::CaptureMisuse`] by `query`, `synchronize` and `elapsed` (either end), and its
+//!   `completion` resolves at once with it; recorded outside a capture again, it works normally
+//!   (never `CaptureMisuse` while no capture is in progress). The program tracks where each
+//!   event's last record went, so this is exact wherever no other thread may record it; racing
+//!   such a record, the calls give `Ok` or `CaptureMisuse`. A capture that only such refused
+//!   calls touched is still active afterwards, and ends `Ok`, also when they race its end (the
+//!   end gives `Ok` or a typed error when a record races it too). Checked while no completion
+//!   of the program is pending: the reactor's query of an event that is being recorded into a
+//!   capture invalidates it, a limit the crate documents;
+//! * during a raw capture of a `BorrowedStream`: `is_non_blocking` and `id` are refused with
+//!   `CaptureMisuse`; `priority`, `device`, `capture_status` (`Active`) and `capture_info`
+//!   succeed; `FnOnce` host functions on it are refused (dropped, never run); the owning
+//!   `Stream` knows its flags, priority and id; the capture is still active after every
+//!   operation, and the raw end returns `cudaSuccess`;
+//! * what the crate makes while a non-primary context is current is in the device's primary
+//!   context: all of it works, without an error, after that context is destroyed, and drops
+//!   cleanly; a stream of that context is refused with [`Error::ForeignContext`] by
+//!   `borrow_raw`, `borrow_raw_on` and `from_cudarc` (its default stream too), and `to_cudarc`
+//!   refuses to lend a stream to that context;
 //! * afterwards every closure is freed, every completion has resolved, and the live counts of
 //!   streams, events and host closures are back where they started.
 //!
@@ -39,17 +73,18 @@
 //! program has not returned after 60 s (600 s under compute-sanitizer): a hang is a failure too.
 
 use cuda_stream::{
-    BorrowedStream, Builtin, BuiltinStream, Capture, CaptureStatus, Completion, Device, Error, Event, EventFlags,
-    Graph, GraphExec, NULL_STREAM_IS_PER_THREAD, Ownership, Priority, PriorityRange, Result, Stream, StreamOptions,
-    StreamPool, StreamRef, capture, live_events, live_host_fns, live_streams,
+    BorrowedStream, Builtin, BuiltinStream, Capture, CaptureStatus, Completion, CudaCode, Device, Error, Event,
+    EventFlags, Graph, GraphExec, NULL_STREAM_IS_PER_THREAD, Ownership, Priority, PriorityRange, Result, Stream,
+    StreamLease, StreamOptions, StreamPool, StreamRef, capture, check, live_events, live_host_fns, live_streams, sys,
 };
 use cuda_stream_tests::{Current as CurrentStream, HeldStream, Rng, TagLog, block_on, gpu_or_skip, poll_until, scaled};
+use cudarc::driver::CudaContext;
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Barrier, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 const PROGRAMS_VAR: &str = "CUDA_STREAM_FUZZ_PROGRAMS";
@@ -193,6 +228,13 @@ fn expect_wrong_thread<T: std::fmt::Debug>(bound: bool, what: &str, result: &Res
             matches!(result, Err(Error::WrongThread)),
             "{what}: the main thread's per-thread stream used on another thread must be WrongThread: {result:?}"
         );
+    }
+}
+
+/// Prints one line of the trace (`CUDA_STREAM_FUZZ_TRACE=1`) that is no call's outcome.
+fn trace(line: std::fmt::Arguments<'_>) {
+    if tracing() {
+        let _ = writeln!(std::io::stderr(), "      {line}");
     }
 }
 
@@ -362,6 +404,11 @@ struct Active<'a> {
     origin: &'a Stream,
     /// Which capture of the program this is (for the events recorded during it).
     generation: u64,
+    /// Refused calls on events recorded in it were made: if it is still active when it ends, it
+    /// must end `Ok`.
+    checked: bool,
+    /// Threads that call events recorded in it while it ends.
+    racers: Vec<Racer>,
 }
 
 /// Adds a repeatable host function to the capture on `target`, and checks what must hold.
@@ -395,10 +442,295 @@ fn capture_host_fn(capture: &mut AnyCapture<'_>, target: &StreamRef, probe: bool
 }
 
 // ---------------------------------------------------------------------------------------------
+// Events recorded in captures
+// ---------------------------------------------------------------------------------------------
+
+/// What the program knows of an event, for the checks of the calls on it.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    timing: bool,
+    /// Recorded successfully at least once (the crate's own rule for `elapsed`).
+    recorded: bool,
+    /// Whether its last record went into a capture (`Some(false)` also when never recorded);
+    /// `None` when unknown: another thread may record it meanwhile, or a record failed in a way
+    /// that may have come after the record was made.
+    captured: Option<bool>,
+}
+
+/// An event and what the program knows of it.
+#[derive(Clone, Copy)]
+struct Seen<'a> {
+    event: &'a Arc<Event>,
+    known: Known,
+}
+
+/// What is in progress while calls on events are made, and so what they may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum During {
+    /// No capture at all: an event last recorded outside one works normally.
+    Nothing,
+    /// A capture this crate counts (or a Relaxed raw one), here or on another thread: the crate
+    /// refuses what would break it, and queries that reach CUDA are harmless.
+    Capture,
+    /// A raw Global or ThreadLocal capture of this thread, which the crate does not count: a
+    /// query that reached CUDA would invalidate it, so only calls on captured events (refused
+    /// before CUDA sees them) are made.
+    StrictRawCapture,
+}
+
+/// Whether a record on `stream` now goes into a capture, as the crate decides it: the stream
+/// reports a capture (active or invalidated); never the legacy stream (whose status is not
+/// read: during a Global capture the read itself would fail). `None` when unreadable.
+fn records_into_capture(stream: &StreamRef) -> Option<bool> {
+    if is_legacy(stream) {
+        return Some(false);
+    }
+    let status = stream.capture_status();
+    note("StreamRef::capture_status", &status);
+    status.ok().map(|status| status != CaptureStatus::None)
+}
+
+/// Whether `stream` is still in the active capture `id` (not invalidated, not ended).
+fn capture_intact(stream: &StreamRef, id: u64) -> bool {
+    let info = stream.capture_info();
+    note("StreamRef::capture_info", &info);
+    matches!(info, Ok(info) if info.status == CaptureStatus::Active && info.id == id)
+}
+
+/// Checks a query, synchronize or completion of an event whose last record the program knows as
+/// `captured`: refused with `CaptureMisuse` while that record is a captured one; never
+/// `CaptureMisuse` once recorded outside, while no capture is in progress (`during`); `Ok` or
+/// `CaptureMisuse` when unknown (another thread may record it meanwhile).
+fn expect_event_call<T: std::fmt::Debug>(what: &str, captured: Option<bool>, during: During, result: &Result<T>) {
+    let refused = matches!(result, Err(Error::CaptureMisuse(_)));
+    match captured {
+        Some(true) => {
+            assert!(
+                refused,
+                "{what}: an event last recorded in a capture must be refused with CaptureMisuse: {result:?}"
+            )
+        }
+        Some(false) if during == During::Nothing => {
+            assert!(!refused, "{what}: an event last recorded outside any capture works normally: {result:?}")
+        }
+        Some(false) => {}
+        None => assert!(
+            result.is_ok() || refused,
+            "{what}: an event recorded in a capture, perhaps recorded again meanwhile, gives Ok or CaptureMisuse: \
+             {result:?}"
+        ),
+    }
+}
+
+/// Checks `end.elapsed(start)` against what the program knows of the two events.
+fn expect_elapsed(what: &str, end: Known, start: Known, during: During, result: &Result<Option<Duration>>) {
+    if !end.timing || !start.timing {
+        assert!(
+            matches!(result, Err(Error::TimingDisabled | Error::EventNotRecorded)),
+            "{what}: elapsed with an event made without timing must be refused: {result:?}"
+        );
+    } else if end.captured.is_none() || start.captured.is_none() {
+        assert!(
+            !matches!(result, Err(Error::Cuda { .. })),
+            "{what}: elapsed with an event perhaps recorded again meanwhile gives a typed outcome: {result:?}"
+        );
+    } else if !end.recorded || !start.recorded {
+        assert!(
+            matches!(result, Err(Error::EventNotRecorded)),
+            "{what}: elapsed with an event never recorded must be EventNotRecorded: {result:?}"
+        );
+    } else if end.captured == Some(true) || start.captured == Some(true) {
+        assert!(
+            matches!(result, Err(Error::CaptureMisuse(_))),
+            "{what}: elapsed with an event last recorded in a capture (end {:?}, start {:?}) must be refused with \
+             CaptureMisuse: {result:?}",
+            end.captured,
+            start.captured,
+        );
+    } else if during == During::Nothing {
+        assert!(
+            !matches!(result, Err(Error::CaptureMisuse(_))),
+            "{what}: elapsed between events last recorded outside any capture works normally: {result:?}"
+        );
+    }
+}
+
+/// `count` calls picked by `rng` on `event`, with `other` as the other end of `elapsed`:
+/// `query`, `synchronize`, `elapsed` both ways, `completion` blocked on or kept pending, each
+/// checked against what the program knows. Every call is safe to block on: an event is either
+/// captured (refused at once) or marks real work. Returns the completions kept pending.
+fn event_calls(
+    what: &str,
+    rng: &mut Rng,
+    count: usize,
+    event: Seen<'_>,
+    other: Seen<'_>,
+    during: During,
+) -> Vec<Completion> {
+    // Inside a raw Global or ThreadLocal capture of this thread only a captured event is used,
+    // and only as the end of `elapsed` (whose end is queried first: refused).
+    let real_queries = during != During::StrictRawCapture;
+    let captured = event.known.captured;
+    let mut kept = Vec::new();
+    for _ in 0..count {
+        match rng.below(6) {
+            0 => {
+                let result = event.event.query();
+                note(what, &result);
+                expect_event_call(&format!("{what}: Event::query"), captured, during, &result);
+            }
+            1 => {
+                let result = event.event.synchronize();
+                note(what, &result);
+                expect_event_call(&format!("{what}: Event::synchronize"), captured, during, &result);
+            }
+            2 => {
+                let result = event.event.elapsed(other.event);
+                note(what, &result);
+                expect_elapsed(&format!("{what}: Event::elapsed"), event.known, other.known, during, &result);
+            }
+            3 if real_queries => {
+                let result = other.event.elapsed(event.event);
+                note(what, &result);
+                expect_elapsed(
+                    &format!("{what}: Event::elapsed (as start)"),
+                    other.known,
+                    event.known,
+                    during,
+                    &result,
+                );
+            }
+            3 | 4 => {
+                let result = block_on(event.event.completion());
+                note(what, &result);
+                expect_event_call(&format!("{what}: Event::completion"), captured, during, &result);
+            }
+            _ => {
+                let completion = event.event.completion();
+                note_infallible();
+                if captured == Some(true) {
+                    assert!(completion.is_complete(), "{what}: a captured event's completion resolves at once");
+                }
+                kept.push(completion);
+            }
+        }
+    }
+    kept
+}
+
+/// Runs `f` here, or on a spawned thread when `spawn` (a failed check there fails the program).
+fn here_or_spawned<T: Send>(spawn: bool, f: impl FnOnce() -> T + Send) -> T {
+    if !spawn {
+        return f();
+    }
+    std::thread::scope(|scope| scope.spawn(f).join())
+        .unwrap_or_else(|payload| panic!("a spawned thread failed: {}", panic_message(payload.as_ref())))
+}
+
+/// A thread that calls an event recorded in the capture while the capture ends.
+struct Racer {
+    event: Arc<Event>,
+    /// The other end of its `elapsed` calls.
+    other: Arc<Event>,
+    /// Whether it records the event once, outside the capture, meanwhile.
+    rerecord: bool,
+    seed: u64,
+}
+
+/// A racer's thread: waits until the capture's end is about to be made, then makes 2 to 7
+/// calls on its event, one of them perhaps a record outside the capture on `rerecord_on`.
+/// Returns the completions it kept and the record's result.
+fn race(
+    racer: &Racer,
+    mine: Known,
+    other: Known,
+    rerecord_on: Option<&StreamRef>,
+    barrier: &Barrier,
+) -> (Vec<Completion>, Option<Result<()>>) {
+    barrier.wait();
+    let mut rng = Rng::new(racer.seed);
+    let steps = 2 + rng.below(6);
+    let rerecord_at = rerecord_on.map(|_| rng.below(steps));
+    let mut kept = Vec::new();
+    let mut rerecorded = None;
+    for step in 0..steps {
+        match rerecord_on {
+            Some(stream) if rerecord_at == Some(step) => {
+                let result = stream.record(&racer.event);
+                note("racer: StreamRef::record (outside the capture)", &result);
+                rerecorded = Some(result);
+            }
+            _ => {
+                let (event, other) =
+                    (Seen { event: &racer.event, known: mine }, Seen { event: &racer.other, known: other });
+                kept.extend(event_calls("racer", &mut rng, 1, event, other, During::Capture));
+            }
+        }
+    }
+    (kept, rerecorded)
+}
+
+/// Ends `capture`, or drops it when `discard`; the end's result.
+fn finish_capture(capture: AnyCapture<'_>, discard: bool) -> Option<Result<Graph>> {
+    if discard {
+        drop(capture);
+        note_infallible();
+        None
+    } else {
+        let graph = capture.end();
+        note("Capture::end", &graph);
+        Some(graph)
+    }
+}
+
+/// The raw FFI value of a capture mode picked by `mode`.
+fn raw_mode(mode: u8) -> sys::cudaStreamCaptureMode {
+    match mode % 3 {
+        0 => sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal,
+        1 => sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
+        _ => sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed,
+    }
+}
+
+/// A stream of a non-primary context must be refused with `ForeignContext`.
+fn expect_foreign_context<T>(what: &str, device: Device, result: &Result<T>) {
+    assert!(
+        matches!(result, Err(Error::ForeignContext { device: found }) if *found == device.ordinal()),
+        "{what} of a stream of a non-primary context must be ForeignContext: {:?}",
+        result.as_ref().err()
+    );
+}
+
+/// Anything, boxed only to be dropped in a random order among other things.
+trait Held {}
+
+impl<T> Held for T {}
+
+/// What the non-primary context's actor made while that context was current.
+#[derive(Default)]
+struct Made<'p> {
+    streams: Vec<Stream>,
+    events: Vec<Arc<Event>>,
+    leases: Vec<StreamLease<'p>>,
+    graphs: Vec<Graph>,
+    execs: Vec<GraphExec>,
+    completions: Vec<Completion>,
+}
+
+impl Made<'_> {
+    /// The streams and leases made, for operations on them.
+    fn targets(&self) -> Vec<&StreamRef> {
+        self.streams.iter().map(|stream| &**stream).chain(self.leases.iter().map(|lease| &**lease)).collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Programs
 // ---------------------------------------------------------------------------------------------
 
-/// One operation; the `u32` picks choose operands modulo what exists when it runs.
+/// One operation; the `u32` picks choose operands modulo what exists when it runs. The actors the
+/// crate does not control: [`World::captured_event`], [`World::raw_capture`] and
+/// [`World::non_primary`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     NewStream { kind: u8, priority: u32 },
@@ -432,11 +764,14 @@ enum Op {
     Pool { s: u32, action: u8 },
     Current { picks: [u32; 3], depth: u8, action: u8 },
     Threads { count: u8, seed: u64 },
+    CapturedEvent { e: u32, action: u8, seed: u64 },
+    RawCapture { s: u32, mode: u8, fresh: bool, seed: u64 },
+    NonPrimaryContext { seed: u64 },
     DeviceSync,
 }
 
 /// How many kinds of [`Op`] there are.
-const OP_KINDS: usize = 32;
+const OP_KINDS: usize = 35;
 
 /// For each kind in the order of [`make_op`]: its weight outside a capture, and inside one.
 const WEIGHTS: [(usize, usize); OP_KINDS] = [
@@ -471,6 +806,9 @@ const WEIGHTS: [(usize, usize); OP_KINDS] = [
     (4, 2), // Pool
     (3, 2), // Current
     (2, 0), // Threads (never during a capture)
+    (2, 5), // CapturedEvent (outside a capture: one recorded in a capture, recorded outside again)
+    (2, 0), // RawCapture (never during a capture of the crate's)
+    (1, 0), // NonPrimaryContext (never during a capture)
     (1, 0), // DeviceSync (never during a capture)
 ];
 
@@ -519,6 +857,9 @@ fn make_op(kind: usize, rng: &mut Rng) -> Op {
         28 => Op::Pool { s: pick(rng), action: byte(rng) },
         29 => Op::Current { picks: [pick(rng), pick(rng), pick(rng)], depth: byte(rng), action: byte(rng) },
         30 => Op::Threads { count: byte(rng), seed: rng.next_u64() },
+        31 => Op::CapturedEvent { e: pick(rng), action: byte(rng), seed: rng.next_u64() },
+        32 => Op::RawCapture { s: pick(rng), mode: byte(rng), fresh: rng.below(4) == 0, seed: rng.next_u64() },
+        33 => Op::NonPrimaryContext { seed: rng.next_u64() },
         _ => Op::DeviceSync,
     }
 }
@@ -607,6 +948,20 @@ struct Ev {
     /// The capture generation it was last recorded during. Such an event is waited on only
     /// inside that same capture, and never synchronized: it may stand for captured work.
     taint: Option<u64>,
+    /// Whether its last record went into a capture, as [`Known::captured`].
+    captured: Option<bool>,
+}
+
+impl Ev {
+    /// What the program knows of it.
+    fn known(&self) -> Known {
+        Known { timing: self.timing, recorded: self.recorded, captured: self.captured }
+    }
+
+    /// The event with what the program knows of it.
+    fn seen(&self) -> Seen<'_> {
+        Seen { event: &self.event, known: self.known() }
+    }
 }
 
 /// Whether waiting on an event tainted by `taint` is safe now, during capture `generation`.
@@ -652,7 +1007,10 @@ struct World<'p> {
     tokens: Vec<Arc<AtomicU8>>,
     graph_tokens: Vec<Arc<AtomicU8>>,
     completions: Vec<Completion>,
+    /// Captures of the program so far, this crate's and raw ones.
     generation: u64,
+    /// No non-primary context could be made: that actor is skipped for the rest of the program.
+    no_non_primary: bool,
 }
 
 impl<'p> World<'p> {
@@ -670,6 +1028,7 @@ impl<'p> World<'p> {
             graph_tokens: Vec::new(),
             completions: Vec::new(),
             generation: 0,
+            no_non_primary: false,
         };
         for non_blocking in [true, false] {
             let options = if non_blocking { StreamOptions::non_blocking() } else { StreamOptions::default() };
@@ -738,18 +1097,52 @@ impl<'p> World<'p> {
         (!self.events.is_empty()).then(|| pick as usize % self.events.len())
     }
 
-    /// Updates what is known of event `index` after a record (`ok`: it succeeded).
-    fn recorded(&mut self, index: usize, ok: bool, generation: Option<u64>) {
+    /// Updates what is known of event `index` after a record with `result` during capture
+    /// `generation`, on a stream that [`records_into_capture`] said `into_capture` of.
+    fn recorded(&mut self, index: usize, result: &Result<()>, generation: Option<u64>, into_capture: Option<bool>) {
         let event = &mut self.events[index];
-        if ok {
-            event.recorded = true;
+        match result {
+            Ok(()) => {
+                event.recorded = true;
+                event.captured = into_capture;
+            }
+            // CUDA's error may come after the record was made (reading the stream's capture
+            // status), which then marked the event as recorded outside.
+            Err(Error::Cuda { .. }) if event.captured != Some(false) => event.captured = None,
+            Err(_) => {}
         }
         match generation {
             // During a capture the record may be a captured one, whatever the stream.
             Some(generation) => event.taint = Some(generation),
-            None if ok => event.taint = None,
+            None if result.is_ok() => event.taint = None,
             None => {}
         }
+    }
+
+    /// Whether every completion of the program has resolved: then the reactor queries none of
+    /// their events (it releases an event before it resolves its future).
+    fn quiet(&self) -> bool {
+        self.completions.iter().all(Completion::is_complete)
+    }
+
+    /// A new event, kept; its index, or `None` when the program holds all it may or none was
+    /// made.
+    fn push_event(&mut self, timing: bool) -> Option<usize> {
+        if self.events.len() >= MAX_EVENTS {
+            return None;
+        }
+        let event = Event::new(self.device, EventFlags { timing, ..EventFlags::default() });
+        note("Event::new", &event);
+        let event = Arc::new(event.ok()?);
+        self.events.push(Ev { event, timing, recorded: false, taint: None, captured: Some(false) });
+        Some(self.events.len() - 1)
+    }
+
+    /// A slot other than the legacy stream (a raw capture must not meet it), by `pick`.
+    fn slot_beside_raw_capture(&self, pick: u32) -> Option<usize> {
+        let candidates: Vec<usize> =
+            (0..self.slots.len()).filter(|&index| !is_legacy(&self.slots[index].stream)).collect();
+        (!candidates.is_empty()).then(|| candidates[pick as usize % candidates.len()])
     }
 
     /// Runs one operation; `active` is the capture in progress, if any.
@@ -855,7 +1248,13 @@ impl<'p> World<'p> {
                 let event = Event::new(device, flags);
                 note("Event::new", &event);
                 if let Ok(event) = event {
-                    self.events.push(Ev { event: Arc::new(event), timing, recorded: false, taint: None });
+                    self.events.push(Ev {
+                        event: Arc::new(event),
+                        timing,
+                        recorded: false,
+                        taint: None,
+                        captured: Some(false),
+                    });
                 }
             }
             Op::DropEvent { e } => match self.event_index(e) {
@@ -866,20 +1265,24 @@ impl<'p> World<'p> {
                 let (Some((stream, _)), Some(index)) = (self.pick(s, origin), self.event_index(e)) else {
                     return skip();
                 };
-                let ok = note("StreamRef::record", &stream.record(&self.events[index].event));
-                self.recorded(index, ok, generation);
+                let result = stream.record(&self.events[index].event);
+                note("StreamRef::record", &result);
+                let into = records_into_capture(stream);
+                self.recorded(index, &result, generation, into);
             }
             Op::RecordEvent { s } => {
                 let Some((stream, _)) = self.pick(s, origin) else { return skip() };
                 let event = stream.record_event();
                 note("StreamRef::record_event", &event);
                 if let Ok(event) = event {
+                    let captured = records_into_capture(stream);
                     if self.events.len() < MAX_EVENTS {
                         self.events.push(Ev {
                             event: Arc::new(event),
                             timing: false,
                             recorded: true,
                             taint: generation,
+                            captured,
                         });
                     }
                 }
@@ -922,9 +1325,14 @@ impl<'p> World<'p> {
                 let Some(index) = self.event_index(e) else { return skip() };
                 let event = &self.events[index];
                 let settled = event.taint.is_none();
+                // A captured event is refused at once: safe to synchronize and await.
+                let captured = event.captured;
+                let during = if capturing { During::Capture } else { During::Nothing };
                 match action % 4 {
-                    1 if settled => {
-                        note("Event::synchronize", &event.event.synchronize());
+                    1 if settled || captured == Some(true) => {
+                        let result = event.event.synchronize();
+                        note("Event::synchronize", &result);
+                        expect_event_call("Event::synchronize", captured, during, &result);
                     }
                     2 => {
                         let handle = event.event.ipc_handle();
@@ -934,13 +1342,22 @@ impl<'p> World<'p> {
                             "ipc_handle of an event made without the interprocess flag must be NotInterprocess"
                         );
                     }
-                    3 if settled => {
+                    3 if settled || captured == Some(true) => {
                         let completion = event.event.completion();
                         note_infallible();
-                        self.completions.push(completion);
+                        if captured == Some(true) {
+                            assert!(completion.is_complete(), "a captured event's completion resolves at once");
+                            let result = block_on(completion);
+                            note("Event::completion (block_on)", &result);
+                            expect_event_call("Event::completion", captured, during, &result);
+                        } else {
+                            self.completions.push(completion);
+                        }
                     }
                     _ => {
-                        note("Event::query", &event.event.query());
+                        let result = event.event.query();
+                        note("Event::query", &result);
+                        expect_event_call("Event::query", captured, during, &result);
                     }
                 }
             }
@@ -951,17 +1368,8 @@ impl<'p> World<'p> {
                 let (end, start) = (&self.events[end], &self.events[start]);
                 let elapsed = end.event.elapsed(&start.event);
                 note("Event::elapsed", &elapsed);
-                if !end.timing || !start.timing {
-                    assert!(
-                        matches!(elapsed, Err(Error::TimingDisabled | Error::EventNotRecorded)),
-                        "elapsed with an event made without timing must be refused: {elapsed:?}"
-                    );
-                } else if !end.recorded || !start.recorded {
-                    assert!(
-                        matches!(elapsed, Err(Error::EventNotRecorded)),
-                        "elapsed with an event never recorded must be EventNotRecorded: {elapsed:?}"
-                    );
-                }
+                let during = if capturing { During::Capture } else { During::Nothing };
+                expect_elapsed("Event::elapsed", end.known(), start.known(), during, &elapsed);
             }
             Op::HostFn { s, probe } | Op::HostCallback { s, probe } => {
                 let Some((stream, _)) = self.pick(s, origin) else { return skip() };
@@ -1073,6 +1481,19 @@ impl<'p> World<'p> {
                 }
                 self.threads(2 + usize::from(count % 3), seed);
             }
+            Op::CapturedEvent { e, action, seed } => self.captured_event(e, action, seed, active),
+            Op::RawCapture { s, mode, fresh, seed } => {
+                if capturing {
+                    return skip();
+                }
+                self.raw_capture(s, mode, fresh, seed);
+            }
+            Op::NonPrimaryContext { seed } => {
+                if capturing || self.no_non_primary {
+                    return skip();
+                }
+                self.non_primary(seed);
+            }
             Op::DeviceSync => {
                 if capturing {
                     return skip();
@@ -1108,8 +1529,9 @@ impl<'p> World<'p> {
                 2 => tokens.push(once_host_fn(&view, action % 2 == 0, false).1),
                 3 => {
                     if let Some(index) = self.event_index(e) {
-                        let ok = note("BorrowedStream record", &view.record(&self.events[index].event));
-                        record = Some((index, ok));
+                        let result = view.record(&self.events[index].event);
+                        note("BorrowedStream record", &result);
+                        record = Some((index, result, records_into_capture(&view)));
                     }
                 }
                 4 => view.as_current(|| {
@@ -1131,8 +1553,8 @@ impl<'p> World<'p> {
         }
         self.tokens.extend(tokens);
         self.graph_tokens.extend(graph_tokens);
-        if let Some((index, ok)) = record {
-            self.recorded(index, ok, generation);
+        if let Some((index, result, into)) = record {
+            self.recorded(index, &result, generation, into);
         }
     }
 
@@ -1266,7 +1688,7 @@ impl<'p> World<'p> {
                         matches!(info, Ok(info) if info.status == CaptureStatus::Active && info.id == capture.id()),
                         "a capture just begun is active, with its id: {info:?}"
                     );
-                    active = Some(Active { capture, origin: &origin, generation });
+                    active = Some(Active { capture, origin: &origin, generation, checked: false, racers: Vec::new() });
                 }
             });
             let mut next = start + 1;
@@ -1290,9 +1712,10 @@ impl<'p> World<'p> {
         next
     }
 
-    /// Joins back every stream that joined the capture, then ends it (or drops the guard).
+    /// Joins back every stream that joined the capture, then ends it (or drops the guard),
+    /// while its racers (if any) call the events recorded in it.
     fn end_capture(&mut self, active: Active<'_>, discard: bool) {
-        let Active { capture, origin, .. } = active;
+        let Active { capture, origin, generation, checked, racers } = active;
         let id = capture.id();
         for slot in &self.slots {
             if is_legacy(&slot.stream) {
@@ -1304,16 +1727,27 @@ impl<'p> World<'p> {
                 note("StreamRef::wait_stream (join)", &origin.wait_stream(&slot.stream));
             }
         }
-        if discard {
-            drop(capture);
-            note_infallible();
+        // Refused calls on its events were made: still active now, it must end Ok. (Checked only
+        // while no completion is pending: see `record_in_capture`. None is made before the end
+        // but the racers', on events no longer recorded into it.)
+        let intact = checked && self.quiet() && capture_intact(origin, id);
+        let (ended, rerecorded) = if racers.is_empty() {
+            (finish_capture(capture, discard), false)
         } else {
-            let graph = capture.end();
-            note("Capture::end", &graph);
-            if let Ok(graph) = graph {
-                if self.graphs.len() < MAX_GRAPHS {
-                    self.graphs.push(graph);
-                }
+            self.race_capture_end(capture, discard, &racers, generation)
+        };
+        if intact && !rerecorded {
+            if let Some(graph) = &ended {
+                assert!(
+                    graph.is_ok(),
+                    "a capture still active after only refused calls on its captured events (racing its end or \
+                     not) must end Ok: {graph:?}"
+                );
+            }
+        }
+        if let Some(Ok(graph)) = ended {
+            if self.graphs.len() < MAX_GRAPHS {
+                self.graphs.push(graph);
             }
         }
         let status = origin.capture_status();
@@ -1322,6 +1756,799 @@ impl<'p> World<'p> {
             matches!(status, Ok(CaptureStatus::None)),
             "the captured stream is out of capture once the capture ended: {status:?}"
         );
+    }
+
+    /// Ends `capture` (or drops it) while `racers` call events recorded in it, on threads of
+    /// their own; some of them record their event again, outside the capture, on a slot that is
+    /// certainly outside it. Returns the end's result, and whether an event was recorded again
+    /// (then the calls on it are only known to give `Ok` or `CaptureMisuse`, and the end `Ok`
+    /// or a typed error).
+    fn race_capture_end(
+        &mut self,
+        capture: AnyCapture<'_>,
+        discard: bool,
+        racers: &[Racer],
+        generation: u64,
+    ) -> (Option<Result<Graph>>, bool) {
+        let outside = (0..self.slots.len()).find(|&index| {
+            let stream = &self.slots[index].stream;
+            !is_legacy(stream) && !is_thread_bound(stream) && records_into_capture(stream) == Some(false)
+        });
+        let rerecorded: Vec<&Arc<Event>> =
+            racers.iter().filter(|racer| racer.rerecord && outside.is_some()).map(|racer| &racer.event).collect();
+        // What is known of an event now: a racer's record makes it unknown; one the program
+        // dropped meanwhile may have been recorded since the racer was made.
+        let known = |event: &Arc<Event>| -> Known {
+            let timing = event.flags().timing == Some(true);
+            let found = self.events.iter().find(|ev| Arc::ptr_eq(&ev.event, event)).map(Ev::known);
+            let known = found.unwrap_or(Known { timing, recorded: false, captured: None });
+            if rerecorded.iter().any(|racing| Arc::ptr_eq(racing, event)) {
+                Known { captured: None, ..known }
+            } else {
+                known
+            }
+        };
+        let plans: Vec<(Known, Known)> =
+            racers.iter().map(|racer| (known(&racer.event), known(&racer.other))).collect();
+        let outside = outside.map(|index| &*self.slots[index].stream);
+        trace(format_args!("{} racers, {} recording outside, on {outside:?}", racers.len(), rerecorded.len()));
+        let barrier = Barrier::new(racers.len() + 1);
+        let (ended, outcomes) = std::thread::scope(|scope| {
+            let barrier = &barrier;
+            let handles: Vec<_> = racers
+                .iter()
+                .zip(&plans)
+                .map(|(racer, &(mine, other))| {
+                    let rerecord_on = outside.filter(|_| racer.rerecord);
+                    scope.spawn(move || race(racer, mine, other, rerecord_on, barrier))
+                })
+                .collect();
+            barrier.wait();
+            let ended = finish_capture(capture, discard);
+            (ended, handles.into_iter().map(|handle| handle.join()).collect::<Vec<_>>())
+        });
+        let rerecorded = !rerecorded.is_empty();
+        let mut failed = Vec::new();
+        for (racer, outcome) in racers.iter().zip(outcomes) {
+            let (kept, record) = outcome.unwrap_or_else(|payload| {
+                panic!("a thread racing a capture's end failed: {}", panic_message(payload.as_ref()))
+            });
+            self.completions.extend(kept);
+            let index = self.events.iter().position(|ev| Arc::ptr_eq(&ev.event, &racer.event));
+            if let (Some(result), Some(index)) = (record, index) {
+                // Recorded outside the capture, on a stream outside it.
+                self.recorded(index, &result, Some(generation), Some(false));
+                if result.is_err() {
+                    failed.push(index);
+                }
+            }
+        }
+        // A failed record restores the event's earlier state, perhaps over another's record.
+        for index in failed {
+            self.events[index].captured = None;
+        }
+        (ended, rerecorded)
+    }
+
+    /// An event recorded in a capture: inside one, recorded on the capturing stream, then
+    /// queried, synchronized, timed and awaited, here or on a spawned thread, perhaps again by
+    /// a thread racing the capture's end; outside one, an event last recorded in a capture
+    /// checked, recorded outside again, and used normally.
+    fn captured_event(&mut self, e: u32, action: u8, seed: u64, active: Option<&mut Active<'_>>) {
+        let mut rng = Rng::new(seed);
+        match active {
+            Some(active) => self.record_in_capture(e, action, &mut rng, active),
+            None => self.record_outside_again(e, action, &mut rng),
+        }
+    }
+
+    /// [`World::captured_event`] inside a capture: an event of the program (or a new one)
+    /// recorded on the capturing stream, its refused calls here or on a spawned thread, perhaps a
+    /// completion of its last real record pending across that record, perhaps a racer for the
+    /// capture's end.
+    fn record_in_capture(&mut self, e: u32, action: u8, rng: &mut Rng, active: &mut Active<'_>) {
+        let origin = active.origin;
+        let index = match self.event_index(e) {
+            Some(index) if action & 0x80 == 0 || self.events.len() >= MAX_EVENTS => Some(index),
+            _ => self.push_event(action & 1 != 0),
+        };
+        let Some(index) = index else { return skip() };
+        // Awaiting its last real record while it is recorded into the capture: the future
+        // resolves, Ok or (seen captured at the reactor's next pass) CaptureMisuse.
+        let before = (action & 2 != 0 && self.events[index].captured == Some(false)).then(|| {
+            note_infallible();
+            self.events[index].event.completion()
+        });
+        let id = active.capture.id();
+        // A pending completion may have the reactor query its event as the record goes into the
+        // capture, which CUDA answers by invalidating the capture (a limit the crate documents):
+        // the capture is checked only while no completion of the program is pending.
+        let intact = before.is_none() && self.quiet() && capture_intact(origin, id);
+        let event = Arc::clone(&self.events[index].event);
+        let result = origin.record(&event);
+        note("StreamRef::record (in the capture)", &result);
+        let into = records_into_capture(origin);
+        self.recorded(index, &result, Some(active.generation), into);
+        let known = self.events[index].known();
+        let other = self.event_index(pick(rng)).unwrap_or(index);
+        let other_known = self.events[other].known();
+        let other = Arc::clone(&self.events[other].event);
+        let count = 1 + rng.below(4);
+        let mut thread_rng = Rng::new(rng.next_u64());
+        let kept = here_or_spawned(action & 4 != 0, || {
+            let (mine, other) = (Seen { event: &event, known }, Seen { event: &other, known: other_known });
+            event_calls("event recorded in the capture", &mut thread_rng, count, mine, other, During::Capture)
+        });
+        self.completions.extend(kept);
+        if let Some(before) = before {
+            if action & 8 != 0 {
+                let result = block_on(before);
+                note("Event::completion (pending across a record into a capture)", &result);
+                // Or CUDA's capture error, when the reactor's query met the record (see above).
+                assert!(
+                    matches!(&result, Ok(()) | Err(Error::CaptureMisuse(_)))
+                        || result
+                            .as_ref()
+                            .is_err_and(|error| error.cuda_code().is_some_and(CudaCode::is_capture_error)),
+                    "a completion pending while its event is recorded into a capture gives Ok or CaptureMisuse: \
+                     {result:?}"
+                );
+            } else {
+                self.completions.push(before);
+            }
+        }
+        if intact {
+            assert!(capture_intact(origin, id), "refused calls on an event recorded in a capture leave it active");
+            active.checked = true;
+        }
+        if action & 16 != 0 {
+            active.racers.push(Racer { event, other, rerecord: action & 32 != 0, seed: rng.next_u64() });
+        }
+    }
+
+    /// [`World::captured_event`] outside a capture: an event last recorded in one (if any)
+    /// refused, recorded outside on a slot, then working normally, here or on spawned threads.
+    fn record_outside_again(&mut self, e: u32, action: u8, rng: &mut Rng) {
+        let Some(first) = self.event_index(e) else { return skip() };
+        // An event last recorded in a capture, if there is one.
+        let count = self.events.len();
+        let index = (0..count)
+            .map(|offset| (first + offset) % count)
+            .find(|&index| self.events[index].captured == Some(true))
+            .unwrap_or(first);
+        let other = self.event_index(pick(rng)).unwrap_or(index);
+        let calls = 1 + rng.below(3);
+        let mut thread_rng = Rng::new(rng.next_u64());
+        let (mine, theirs) = (self.events[index].seen(), self.events[other].seen());
+        let kept = here_or_spawned(action & 4 != 0, || {
+            event_calls("event before its record outside", &mut thread_rng, calls, mine, theirs, During::Nothing)
+        });
+        self.completions.extend(kept);
+        let Some((stream, _)) = self.pick(pick(rng), None) else { return };
+        let event = Arc::clone(&self.events[index].event);
+        let result = stream.record(&event);
+        note("StreamRef::record (outside any capture)", &result);
+        let into = records_into_capture(stream);
+        self.recorded(index, &result, None, into);
+        let (mine, theirs) = (self.events[index].seen(), self.events[other].seen());
+        let kept = here_or_spawned(action & 8 != 0, || {
+            event_calls("event recorded outside again", &mut thread_rng, calls, mine, theirs, During::Nothing)
+        });
+        self.completions.extend(kept);
+    }
+
+    /// A raw capture, as foreign code (`torch.cuda.graph`) makes one: an owned slot (moved out
+    /// for it) or a new stream, wrapped with `BorrowedStream::borrow_raw`, captured through raw
+    /// FFI, used through the crate from this thread only, and ended through raw FFI. A spawned
+    /// thread that checks the events recorded in it while it ends makes it Relaxed: a Global
+    /// capture would forbid that thread's queries.
+    fn raw_capture(&mut self, s: u32, mode: u8, fresh: bool, seed: u64) {
+        let mut rng = Rng::new(seed);
+        let owned: Vec<usize> =
+            (0..self.slots.len()).filter(|&index| matches!(self.slots[index].stream, HeldStream::Owned(_))).collect();
+        let (origin, non_blocking) = if !fresh && !owned.is_empty() {
+            let slot = self.slots.remove(owned[s as usize % owned.len()]);
+            let HeldStream::Owned(stream) = slot.stream else { unreachable!("the slot holds an owned stream") };
+            (stream, slot.non_blocking)
+        } else {
+            let non_blocking = coin(&mut rng);
+            let options = if non_blocking { StreamOptions::non_blocking() } else { StreamOptions::default() };
+            let stream = Stream::new(self.device, options);
+            note("Stream::new", &stream);
+            let Ok(stream) = stream else { return };
+            (stream, non_blocking)
+        };
+        let spawn = rng.below(3) == 0;
+        let mode = raw_mode(if spawn { 2 } else { mode });
+        trace(format_args!("raw capture: mode {mode:?}, a thread beside its end: {spawn}"));
+        let forks = self.raw_capture_on(&origin, non_blocking, mode, spawn, &mut rng);
+        self.slots.push(Slot { stream: HeldStream::Owned(origin), non_blocking });
+        self.slots.extend(forks.into_iter().map(|fork| Slot { stream: HeldStream::Owned(fork), non_blocking: true }));
+    }
+
+    /// The raw capture of `origin` (see [`World::raw_capture`]); returns the streams forked
+    /// from it, joined back and out of the capture.
+    fn raw_capture_on(
+        &mut self,
+        origin: &Stream,
+        non_blocking: bool,
+        mode: sys::cudaStreamCaptureMode,
+        spawn: bool,
+        rng: &mut Rng,
+    ) -> Vec<Stream> {
+        self.generation += 1;
+        let generation = self.generation;
+        let device = self.device;
+        let during = if mode == sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed {
+            During::Capture
+        } else {
+            During::StrictRawCapture
+        };
+        let handle = origin.as_raw();
+        // SAFETY: `origin` is a live stream this program owns; it outlives `borrowed` (the caller
+        // keeps it until this returns). Its raw capture begins and ends on this thread, and no
+        // other thread makes a call of this crate on it meanwhile.
+        let borrowed = unsafe { BorrowedStream::borrow_raw(handle) };
+        note("BorrowedStream::borrow_raw", &borrowed);
+        let borrowed = borrowed.unwrap_or_else(|error| panic!("a stream of the primary context is borrowed: {error}"));
+        assert_eq!(borrowed.ownership(), Ownership::Borrowed, "a borrowed ordinary handle is Borrowed");
+        assert!(*borrowed == **origin, "a borrowed view compares equal to the stream it borrows");
+        // SAFETY: a live stream that is not capturing; a valid mode.
+        let begun = check(unsafe { sys::cudaStreamBeginCapture(handle, mode) }, "cudaStreamBeginCapture");
+        note("cudaStreamBeginCapture (raw)", &begun);
+        if begun.is_err() {
+            return Vec::new();
+        }
+        let info = borrowed.capture_info();
+        note("BorrowedStream capture_info", &info);
+        let id = match info {
+            Ok(info) if info.status == CaptureStatus::Active => info.id,
+            other => panic!("a raw capture just begun is active, seen through the borrowed view: {other:?}"),
+        };
+        let mut forks: Vec<Stream> = Vec::new();
+        // Slots that joined the capture, joined back before it ends.
+        let mut joined: Vec<usize> = Vec::new();
+        // The events recorded in it, for the thread beside its end.
+        let mut captured: Vec<Arc<Event>> = Vec::new();
+        for step in 0..2 + rng.below(9) {
+            let what = format!("raw capture step {step}");
+            'step: {
+                match rng.below(11) {
+                    0 => {
+                        let result = borrowed.is_non_blocking();
+                        note(&what, &result);
+                        assert!(
+                            matches!(result, Err(Error::CaptureMisuse(_))),
+                            "{what}: is_non_blocking of a foreign stream in a raw capture must be refused: {result:?}"
+                        );
+                    }
+                    1 => {
+                        let priority = borrowed.priority();
+                        note(&what, &priority);
+                        assert!(priority.is_ok(), "{what}: priority is read during a raw capture: {priority:?}");
+                        assert_eq!(priority, origin.priority(), "{what}: the borrowed view reads its owner's priority");
+                        assert_eq!(borrowed.device(), device, "{what}: a borrowed stream knows its device");
+                        let status = borrowed.capture_status();
+                        note(&what, &status);
+                        assert_eq!(status, Ok(CaptureStatus::Active), "{what}: capture_status during a raw capture");
+                        let info = borrowed.capture_info();
+                        note(&what, &info);
+                        assert!(
+                            matches!(info, Ok(info) if info.status == CaptureStatus::Active && info.id == id),
+                            "{what}: capture_info during a raw capture: {info:?}"
+                        );
+                        let read = borrowed.id();
+                        note(&what, &read);
+                        assert!(
+                            matches!(read, Err(Error::CaptureMisuse(_))),
+                            "{what}: the id of a foreign stream in a raw capture must be refused: {read:?}"
+                        );
+                    }
+                    2 => {
+                        // Refused on the capture's streams (`once_host_fn` checks it), run elsewhere.
+                        let slot = self.slot_beside_raw_capture(pick(rng));
+                        let target: &StreamRef = match (rng.below(3), slot) {
+                            (0, _) => &borrowed,
+                            (1, _) | (_, None) => origin,
+                            (_, Some(index)) => &self.slots[index].stream,
+                        };
+                        let (result, state) = once_host_fn(target, rng.below(4) == 0, coin(rng));
+                        if *target == **origin {
+                            assert!(
+                                matches!(result, Err(Error::CaptureMisuse(_))),
+                                "{what}: a FnOnce host function on a stream in a raw capture must be refused: {result:?}"
+                            );
+                        }
+                        self.tokens.push(state);
+                    }
+                    3 => {
+                        let slot = self.slot_beside_raw_capture(pick(rng));
+                        let target: &StreamRef = match (rng.below(4), slot, forks.first()) {
+                            (0, _, _) => &borrowed,
+                            (1, _, Some(fork)) => fork,
+                            (2, Some(index), _) => &self.slots[index].stream,
+                            _ => origin,
+                        };
+                        note(&what, &kernel(target, self.log, byte(rng), byte(rng)));
+                    }
+                    action @ (4 | 5) => {
+                        // A record on the capturing stream, through the view or its owner, of an
+                        // event of the program or (5) of a new one.
+                        let target: &StreamRef = if coin(rng) { &borrowed } else { origin };
+                        let (index, result) = if action == 4 {
+                            // An event of the program only while none of its completions is
+                            // pending: the reactor's query of one meeting the record would
+                            // invalidate the capture (see `record_in_capture`).
+                            let index = match self.event_index(pick(rng)).filter(|_| self.quiet()) {
+                                Some(index) => Some(index),
+                                None => self.push_event(coin(rng)),
+                            };
+                            let Some(index) = index else { break 'step };
+                            let result = target.record(&self.events[index].event);
+                            note(&what, &result);
+                            (index, result)
+                        } else {
+                            let made = target.record_event();
+                            note(&what, &made);
+                            let Ok(made) = made else { break 'step };
+                            if self.events.len() >= MAX_EVENTS {
+                                break 'step;
+                            }
+                            let event = Arc::new(made);
+                            self.events.push(Ev {
+                                event,
+                                timing: false,
+                                recorded: false,
+                                taint: None,
+                                captured: Some(false),
+                            });
+                            (self.events.len() - 1, Ok(()))
+                        };
+                        let into = records_into_capture(target);
+                        self.recorded(index, &result, Some(generation), into);
+                        let mine = self.events[index].seen();
+                        // Only a captured event's calls are refused before CUDA sees them.
+                        if mine.known.captured == Some(true) {
+                            let other = self.event_index(pick(rng)).map_or(mine, |other| self.events[other].seen());
+                            let count = 1 + rng.below(3);
+                            let kept = event_calls(&what, rng, count, mine, other, during);
+                            self.completions.extend(kept);
+                            captured.push(Arc::clone(mine.event));
+                        }
+                    }
+                    6 => {
+                        let Some(index) = self.slot_beside_raw_capture(pick(rng)) else { break 'step };
+                        let slot = &self.slots[index].stream;
+                        if coin(rng) {
+                            // An external wait (or an ordinary one on a slot that joined).
+                            note(&what, &borrowed.wait_stream(slot));
+                        } else {
+                            // The slot joins the capture.
+                            note(&what, &slot.wait_stream(&borrowed));
+                            if !joined.contains(&index) && records_into_capture(slot) == Some(true) {
+                                joined.push(index);
+                            }
+                        }
+                    }
+                    7 => {
+                        let fork = borrowed.fork();
+                        note(&what, &fork);
+                        forks.extend(fork.ok());
+                    }
+                    8 => {
+                        let slot = self.slot_beside_raw_capture(pick(rng));
+                        match slot.filter(|_| coin(rng)) {
+                            Some(index) => {
+                                let completion = self.slots[index].stream.completion();
+                                note_infallible();
+                                if joined.contains(&index) {
+                                    let result = block_on(completion);
+                                    note(&what, &result);
+                                    assert!(
+                                        matches!(result, Err(Error::CaptureMisuse(_))),
+                                        "{what}: a completion of a stream that joined a raw capture must be refused: \
+                                     {result:?}"
+                                    );
+                                } else {
+                                    self.completions.push(completion);
+                                }
+                            }
+                            None => {
+                                let completion = borrowed.completion();
+                                note_infallible();
+                                assert!(
+                                    completion.is_complete(),
+                                    "{what}: a capturing stream's completion resolves at once"
+                                );
+                                let result = block_on(completion);
+                                note(&what, &result);
+                                assert!(
+                                    matches!(result, Err(Error::CaptureMisuse(_))),
+                                    "{what}: a completion of a stream in a raw capture must be refused: {result:?}"
+                                );
+                            }
+                        }
+                    }
+                    9 => {
+                        let lease = self.pool.acquire();
+                        note(&what, &lease);
+                        if let Ok(lease) = lease {
+                            note(&what, &kernel(&lease, self.log, byte(rng), byte(rng)));
+                            // An external wait: the lease stays out of the capture.
+                            note(&what, &borrowed.wait_stream(&lease));
+                        }
+                    }
+                    _ => {
+                        // The owner knows its flags, priority and id without asking CUDA.
+                        let flags = origin.is_non_blocking();
+                        note(&what, &flags);
+                        assert_eq!(
+                            flags,
+                            Ok(non_blocking),
+                            "{what}: an owned stream knows its flags during a raw capture"
+                        );
+                        let priority = origin.priority();
+                        note(&what, &priority);
+                        assert!(priority.is_ok(), "{what}: an owned stream knows its priority: {priority:?}");
+                        let read = origin.id();
+                        note(&what, &read);
+                        assert!(read.is_ok(), "{what}: an owned stream knows its id: {read:?}");
+                    }
+                }
+            }
+            assert!(capture_intact(&borrowed, id), "{what}: the raw capture is still active");
+        }
+        for &index in &joined {
+            note("BorrowedStream wait_stream (join)", &borrowed.wait_stream(&self.slots[index].stream));
+        }
+        for fork in &forks {
+            note("BorrowedStream wait_stream (join a fork)", &borrowed.wait_stream(fork));
+        }
+        let end = || {
+            let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+            // SAFETY: the raw capture begun above on this thread; a valid out-pointer.
+            let code = unsafe { sys::cudaStreamEndCapture(handle, &mut graph) };
+            (code, graph)
+        };
+        let ((code, graph), kept) = if spawn && !captured.is_empty() {
+            // Captured events, checked by another thread while the capture ends.
+            let (barrier, mut thread_rng) = (Barrier::new(2), Rng::new(rng.next_u64()));
+            let seen: Vec<Seen<'_>> = captured
+                .iter()
+                .map(|event| Seen {
+                    event,
+                    known: Known { timing: event.flags().timing == Some(true), recorded: true, captured: Some(true) },
+                })
+                .collect();
+            std::thread::scope(|scope| {
+                let checker = scope.spawn(|| {
+                    barrier.wait();
+                    let mut kept = Vec::new();
+                    for (index, &mine) in seen.iter().enumerate() {
+                        let other = seen[(index + 1) % seen.len()];
+                        let count = 1 + thread_rng.below(3);
+                        kept.extend(event_calls(
+                            "beside a raw end",
+                            &mut thread_rng,
+                            count,
+                            mine,
+                            other,
+                            During::Capture,
+                        ));
+                    }
+                    kept
+                });
+                barrier.wait();
+                let ended = end();
+                let kept = checker.join().unwrap_or_else(|payload| {
+                    panic!("a thread beside a raw capture's end failed: {}", panic_message(payload.as_ref()))
+                });
+                (ended, kept)
+            })
+        } else {
+            (end(), Vec::new())
+        };
+        self.completions.extend(kept);
+        note("cudaStreamEndCapture (raw)", &check(code, "cudaStreamEndCapture"));
+        assert_eq!(
+            code,
+            sys::cudaError::cudaSuccess,
+            "a raw capture that saw only operations that keep a capture valid ends with cudaSuccess"
+        );
+        if !graph.is_null() {
+            // SAFETY: the graph the raw end returned, ours, destroyed once.
+            let destroyed = check(unsafe { sys::cudaGraphDestroy(graph) }, "cudaGraphDestroy");
+            note("cudaGraphDestroy (raw)", &destroyed);
+            assert!(destroyed.is_ok(), "the graph of a raw capture is destroyed: {destroyed:?}");
+        }
+        let status = borrowed.capture_status();
+        note("BorrowedStream capture_status", &status);
+        assert_eq!(status, Ok(CaptureStatus::None), "the stream is out of capture once the raw end returned");
+        forks
+    }
+
+    /// A non-primary context of cudarc's made current on this thread, crate operations while it
+    /// is, the context destroyed, then everything made meanwhile used (it must all work: what
+    /// the crate makes is in the primary context) and dropped in a random order.
+    fn non_primary(&mut self, seed: u64) {
+        let mut rng = Rng::new(seed);
+        let ordinal = usize::try_from(self.device.ordinal()).unwrap_or_default();
+        let context = match CudaContext::new_non_primary(ordinal, 0) {
+            Ok(context) => context,
+            Err(error) => {
+                trace(format_args!("CudaContext::new_non_primary: {error:?}: skipped for the rest of the program"));
+                self.no_non_primary = true;
+                return skip();
+            }
+        };
+        self.foreign_context_refused(&context, &mut rng);
+        let mut made = Made::default();
+        for step in 0..3 + rng.below(8) {
+            self.while_non_primary(&format!("non-primary context current, step {step}"), &mut rng, &mut made);
+        }
+        // Destroyed here: cudarc streams of the context (which hold it) are gone already.
+        drop(context);
+        note_infallible();
+        self.after_non_primary(&mut rng, made);
+    }
+
+    /// Streams of a non-primary context are refused (`borrow_raw`, `borrow_raw_on`,
+    /// `from_cudarc`, its default stream too), and no stream is lent to it (`to_cudarc`).
+    fn foreign_context_refused(&self, context: &Arc<CudaContext>, rng: &mut Rng) {
+        let device = self.device;
+        match context.new_stream() {
+            Ok(foreign) => {
+                let handle: sys::cudaStream_t = foreign.cu_stream().cast();
+                // SAFETY: cudarc keeps the stream alive while `foreign` lives, past this call;
+                // nobody captures it.
+                let borrowed = unsafe { BorrowedStream::borrow_raw(handle) };
+                note("BorrowedStream::borrow_raw (non-primary)", &borrowed);
+                expect_foreign_context("borrow_raw", device, &borrowed);
+                // SAFETY: as above.
+                let borrowed = unsafe { BorrowedStream::borrow_raw_on(handle, device) };
+                note("BorrowedStream::borrow_raw_on (non-primary)", &borrowed);
+                expect_foreign_context("borrow_raw_on", device, &borrowed);
+                // SAFETY: as above.
+                let lent = unsafe { BorrowedStream::from_cudarc(&foreign) };
+                note("BorrowedStream::from_cudarc (non-primary)", &lent);
+                expect_foreign_context("from_cudarc", device, &lent);
+            }
+            Err(error) => trace(format_args!("CudaContext::new_stream: {error:?}")),
+        }
+        if coin(rng) {
+            let default = context.default_stream();
+            // SAFETY: the context's default stream, which cudarc keeps; nobody captures it.
+            let lent = unsafe { BorrowedStream::from_cudarc(&default) };
+            note("BorrowedStream::from_cudarc (non-primary default stream)", &lent);
+            expect_foreign_context("from_cudarc of the default stream", device, &lent);
+        }
+        if let Some((stream, _)) = self.pick(pick(rng), None).filter(|_| coin(rng)) {
+            // SAFETY: refused before anything is lent; were it lent, the `CudaStream` would drop
+            // at once, before the program's stream, and carry no work.
+            let lent = unsafe { stream.to_cudarc(context) };
+            note("StreamRef::to_cudarc (non-primary)", &lent);
+            expect_foreign_context("to_cudarc", device, &lent);
+        }
+    }
+
+    /// One random operation while the non-primary context is current. What is made is kept in
+    /// `made`, and must be made: an error here is a failure (nothing else uses it).
+    fn while_non_primary(&mut self, what: &str, rng: &mut Rng, made: &mut Made<'p>) {
+        let device = self.device;
+        let must = |result: Result<()>| {
+            note(what, &result);
+            assert!(result.is_ok(), "{what}: while a non-primary context is current: {result:?}");
+        };
+        match rng.below(9) {
+            0 => {
+                let options = if coin(rng) { StreamOptions::non_blocking() } else { StreamOptions::default() };
+                let range = self.range;
+                let options = if coin(rng) {
+                    options.with_priority(Priority(range.most_urgent().value() + (pick(rng) % range.levels()) as i32))
+                } else {
+                    options
+                };
+                let stream = Stream::new(device, options);
+                note(what, &stream);
+                made.streams.push(stream.unwrap_or_else(|error| panic!("{what}: Stream::new: {error}")));
+            }
+            1 => {
+                let event = Event::new(device, EventFlags { timing: coin(rng), ..EventFlags::default() });
+                note(what, &event);
+                made.events.push(Arc::new(event.unwrap_or_else(|error| panic!("{what}: Event::new: {error}"))));
+            }
+            2 => {
+                let targets = made.targets();
+                if let (Some(event), false) = (made.events.get(rng.below(made.events.len().max(1))), targets.is_empty())
+                {
+                    must(targets[rng.below(targets.len())].record(event));
+                }
+            }
+            3 => {
+                let lease = self.pool.acquire();
+                note(what, &lease);
+                if let Ok(lease) = lease {
+                    must(kernel(&lease, self.log, byte(rng), byte(rng)));
+                    if coin(rng) {
+                        made.leases.push(lease);
+                    }
+                }
+            }
+            4 => {
+                let Some(stream) = made.streams.get(rng.below(made.streams.len().max(1))) else { return };
+                let completion = stream.completion();
+                note_infallible();
+                if coin(rng) {
+                    must(block_on(completion));
+                } else {
+                    made.completions.push(completion);
+                }
+            }
+            5 => {
+                let targets = made.targets();
+                let slot = self.pick(pick(rng), None).map(|(slot, _)| slot);
+                if targets.is_empty() {
+                    return;
+                }
+                let waiter = targets[rng.below(targets.len())];
+                match slot.filter(|_| coin(rng)) {
+                    // A slot may be any stream, of any state: only noted.
+                    Some(slot) => {
+                        note(what, &waiter.wait_stream(slot));
+                    }
+                    None => must(waiter.wait_stream(targets[rng.below(targets.len())])),
+                }
+            }
+            6 => self.capture_while_non_primary(what, rng, made),
+            7 => {
+                let targets = made.targets();
+                match targets.get(rng.below(targets.len().max(1))) {
+                    Some(target) => must(kernel(target, self.log, byte(rng), byte(rng))),
+                    None => must(kernel(&BuiltinStream::per_thread(device), self.log, byte(rng), byte(rng))),
+                }
+            }
+            _ => {
+                let Some(stream) = made.streams.get(rng.below(made.streams.len().max(1))) else { return };
+                let (result, state) = once_host_fn(stream, rng.below(4) == 0, coin(rng));
+                must(result);
+                self.tokens.push(state);
+            }
+        }
+    }
+
+    /// A capture while the non-primary context is current: a new stream captured in any mode,
+    /// with kernels, a fork joined back, an event recorded in it (then refused), and ended; the
+    /// graph (perhaps instantiated) kept.
+    fn capture_while_non_primary(&mut self, what: &str, rng: &mut Rng, made: &mut Made<'p>) {
+        let device = self.device;
+        let origin = Stream::new(device, StreamOptions::non_blocking());
+        note(what, &origin);
+        let origin = origin.unwrap_or_else(|error| panic!("{what}: Stream::new: {error}"));
+        let must = |result: Result<()>| {
+            note(what, &result);
+            assert!(result.is_ok(), "{what}: in a capture while a non-primary context is current: {result:?}");
+        };
+        let capture = AnyCapture::begin(&origin, byte(rng));
+        note(what, &capture);
+        let capture = capture.unwrap_or_else(|error| panic!("{what}: begin_capture: {error}"));
+        let mut forks = Vec::new();
+        for _ in 0..1 + rng.below(4) {
+            match rng.below(3) {
+                0 => must(kernel(&origin, self.log, byte(rng), byte(rng))),
+                1 => {
+                    let fork = origin.fork();
+                    note(what, &fork);
+                    let fork = fork.unwrap_or_else(|error| panic!("{what}: fork in a capture: {error}"));
+                    must(kernel(&fork, self.log, byte(rng), byte(rng)));
+                    forks.push(fork);
+                }
+                _ => {
+                    let Some(event) = made.events.get(rng.below(made.events.len().max(1))) else { continue };
+                    must(origin.record(event));
+                    let known =
+                        Known { timing: event.flags().timing == Some(true), recorded: true, captured: Some(true) };
+                    let mine = Seen { event, known };
+                    let count = 1 + rng.below(2);
+                    // Resolved already (CaptureMisuse): not among those that must resolve Ok.
+                    self.completions.extend(event_calls(what, rng, count, mine, mine, During::Capture));
+                }
+            }
+        }
+        for fork in &forks {
+            must(origin.wait_stream(fork));
+        }
+        let graph = capture.end();
+        note(what, &graph);
+        let graph = graph.unwrap_or_else(|error| panic!("{what}: Capture::end: {error}"));
+        if coin(rng) {
+            let exec = graph.instantiate();
+            note(what, &exec);
+            made.execs.push(exec.unwrap_or_else(|error| panic!("{what}: Graph::instantiate: {error}")));
+        }
+        made.graphs.push(graph);
+        made.streams.push(origin);
+        made.streams.extend(forks);
+    }
+
+    /// After the non-primary context was destroyed: everything made while it was current works,
+    /// without an error, then drops in a random order (launches perhaps pending).
+    fn after_non_primary(&mut self, rng: &mut Rng, made: Made<'p>) {
+        let what = "after the non-primary context was destroyed";
+        let must = |result: Result<()>| {
+            note(what, &result);
+            assert!(result.is_ok(), "{what}: {result:?}");
+        };
+        let mut new_execs = Vec::new();
+        must(kernel(&BuiltinStream::per_thread(self.device), self.log, byte(rng), byte(rng)));
+        let targets = made.targets();
+        for target in &targets {
+            must(kernel(target, self.log, byte(rng), byte(rng)));
+            let queried = target.query();
+            note(what, &queried);
+            assert!(queried.is_ok(), "{what}: StreamRef::query: {queried:?}");
+        }
+        if !targets.is_empty() {
+            for (index, event) in made.events.iter().enumerate() {
+                // Recorded outside any capture (again, for one recorded in a capture): usable.
+                let target = targets[index % targets.len()];
+                must(target.record(event));
+                must(event.synchronize());
+                let queried = event.query();
+                note(what, &queried);
+                assert_eq!(queried, Ok(true), "{what}: an event synchronized has completed");
+                if coin(rng) {
+                    must(block_on(event.completion()));
+                }
+            }
+            let timed: Vec<&Arc<Event>> =
+                made.events.iter().filter(|event| event.flags().timing == Some(true)).collect();
+            if let [start, end, ..] = timed[..] {
+                let target = targets[rng.below(targets.len())];
+                must(target.record(start));
+                must(kernel(target, self.log, byte(rng), byte(rng)));
+                must(target.record(end));
+                must(end.synchronize());
+                let elapsed = end.elapsed(start);
+                note(what, &elapsed);
+                assert!(matches!(elapsed, Ok(Some(_))), "{what}: elapsed between completed events: {elapsed:?}");
+            }
+            for graph in &made.graphs {
+                if coin(rng) {
+                    let exec = graph.instantiate();
+                    note(what, &exec);
+                    new_execs.push(exec.unwrap_or_else(|error| panic!("{what}: Graph::instantiate: {error}")));
+                }
+            }
+            for exec in made.execs.iter().chain(&new_execs) {
+                must(exec.launch(targets[rng.below(targets.len())]));
+            }
+            if targets.len() > 1 {
+                must(targets[0].wait_stream(targets[targets.len() - 1]));
+            }
+        }
+        if coin(rng) {
+            for target in &targets {
+                must(target.synchronize());
+            }
+        }
+        drop(targets);
+        let Made { streams, events, leases, graphs, execs, completions } = made;
+        for completion in completions {
+            if coin(rng) {
+                must(block_on(completion));
+            } else {
+                self.completions.push(completion);
+            }
+        }
+        let mut held: Vec<Box<dyn Held + 'p>> = Vec::new();
+        held.extend(streams.into_iter().map(|stream| Box::new(stream) as Box<dyn Held>));
+        held.extend(events.into_iter().map(|event| Box::new(event) as Box<dyn Held>));
+        held.extend(leases.into_iter().map(|lease| Box::new(lease) as Box<dyn Held + 'p>));
+        held.extend(graphs.into_iter().map(|graph| Box::new(graph) as Box<dyn Held>));
+        held.extend(execs.into_iter().chain(new_execs).map(|exec| Box::new(exec) as Box<dyn Held>));
+        while !held.is_empty() {
+            drop(held.swap_remove(rng.below(held.len())));
+        }
     }
 
     /// Synchronizes what can be, then drops everything: graphs and executables in a random

@@ -337,6 +337,7 @@ impl Event {
     pub fn elapsed(&self, start: &Event) -> Result<Option<Duration>> {
         same_device("elapsed time is measured between events of one device", start.device, self.device)?;
         for event in [start, self] {
+            event.refuse_captured()?;
             if event.flags.timing == Some(false) {
                 return Err(Error::TimingDisabled);
             }
@@ -351,6 +352,13 @@ impl Event {
         }
         // The runtime call binds a context on a thread that has none: this device's primary.
         let _current = self.device.make_current()?;
+        // Made with no capture of this crate beginning or ending, and refused if either event
+        // was recorded into one since the queries above.
+        let transitions = live_captures::any().then(crate::capture::no_capture_transitions);
+        if transitions.is_some() {
+            start.refuse_captured()?;
+            self.refuse_captured()?;
+        }
         let mut ms: f32 = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.
         let code = unsafe { sys::cudaEventElapsedTime(&mut ms, start.raw, self.raw) };

@@ -456,11 +456,13 @@ fn serve(query: Query) {
             active = Instant::now();
         }
         let (pace, word) = {
-            let _polling = begin_pass();
             // No capture of this crate begins or ends during the pass: none can end while one
-            // of its events is queried (CUDA 13.0 crashed when that raced), and a record into
-            // one is marked before the pass reads the event's state.
+            // of its events is queried (CUDA 13.0 crashed when that raced). Taken before the
+            // pass begins: a record into a capture (which holds it shared too) waits for the
+            // pass in progress after marking its event, and must never wait for a pass that
+            // waits for this lock.
             let _transitions = crate::capture::no_capture_transitions();
+            let _polling = begin_pass();
             if EXITING.load(Ordering::SeqCst) {
                 break;
             }

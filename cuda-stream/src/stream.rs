@@ -358,13 +358,24 @@ impl StreamRef {
     }
 
     /// [`StreamRef::record`] while some stream may be capturing: the event is marked as
-    /// captured before a record into a capture, so that nothing queries it meanwhile, and no
+    /// captured before a record into a capture, and as a marker only after a record outside
+    /// one, so that no query reaches CUDA while its last record may be a captured one; no
     /// capture of this crate begins or ends between the status read and the record.
     #[cold]
     #[inline(never)]
     fn record_during_captures(&self, event: &Event) -> Result<()> {
         let _transitions = crate::capture::no_capture_transitions();
-        let previous = event.note_record_ahead(self.may_be_capturing()?);
+        if !self.may_be_capturing()? {
+            // Marked after the record: until CUDA has it, the event's last record may still be
+            // one inside a capture, which a query must not reach.
+            self.record_raw(event.as_raw(), 0)?;
+            event.note_record(false);
+            return Ok(());
+        }
+        let previous = event.note_record_ahead(true);
+        // A completion's pass that read the event's state before it changed ends before the
+        // record: later passes see it captured and never query it.
+        crate::reactor::wait_for_pass();
         let recorded = self.record_raw(event.as_raw(), 0);
         if recorded.is_err() {
             event.restore_record_state(previous);
