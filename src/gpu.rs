@@ -32,7 +32,10 @@ fn hold_gpu_tests() {
 }
 
 /// Device 0 with the test kernels loaded, or `None` after printing why the test `name` is
-/// skipped; the GPU tests of this binary run one at a time from here on (see [`GPU_TESTS`]).
+/// skipped. From here on the calling test thread holds the binary's GPU-test turn until it
+/// exits: the GPU tests of one binary run one at a time, also under the harness's default
+/// threads (a test's Global capture makes CUDA refuse, or racing its end crash on, another
+/// test's queries and raw calls).
 /// Panics instead of skipping when [`REQUIRE_GPU`] is `1`.
 pub fn device_or_skip(name: &str) -> Option<Device> {
     let device = concurrent_device_or_skip(name)?;

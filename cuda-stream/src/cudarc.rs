@@ -42,8 +42,9 @@ impl<'a> BorrowedStream<'a> {
     /// `begin_capture`, `end_capture`) on another thread while a call of this crate on it runs.
     ///
     /// # Errors
-    /// [`Error::ForeignContext`] for a stream of a non-primary context (see the
-    /// [module docs](self)); the errors of [`Device::new`].
+    /// [`Error::ForeignContext`] for a stream of a non-primary context (`new_non_primary`:
+    /// cudarc destroys it when its last `Arc` drops, and this crate keeps no handle of a
+    /// context it cannot keep alive); the errors of [`Device::new`].
     pub unsafe fn from_cudarc(stream: &'a CudaStream) -> Result<BorrowedStream<'a>> {
         let device = primary_device_of(stream.context())?;
         let handle: crate::sys::cudaStream_t = stream.cu_stream().cast();
