@@ -202,7 +202,11 @@ impl Device {
     ///   no context would make the runtime's next call on this thread create a primary context
     ///   on its default device 0 (PyTorch's `MaybeExchangeDevice` avoids it the same way).
     ///
-    /// A guard leaked with `mem::forget` leaves the primary context pushed.
+    /// A guard leaked with `mem::forget` leaves the primary context pushed. The pop takes the
+    /// top of the thread's stack: hold no guard across your own unbalanced `cuCtxPushCurrent`.
+    /// A context destroyed while it sat under the pushed one is what the driver's stack shows
+    /// after the pop (the crate never installs a saved handle itself; such a destroyed context
+    /// answers the next runtime call with `cudaErrorInvalidContext`, seen on CUDA 13.0).
     ///
     /// # Errors
     /// The errors of `cuCtxGetCurrent`, `cuDevicePrimaryCtxRetain`, `cuCtxPushCurrent` and
