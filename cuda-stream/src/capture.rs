@@ -40,13 +40,23 @@
 //!   counted: the calls they forbid reach CUDA, which refuses them and invalidates that capture.
 //!   (A stream's own query and synchronize are checked against CUDA's capture status, but only
 //!   while some capture of this crate is in progress.) What such a capture cannot do is make
-//!   this crate crash the driver: once a foreign stream or event is wrapped
+//!   this crate query a captured event: once a foreign stream or event is wrapped
 //!   ([`BorrowedStream::borrow_raw`](crate::BorrowedStream::borrow_raw), whose `# Safety` says
-//!   which transitions must not overlap its calls), records read the stream's capture status,
-//!   so an event recorded into a foreign capture is known as captured.
-//! * An event queried on one thread while another records it into a capture: the query may have
-//!   checked the event just before, and then reach CUDA, which invalidates that capture (a typed
-//!   error at its end). No capture of this crate ends during such a query.
+//!   which transitions must not overlap its calls), and on the per-thread stream always,
+//!   records read the stream's capture status, so an event recorded into a foreign capture is
+//!   known as captured.
+//! * **Not closed:** a foreign **Global** capture (cudarc's safe `begin_capture` on a stream of
+//!   its own, `torch.cuda.graph`) forbids queries and synchronizes on every thread. This
+//!   crate's queries on other threads still reach CUDA, which invalidates that capture, and a
+//!   query racing its end crashed libcuda (CUDA 13.0, a probe in C++ too). Capture foreign
+//!   streams in Relaxed or ThreadLocal mode, or keep other threads' queries out of the capture.
+//! * **Not closed:** an event query that passed its checks while no capture of this crate was
+//!   in progress, then was preempted while another thread began a capture, recorded that event
+//!   into it and ended it. While a capture of this crate is in progress, queries hold the
+//!   capture-transition lock and no capture ends during them.
+//! * An event queried on one thread while another records it into a capture may reach CUDA
+//!   just before the record is marked, which invalidates that capture (a typed error at its
+//!   end).
 //! * A capture that another thread begins between a call's check and the call itself: the check
 //!   passed, so CUDA refuses the call and invalidates that capture. Closing that window would
 //!   take a lock around every call; order such calls and capture begins yourself.

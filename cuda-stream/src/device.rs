@@ -1,5 +1,5 @@
-//! CUDA devices, and the scoped guard that makes one current and restores what was current
-//! before: the context, or nothing when nothing was.
+//! CUDA devices, and the scoped guard that makes a device's primary context current: pushed
+//! over another context and popped after, or made current on a thread that had none.
 
 use crate::driver;
 use crate::error::{Error, Result, check};

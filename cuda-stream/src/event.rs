@@ -244,16 +244,17 @@ impl Event {
         self.state.store(if captured { CAPTURED } else { RECORDED }, Ordering::Release);
     }
 
-    /// Notes where a record is about to go, before it is made (so that no query can slip in
-    /// between), and returns the state before, for [`Event::restore_record_state`] when the
-    /// record fails.
-    pub(crate) fn note_record_ahead(&self, captured: bool) -> u8 {
-        self.state.swap(if captured { CAPTURED } else { RECORDED }, Ordering::SeqCst)
+    /// Marks the event as captured before a record that may go into a capture, so that no
+    /// query can slip in between (SeqCst: pairs with the reactor's pass counter, see
+    /// `reactor::wait_for_pass`).
+    pub(crate) fn note_record_ahead_as_captured(&self) {
+        self.state.store(CAPTURED, Ordering::SeqCst);
     }
 
-    /// Puts back the state [`Event::note_record_ahead`] returned, after a record that failed.
-    pub(crate) fn restore_record_state(&self, previous: u8) {
-        self.state.store(previous, Ordering::SeqCst);
+    /// Notes an external record node added to a capture: an event never recorded counts as
+    /// recorded from now on (a launch records it); any other state stays.
+    pub(crate) fn note_external_record(&self) {
+        let _ = self.state.compare_exchange(NEVER_RECORDED, RECORDED, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// Whether the last record went into a capture (or may have): see [`Event::query`].

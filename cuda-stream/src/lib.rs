@@ -77,7 +77,8 @@
 //! * Stream attributes ([`attributes`]): synchronization policy, L2 access-policy window.
 //!   Hardware queues: [`Device::hardware_queues`], [`StreamPool::with_hardware_queues`].
 //! * [`StreamPool`]: exclusive leases, never one stream to two holders.
-//! * [`Device::make_current`]: a guard that restores the previous context, or none.
+//! * [`Device::make_current`]: makes the device's primary context current, pushed over
+//!   another context and popped by its guard.
 //!
 //! # Contexts, foreign captures and captured events
 //! What this crate guarantees whatever other code (cudarc, PyTorch, raw FFI) does beside it:

@@ -54,8 +54,8 @@ pub enum ReactorWait {
     /// `synchronize` of its device costs: a busy core where that spins; where it blocks, the
     /// back-off's cost (about 100 µs of one core per arrival or resolution, a whole core from
     /// about 10,000 a second, and up to a thousand wake-ups a second while anything is
-    /// pending). The flags read are the primary context's, also for a stream of another
-    /// context (lent by a cudarc context, say).
+    /// pending). The flags read are the primary context's, the context of every event this
+    /// crate creates.
     AsDevice,
     /// Queries without pause while anything is pending: the lowest latency, and one busy core
     /// for as long as a future waits.

@@ -208,8 +208,9 @@ impl StreamRef {
     /// was read at creation; otherwise it is read now, unless the stream is being captured:
     /// `cudaStreamGetId` would invalidate the capture.
     ///
-    /// For a foreign stream, a capture that another thread begins between the check and the
-    /// read is still invalidated: ask while you know nobody captures it.
+    /// No capture of this crate begins between the check and the read; a foreign capture that
+    /// another thread begins then is still invalidated (the conditions of
+    /// [`BorrowedStream::borrow_raw`] exclude it).
     ///
     /// # Errors
     /// [`Error::CaptureMisuse`] while the stream is being captured; CUDA's errors.
@@ -217,6 +218,8 @@ impl StreamRef {
         if let Some(id) = self.id {
             return Ok(id);
         }
+        refuse_inside_host_fn()?;
+        let _transitions = crate::capture::no_capture_transitions();
         self.refuse_capturing("reading the id of a capturing stream would invalidate the capture")?;
         self.read_id()
     }
@@ -344,43 +347,42 @@ impl StreamRef {
     #[inline]
     pub fn record(&self, event: &Event) -> Result<()> {
         same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
-        if live_captures::may_capture() {
+        // The per-thread stream can be captured by another library on this thread (cudarc's
+        // safe `per_thread_stream().begin_capture`) without any handle being wrapped.
+        if live_captures::may_capture() || self.is_thread_bound() {
             return self.record_during_captures(event);
         }
         self.record_raw(event.as_raw(), 0)?;
         event.note_record(false);
         if live_captures::may_capture() {
             // A capture of this crate began meanwhile (counted before CUDA began it): the record
-            // may have gone into it.
-            event.note_record(self.may_be_capturing()?);
+            // may have gone into it. Unknown counts as captured (a refusal, never a crash).
+            event.note_record(self.may_be_capturing().unwrap_or(true));
         }
         Ok(())
     }
 
-    /// [`StreamRef::record`] while some stream may be capturing: the event is marked as
-    /// captured before a record into a capture, and as a marker only after a record outside
-    /// one, so that no query reaches CUDA while its last record may be a captured one; no
-    /// capture of this crate begins or ends between the status read and the record.
+    /// [`StreamRef::record`] while some stream may be capturing. The event is marked as
+    /// captured before the record and the reactor's pass in progress is waited for, so that no
+    /// query reaches CUDA while its last record may be a captured one; after the record, with
+    /// no capture of this crate beginning or ending meanwhile, the stream's status says whether
+    /// it was (a stream that joined a capture in between is still capturing, so the event stays
+    /// marked). A failed record leaves the mark: another thread's record of the same event may
+    /// have gone into a capture meanwhile.
     #[cold]
     #[inline(never)]
     fn record_during_captures(&self, event: &Event) -> Result<()> {
+        refuse_inside_host_fn()?;
         let _transitions = crate::capture::no_capture_transitions();
-        if !self.may_be_capturing()? {
-            // Marked after the record: until CUDA has it, the event's last record may still be
-            // one inside a capture, which a query must not reach.
-            self.record_raw(event.as_raw(), 0)?;
-            event.note_record(false);
-            return Ok(());
-        }
-        let previous = event.note_record_ahead(true);
-        // A completion's pass that read the event's state before it changed ends before the
-        // record: later passes see it captured and never query it.
+        event.note_record_ahead_as_captured();
+        // A pass that read the event's state before the mark ends before the record: later
+        // passes see it captured and never query it.
         crate::reactor::wait_for_pass();
-        let recorded = self.record_raw(event.as_raw(), 0);
-        if recorded.is_err() {
-            event.restore_record_state(previous);
+        self.record_raw(event.as_raw(), 0)?;
+        if self.may_be_capturing() == Ok(false) {
+            event.note_record(false);
         }
-        recorded
+        Ok(())
     }
 
     /// Whether this stream is capturing, or its capture is invalidated (not yet ended). The
@@ -421,9 +423,11 @@ impl StreamRef {
         }
         self.record_raw(event.as_raw(), sys::cudaEventRecordExternal)?;
         // In a capture, the record is a node that records the event at each launch: the event
-        // itself stays what its last real record made it. Outside one, it is a real record.
-        if graph.is_none() {
-            event.note_record(false);
+        // stays what its last real record made it (counted as recorded, for `elapsed`, if it
+        // never was). Outside one, it is a real record.
+        match graph {
+            Some(_) => event.note_external_record(),
+            None => event.note_record(false),
         }
         Ok(())
     }
@@ -504,8 +508,11 @@ impl StreamRef {
     #[inline]
     pub fn wait_stream(&self, other: impl AsStream) -> Result<()> {
         let other = other.as_stream();
-        // While no stream of the process may be capturing, `self` is not: no status to read.
-        if live_captures::may_capture() && self.capture_status()? != crate::CaptureStatus::None {
+        // While no stream of the process may be capturing, `self` is not: no status to read
+        // (but the per-thread stream, which another library may capture on this thread).
+        if (live_captures::may_capture() || self.is_thread_bound())
+            && self.capture_status()? != crate::CaptureStatus::None
+        {
             return crate::capture::wait_stream_in_capture(self, &other);
         }
         self.wait_stream_now(&other)
@@ -580,7 +587,9 @@ impl StreamRef {
             return Ok(non_blocking);
         }
         // A stream this crate did not create (a real handle). CUDA invalidates a capture of the
-        // stream, in every mode, to answer `cuStreamGetFlags` (probed on CUDA 13.0).
+        // stream, in every mode, to answer `cuStreamGetFlags` (probed on CUDA 13.0); no capture
+        // of this crate begins between the check and the read.
+        let _transitions = crate::capture::no_capture_transitions();
         self.refuse_capturing("reading the flags of a capturing stream would invalidate its capture")?;
         Ok(driver::stream_flags(self.raw)? & sys::cudaStreamNonBlocking != 0)
     }
