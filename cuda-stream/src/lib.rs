@@ -103,6 +103,10 @@
 //!   would answer by invalidating a capture is refused instead.
 //! * **Pools never lend a capturing stream**: a lease returned capturing is quarantined.
 //!
+//! Two races are not closed yet (a foreign Global capture's end racing this crate's queries on
+//! other threads, and a query preempted across a whole capture of its event): see the
+//! [capture docs](capture#calls-refused-during-a-capture).
+//!
 //! # Errors
 //! Every CUDA failure is an [`Error::Cuda`] with the API's name and the [`CudaCode`] (name,
 //! description, [`CudaCode::is_sticky`]). `cudaErrorNotReady` is not an error: queries return

@@ -368,11 +368,13 @@ impl StreamRef {
     /// no capture of this crate beginning or ending meanwhile, the stream's status says whether
     /// it was (a stream that joined a capture in between is still capturing, so the event stays
     /// marked). A failed record leaves the mark: another thread's record of the same event may
-    /// have gone into a capture meanwhile.
+    /// have gone into a capture meanwhile (the crate's own refusals come before the mark).
     #[cold]
     #[inline(never)]
     fn record_during_captures(&self, event: &Event) -> Result<()> {
-        refuse_inside_host_fn()?;
+        // The crate's own refusals (inside a host function, another thread's per-thread stream,
+        // the legacy stream during a capture) come first: they leave the event as it was.
+        let _current = self.enter()?;
         let _transitions = crate::capture::no_capture_transitions();
         event.note_record_ahead_as_captured();
         // A pass that read the event's state before the mark ends before the record: later
