@@ -4,7 +4,8 @@
 //! mutated from two threads), each observing on the GPU what now happens instead. The routes
 //! that cannot be closed in code are `unsafe` (their compile-fail tests are in
 //! `cuda-stream/tests/compile_fail/`). Tests whose old failure was a crash run in a child
-//! process, so that a crash fails the test instead of the whole binary.
+//! process, so that a crash fails the test instead of the whole binary. The tests take turns
+//! through `gpu_or_skip!` (a capture in progress makes the crate refuse other tests' calls).
 
 use cuda_stream::sys;
 use cuda_stream::{
@@ -15,15 +16,8 @@ use cuda_stream_tests::non_blocking_stream as stream;
 use cuda_stream_tests::probe::Token;
 use cuda_stream_tests::{MappedFlag, TagLog, block_on, child_test_prints, gpu_or_skip};
 use cudarc::driver::{CudaContext, result};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
-
-/// GPU tests run one at a time: captures in progress make the crate refuse other tests' calls.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn is_capture_misuse<T: std::fmt::Debug>(result: &cuda_stream::Result<T>) -> bool {
     matches!(result, Err(Error::CaptureMisuse(_)))
@@ -35,7 +29,6 @@ fn is_capture_misuse<T: std::fmt::Debug>(result: &cuda_stream::Result<T>) -> boo
 #[test]
 fn an_event_recorded_in_a_relaxed_capture_is_refused_until_recorded_outside() {
     let device = gpu_or_skip!();
-    let _serial = serial();
     let stream = stream(device);
     let (event, start) =
         (Event::new(device, EventFlags::timing()).unwrap(), Event::new(device, EventFlags::timing()).unwrap());
@@ -61,7 +54,6 @@ fn an_event_recorded_in_a_relaxed_capture_is_refused_until_recorded_outside() {
 #[test]
 fn a_completion_of_an_event_recorded_in_a_global_capture_resolves_with_capture_misuse() {
     let device = gpu_or_skip!();
-    let _serial = serial();
     let stream = stream(device);
     let event = Arc::new(Event::new(device, EventFlags::default()).unwrap());
     let capture = stream.begin_capture(capture::Global).unwrap();
@@ -76,7 +68,6 @@ fn a_completion_of_an_event_recorded_in_a_global_capture_resolves_with_capture_m
 #[test]
 fn a_pending_completion_whose_event_is_recorded_into_a_capture_resolves_without_querying_it() {
     let device = gpu_or_skip!();
-    let _serial = serial();
     let (parked, capturing) = (stream(device), stream(device));
     let flag = MappedFlag::new().unwrap();
     cuda_stream_tests::wait_flag(&parked, &flag, Duration::from_secs(20)).unwrap();
@@ -101,7 +92,6 @@ fn a_pending_completion_whose_event_is_recorded_into_a_capture_resolves_without_
 #[test]
 fn queries_and_completions_racing_capture_ends_never_crash() {
     let _device = gpu_or_skip!();
-    let _serial = serial();
     child_test_prints("child_queries_race_capture_ends", &["raced"]);
 }
 
@@ -145,7 +135,6 @@ fn child_queries_race_capture_ends() {
 #[test]
 fn reads_of_a_borrowed_stream_leave_a_foreign_global_capture_intact() {
     let device = gpu_or_skip!();
-    let _serial = serial();
     let owner = stream(device);
     let handle = owner.as_raw();
     // SAFETY: `owner` outlives the borrow; this thread alone begins and ends the capture.
@@ -179,7 +168,6 @@ fn reads_of_a_borrowed_stream_leave_a_foreign_global_capture_intact() {
 #[test]
 fn handles_made_while_a_non_primary_context_is_current_survive_its_destruction() {
     let _device = gpu_or_skip!();
-    let _serial = serial();
     child_test_prints("child_non_primary_context_destroyed", &["survived"]);
 }
 
@@ -244,7 +232,6 @@ fn child_non_primary_context_destroyed() {
 #[test]
 fn a_stream_captured_by_cudarc_refuses_fn_once_host_fns_and_keeps_its_capture() {
     let device = gpu_or_skip!();
-    let _serial = serial();
     let context = CudaContext::new(0).unwrap();
     let theirs = context.new_stream().unwrap();
     // SAFETY: cudarc keeps its stream alive; this thread alone begins and ends its capture.
@@ -270,7 +257,6 @@ fn a_stream_captured_by_cudarc_refuses_fn_once_host_fns_and_keeps_its_capture() 
 #[test]
 fn a_lease_returned_with_a_leaked_capture_is_quarantined() {
     let _device = gpu_or_skip!();
-    let _serial = serial();
     // In a child: the leaked capture stays counted (and refuses the legacy stream) for good.
     child_test_prints("child_lease_with_leaked_capture", &["quarantined"]);
 }
@@ -298,7 +284,6 @@ fn child_lease_with_leaked_capture() {
 #[test]
 fn external_records_from_two_threads_into_one_capture_are_serialized() {
     let device = gpu_or_skip!();
-    let _serial = serial();
     let (origin, joined) = (stream(device), stream(device));
     let capture = origin.begin_capture(capture::Relaxed).unwrap();
     joined.wait_stream(&*origin).unwrap();

@@ -9,14 +9,14 @@
 //! stream (`CudaStream::begin_capture`, `end_capture`) from any thread, outside this crate's
 //! sight: the conditions are [`BorrowedStream::borrow_raw`]'s. And both accept the devices'
 //! primary contexts only (`CudaContext::new`), the ones the CUDA runtime (and so this crate)
-//! uses: a context of `CudaContext::new_non_primary` is [`Error::ForeignContext`], because
-//! cudarc destroys it when its last `Arc` drops, and this crate keeps no handle of a context
-//! it cannot keep alive. Your own dependency on cudarc picks its CUDA version feature, as for
+//! uses: a context of `CudaContext::new_non_primary` is
+//! [`Error::ForeignContext`](crate::Error::ForeignContext), because cudarc destroys it when its
+//! last `Arc` drops, and this crate keeps no handle of a context it cannot keep alive. Your own dependency on cudarc picks its CUDA version feature, as for
 //! any cudarc user.
 
 use crate::device::Device;
 use crate::driver::Context;
-use crate::error::{Error, Result, same_device};
+use crate::error::{Result, same_device};
 use crate::stream::{BorrowedStream, BuiltinStream, StreamRef};
 use cudarc::driver::{CudaContext, CudaStream};
 use std::sync::Arc;
@@ -24,9 +24,7 @@ use std::sync::Arc;
 /// The device of a cudarc context, refused unless the context is that device's primary one.
 fn primary_device_of(context: &CudaContext) -> Result<Device> {
     let device = Device::new(i32::try_from(context.ordinal()).unwrap_or(i32::MAX))?;
-    if !device.is_primary(Context(context.cu_ctx().cast()))? {
-        return Err(Error::ForeignContext { device: device.ordinal() });
-    }
+    device.require_primary(Context(context.cu_ctx().cast()))?;
     Ok(device)
 }
 
@@ -42,16 +40,14 @@ impl<'a> BorrowedStream<'a> {
     /// `begin_capture`, `end_capture`) on another thread while a call of this crate on it runs.
     ///
     /// # Errors
-    /// [`Error::ForeignContext`] for a stream of a non-primary context (`new_non_primary`:
-    /// cudarc destroys it when its last `Arc` drops, and this crate keeps no handle of a
-    /// context it cannot keep alive); the errors of [`Device::new`].
+    /// [`Error::ForeignContext`](crate::Error::ForeignContext) for a stream of a non-primary
+    /// context (see the module docs); the errors of [`Device::new`].
     pub unsafe fn from_cudarc(stream: &'a CudaStream) -> Result<BorrowedStream<'a>> {
         let device = primary_device_of(stream.context())?;
         let handle: crate::sys::cudaStream_t = stream.cu_stream().cast();
         if handle.is_null() {
             return Ok(BuiltinStream::legacy(device).into());
         }
-        crate::live_captures::foreign_handle_seen();
         // SAFETY: the `CudaStream` keeps its handle alive while it is borrowed, and the handle
         // belongs to its context, the device's primary one (checked); the caller's contract.
         Ok(unsafe { BorrowedStream::borrow_unchecked(handle, device) })
@@ -76,7 +72,8 @@ impl StreamRef {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) if `context` is another
-    /// device's; [`Error::ForeignContext`] if it is not the device's primary context.
+    /// device's; [`Error::ForeignContext`](crate::Error::ForeignContext) if it is not the
+    /// device's primary context.
     pub unsafe fn to_cudarc(&self, context: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
         let theirs = primary_device_of(context)?;
         same_device("a stream is lent to cudarc with its own device's context", self.device(), theirs)?;

@@ -92,16 +92,8 @@ impl Device {
     pub fn priority_range(self) -> Result<PriorityRange> {
         crate::host_fn::refuse_inside_host_fn()?;
         // A device's range never changes: read it once per device.
-        static RANGES: OnceLock<Box<[OnceLock<PriorityRange>]>> = OnceLock::new();
-        let ranges = RANGES.get_or_init(|| (0..Device::count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
-        if let Some(range) = ranges.get(self.ordinal as usize).and_then(OnceLock::get) {
-            return Ok(*range);
-        }
-        let range = self.read_priority_range()?;
-        if let Some(slot) = ranges.get(self.ordinal as usize) {
-            let _ = slot.set(range);
-        }
-        Ok(range)
+        static RANGES: PerDevice<PriorityRange> = PerDevice::new();
+        RANGES.get_or_read(self.ordinal, || self.read_priority_range())
     }
 
     /// `priority` if it is inside this device's range.
@@ -230,21 +222,37 @@ impl Device {
     /// The device's primary context, retained once per process and device.
     #[inline]
     fn primary_context(self) -> Result<driver::Context> {
-        static PRIMARY: OnceLock<Box<[OnceLock<driver::Context>]>> = OnceLock::new();
-        let contexts = PRIMARY.get_or_init(|| (0..Device::count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
-        let Some(slot) = contexts.get(self.ordinal as usize) else {
-            return driver::primary_context(self.ordinal);
-        };
-        if let Some(context) = slot.get() {
-            return Ok(*context);
-        }
-        let context = driver::primary_context(self.ordinal)?;
-        Ok(*slot.get_or_init(|| context))
+        static PRIMARY: PerDevice<driver::Context> = PerDevice::new();
+        PRIMARY.get_or_read(self.ordinal, || driver::primary_context(self.ordinal))
     }
 
-    /// Whether `context` is this device's primary context.
-    pub(crate) fn is_primary(self, context: driver::Context) -> Result<bool> {
-        Ok(self.primary_context()? == context)
+    /// [`Error::ForeignContext`] unless `context` (a foreign stream's, or another library's) is
+    /// this device's primary context, the only one this crate uses.
+    pub(crate) fn require_primary(self, context: driver::Context) -> Result<()> {
+        if self.primary_context()? == context { Ok(()) } else { Err(Error::ForeignContext { device: self.ordinal }) }
+    }
+}
+
+/// A value of each device that never changes, read once per device on first use.
+struct PerDevice<T>(OnceLock<Box<[OnceLock<T>]>>);
+
+impl<T: Copy> PerDevice<T> {
+    const fn new() -> PerDevice<T> {
+        PerDevice(OnceLock::new())
+    }
+
+    /// The value of device `ordinal`: the one read before, or `read`'s, kept if it succeeds.
+    /// An ordinal beyond the device count is read every time (and fails there).
+    fn get_or_read(&self, ordinal: i32, read: impl FnOnce() -> Result<T>) -> Result<T> {
+        let slots = self.0.get_or_init(|| (0..Device::count().unwrap_or(0)).map(|_| OnceLock::new()).collect());
+        let Some(slot) = usize::try_from(ordinal).ok().and_then(|index| slots.get(index)) else {
+            return read();
+        };
+        if let Some(value) = slot.get() {
+            return Ok(*value);
+        }
+        let value = read()?;
+        Ok(*slot.get_or_init(|| value))
     }
 }
 

@@ -257,16 +257,10 @@ impl Event {
         let _ = self.state.compare_exchange(NEVER_RECORDED, RECORDED, Ordering::AcqRel, Ordering::Relaxed);
     }
 
-    /// Whether the last record went into a capture (or may have): see [`Event::query`].
-    #[inline(always)]
-    pub(crate) fn is_captured(&self) -> bool {
-        self.state.load(Ordering::Acquire) == CAPTURED
-    }
-
     /// [`Error::CaptureMisuse`] for an event whose last record went into a capture.
     #[inline(always)]
     pub(crate) fn refuse_captured(&self) -> Result<()> {
-        if self.is_captured() { Err(Error::CaptureMisuse(CAPTURED_EVENT)) } else { Ok(()) }
+        if self.state.load(Ordering::Acquire) == CAPTURED { Err(Error::CaptureMisuse(CAPTURED_EVENT)) } else { Ok(()) }
     }
 
     /// Whether the work before the last record has completed (also true if never recorded)

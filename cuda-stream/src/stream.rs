@@ -347,9 +347,7 @@ impl StreamRef {
     #[inline]
     pub fn record(&self, event: &Event) -> Result<()> {
         same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
-        // The per-thread stream can be captured by another library on this thread (cudarc's
-        // safe `per_thread_stream().begin_capture`) without any handle being wrapped.
-        if live_captures::may_capture() || self.is_thread_bound() {
+        if self.may_be_captured_now() {
             return self.record_during_captures(event);
         }
         self.record_raw(event.as_raw(), 0)?;
@@ -385,6 +383,15 @@ impl StreamRef {
             event.note_record(false);
         }
         Ok(())
+    }
+
+    /// Whether this stream may be in a capture at all, without a CUDA call: while no stream of
+    /// the process may be capturing ([`live_captures::may_capture`]), it is not; but the
+    /// per-thread stream can be captured by another library on this thread (cudarc's safe
+    /// `per_thread_stream().begin_capture`) without any handle being wrapped.
+    #[inline(always)]
+    fn may_be_captured_now(&self) -> bool {
+        live_captures::may_capture() || self.is_thread_bound()
     }
 
     /// Whether this stream is capturing, or its capture is invalidated (not yet ended). The
@@ -510,11 +517,7 @@ impl StreamRef {
     #[inline]
     pub fn wait_stream(&self, other: impl AsStream) -> Result<()> {
         let other = other.as_stream();
-        // While no stream of the process may be capturing, `self` is not: no status to read
-        // (but the per-thread stream, which another library may capture on this thread).
-        if (live_captures::may_capture() || self.is_thread_bound())
-            && self.capture_status()? != crate::CaptureStatus::None
-        {
+        if self.may_be_captured_now() && self.capture_status()? != crate::CaptureStatus::None {
             return crate::capture::wait_stream_in_capture(self, &other);
         }
         self.wait_stream_now(&other)
@@ -822,7 +825,6 @@ impl<'a> BorrowedStream<'a> {
             Some(_) => Device::current()?,
             None => stream_device(handle)?,
         };
-        live_captures::foreign_handle_seen();
         // SAFETY: the caller's contract; `device` is the handle's own.
         Ok(unsafe { BorrowedStream::borrow_unchecked(handle, device) })
     }
@@ -844,17 +846,18 @@ impl<'a> BorrowedStream<'a> {
         if Builtin::of_handle(handle).is_none() {
             check_stream_device("a borrowed stream handle belongs to the device named for it", handle, device)?;
         }
-        live_captures::foreign_handle_seen();
         // SAFETY: the caller's contract; the device is checked.
         Ok(unsafe { BorrowedStream::borrow_unchecked(handle, device) })
     }
 
-    /// Borrows `handle` as a stream of `device` without asking CUDA anything.
+    /// Borrows a foreign `handle` as a stream of `device` without asking CUDA anything, and
+    /// marks the process as holding a foreign handle (its owner may capture it unseen).
     ///
     /// # Safety
     /// As [`BorrowedStream::borrow_raw`], and `handle` must belong to `device` (or be a special
     /// handle, which then means `device`'s built-in stream).
     pub(crate) unsafe fn borrow_unchecked(handle: sys::cudaStream_t, device: Device) -> BorrowedStream<'a> {
+        live_captures::foreign_handle_seen();
         let ownership = Builtin::of_handle(handle).map_or(Ownership::Borrowed, Ownership::Builtin);
         BorrowedStream { stream: StreamRef::new(handle, device, ownership), _lifetime: PhantomData }
     }
@@ -887,9 +890,7 @@ impl From<BuiltinStream> for BorrowedStream<'static> {
 fn stream_device(handle: sys::cudaStream_t) -> Result<Device> {
     let context = driver::stream_context(handle)?;
     let device = Device::new(driver::context_device_ordinal(context)?)?;
-    if !device.is_primary(context)? {
-        return Err(Error::ForeignContext { device: device.ordinal() });
-    }
+    device.require_primary(context)?;
     Ok(device)
 }
 
