@@ -1106,9 +1106,10 @@ impl<'p> World<'p> {
                 event.recorded = true;
                 event.captured = into_capture;
             }
-            // CUDA's error may come after the record was made (reading the stream's capture
-            // status), which then marked the event as recorded outside.
-            Err(Error::Cuda { .. }) if event.captured != Some(false) => event.captured = None,
+            // CUDA's error: a record made while captures may be in progress marked the event as
+            // captured ahead and keeps that mark (another thread's record may have gone into a
+            // capture meanwhile); otherwise the event is as it was.
+            Err(Error::Cuda { .. }) => event.captured = None,
             Err(_) => {}
         }
         match generation {

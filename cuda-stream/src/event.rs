@@ -327,19 +327,24 @@ impl Event {
     /// [`Error::DeviceMismatch`] for events of two devices (their clocks are not comparable;
     /// CUDA would answer `cudaErrorInvalidResourceHandle`); [`Error::TimingDisabled`] if either
     /// event was created without timing, [`Error::EventNotRecorded`] if either was never
-    /// recorded; [`Error::NegativeElapsed`] (with CUDA's value) if this event completed before
+    /// recorded (these two first); [`Error::CaptureMisuse`] if either was last recorded inside a
+    /// stream capture; [`Error::NegativeElapsed`] (with CUDA's value) if this event completed before
     /// `start` (events recorded on two streams); CUDA's errors.
     pub fn elapsed(&self, start: &Event) -> Result<Option<Duration>> {
         same_device("elapsed time is measured between events of one device", start.device, self.device)?;
+        // What the events are (made without timing, never recorded) before what they hold now.
         for event in [start, self] {
-            event.refuse_captured()?;
             if event.flags.timing == Some(false) {
                 return Err(Error::TimingDisabled);
             }
+        }
+        for event in [start, self] {
             if event.is_owned() && event.state.load(Ordering::Relaxed) == NEVER_RECORDED {
                 return Err(Error::EventNotRecorded);
             }
         }
+        start.refuse_captured()?;
+        self.refuse_captured()?;
         // Ask first, so that an incomplete event is an answer rather than an error CUDA
         // reports (and compute-sanitizer flags).
         if !self.query()? || !start.query()? {
