@@ -49,6 +49,7 @@ type StreamGetFlags = unsafe extern "C" fn(sys::cudaStream_t, *mut c_uint) -> c_
 type OnStream = unsafe extern "C" fn(sys::cudaStream_t) -> c_int;
 type OnEvent = unsafe extern "C" fn(sys::cudaEvent_t) -> c_int;
 type StreamIsCapturing = unsafe extern "C" fn(sys::cudaStream_t, *mut sys::cudaStreamCaptureStatus) -> c_int;
+type EventRecord = unsafe extern "C" fn(sys::cudaEvent_t, sys::cudaStream_t) -> c_int;
 type EventRecordWithFlags = unsafe extern "C" fn(sys::cudaEvent_t, sys::cudaStream_t, c_uint) -> c_int;
 type StreamWaitEvent = unsafe extern "C" fn(sys::cudaStream_t, sys::cudaEvent_t, c_uint) -> c_int;
 type StreamAddCallback =
@@ -71,6 +72,7 @@ struct Driver {
     stream_query: OnStream,
     stream_synchronize: OnStream,
     stream_is_capturing: StreamIsCapturing,
+    event_record: EventRecord,
     event_record_with_flags: EventRecordWithFlags,
     stream_wait_event: StreamWaitEvent,
     event_query: OnEvent,
@@ -109,6 +111,7 @@ fn driver() -> Result<&'static Driver> {
                 stream_query: entry_point!(c"cuStreamQuery" as OnStream),
                 stream_synchronize: entry_point!(c"cuStreamSynchronize" as OnStream),
                 stream_is_capturing: entry_point!(c"cuStreamIsCapturing" as StreamIsCapturing),
+                event_record: entry_point!(c"cuEventRecord" as EventRecord),
                 event_record_with_flags: entry_point!(c"cuEventRecordWithFlags" as EventRecordWithFlags),
                 stream_wait_event: entry_point!(c"cuStreamWaitEvent" as StreamWaitEvent),
                 event_query: entry_point!(c"cuEventQuery" as OnEvent),
@@ -295,12 +298,21 @@ pub(crate) fn stream_is_capturing(stream: sys::cudaStream_t) -> Result<sys::cuda
     Ok(status)
 }
 
-/// `cuEventRecordWithFlags`, as `cudaEventRecord`.
+/// `cuEventRecord`, or `cuEventRecordWithFlags` with flags, as `cudaEventRecord`.
 #[inline]
 pub(crate) fn event_record(event: sys::cudaEvent_t, stream: sys::cudaStream_t, flags: c_uint) -> Result<()> {
+    let driver = driver()?;
     // SAFETY: the caller passes live handles, a real stream; `flags` is one of CUDA's record
-    // flags (the runtime's have the driver's values).
-    check_driver(unsafe { (driver()?.event_record_with_flags)(event, stream, flags) }, "cudaEventRecord")
+    // flags (the runtime's have the driver's values). Without flags, the plain record: the
+    // driver's shorter path, as the raw floor calls it.
+    let code = unsafe {
+        if flags == 0 {
+            (driver.event_record)(event, stream)
+        } else {
+            (driver.event_record_with_flags)(event, stream, flags)
+        }
+    };
+    check_driver(code, "cudaEventRecord")
 }
 
 /// `cuStreamWaitEvent`, as `cudaStreamWaitEvent`.
