@@ -1,11 +1,11 @@
 //! Events: markers recorded on a stream, to wait on, query, time, or share with another process.
 
-use crate::as_stream::AsStream;
+use crate::call::live;
+use crate::call::live_captures;
 use crate::device::Device;
-use crate::error::{Error, Result, check, check_ready, same_device};
-use crate::host_fn::refuse_inside_host_fn;
-use crate::live;
-use crate::live_captures;
+use crate::device::same_device;
+use crate::ffi::error::{Error, Result, check, check_ready};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::ffi::c_uint;
 use std::fmt;
@@ -229,15 +229,6 @@ impl Event {
         Ok(handle)
     }
 
-    /// Records this event on `stream` (the same as [`StreamRef::record`](crate::StreamRef::record)).
-    ///
-    /// # Errors
-    /// As [`StreamRef::record`](crate::StreamRef::record).
-    #[inline]
-    pub fn record(&self, stream: impl AsStream) -> Result<()> {
-        stream.as_stream().record(self)
-    }
-
     /// Notes where a record just went: into a capture or not.
     #[inline(always)]
     pub(crate) fn note_record(&self, captured: bool) {
@@ -286,7 +277,7 @@ impl Event {
         if live_captures::any() {
             return self.query_during_captures();
         }
-        crate::driver::event_query(self.raw)
+        crate::ffi::driver::event_query(self.raw)
     }
 
     /// Blocks until the work before the last record has completed
@@ -300,11 +291,11 @@ impl Event {
         if live_captures::any() {
             // Checked with no capture of this crate beginning or ending, but not held while
             // waiting: the work waited for may depend on a capture's end.
-            let _transitions = crate::capture::no_capture_transitions();
+            let _transitions = crate::call::live_captures::no_capture_transitions();
             live_captures::refuse_unsafe_call()?;
             self.refuse_captured()?;
         }
-        crate::driver::event_synchronize(self.raw)
+        crate::ffi::driver::event_synchronize(self.raw)
     }
 
     /// [`Event::query`] while captures of this crate are in progress: refused where they forbid
@@ -314,10 +305,10 @@ impl Event {
     #[cold]
     #[inline(never)]
     fn query_during_captures(&self) -> Result<bool> {
-        let _transitions = crate::capture::no_capture_transitions();
+        let _transitions = crate::call::live_captures::no_capture_transitions();
         live_captures::refuse_unsafe_call()?;
         self.refuse_captured()?;
-        crate::driver::event_query(self.raw)
+        crate::ffi::driver::event_query(self.raw)
     }
 
     /// The GPU time from `start` to this event, or `None` while either has not completed
@@ -354,7 +345,7 @@ impl Event {
         let _current = self.device.make_current()?;
         // Made with no capture of this crate beginning or ending, and refused if either event
         // was recorded into one since the queries above.
-        let transitions = live_captures::any().then(crate::capture::no_capture_transitions);
+        let transitions = live_captures::any().then(crate::call::live_captures::no_capture_transitions);
         if transitions.is_some() {
             start.refuse_captured()?;
             self.refuse_captured()?;
@@ -409,9 +400,9 @@ impl Drop for Event {
             let raw = self.raw as usize;
             // Errors cannot be reported from drop and leave nothing behind. Inside a host
             // function the destroy is made outside it.
-            crate::host_fn::call_outside_host_fn(move || {
+            crate::ffi::inside_host_fn::call_outside_host_fn(move || {
                 // SAFETY: we own the handle and nothing uses it after this.
-                let _ = unsafe { crate::driver::event_destroy(raw as sys::cudaEvent_t) };
+                let _ = unsafe { crate::ffi::driver::event_destroy(raw as sys::cudaEvent_t) };
             });
         }
     }

@@ -29,41 +29,18 @@
 //!
 //! [`CudaCode::name`]: crate::CudaCode::name
 
-use crate::error::{Error, Result, check, check_code};
+pub use crate::ffi::inside_host_fn::{HostFnPanic, take_host_fn_panics};
+
+use crate::ffi::error::{Result, check, check_code};
+use crate::ffi::inside_host_fn::run_guarded;
 use crate::stream::StreamRef;
 use crate::sys;
-use std::any::Any;
-use std::cell::Cell;
 use std::ffi::c_void;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicIsize, Ordering};
-
-thread_local! {
-    /// Set while this thread runs (or drops) one of our host functions.
-    static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
-}
 
 /// Boxed closures not yet run nor freed: `FnOnce` host functions in flight, and the repeatable
 /// host functions graphs keep.
 static LIVE: AtomicIsize = AtomicIsize::new(0);
-/// Panics caught in host functions, oldest first.
-static PANICS: Mutex<Vec<HostFnPanic>> = Mutex::new(Vec::new());
-
-/// A panic caught inside a host function.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostFnPanic {
-    /// The handle of the stream that ran it, as CUDA passed it; `None` for a graph's host node.
-    pub stream: Option<usize>,
-    /// The panic's message, when it was a string.
-    pub message: String,
-}
-
-/// Returns (and forgets) the panics caught in host functions so far, oldest first.
-pub fn take_host_fn_panics() -> Vec<HostFnPanic> {
-    std::mem::take(&mut *PANICS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
-}
-
 /// How many host-function closures are alive: enqueued `FnOnce`s not yet run or dropped, and
 /// the closures of graph host nodes that a graph, or an executable made from one, still holds.
 /// It returns to its earlier value once the streams are idle and the graphs are dropped, fault
@@ -71,50 +48,6 @@ pub fn take_host_fn_panics() -> Vec<HostFnPanic> {
 /// gone. A negative value would mean a closure freed twice.
 pub fn live_host_fns() -> isize {
     LIVE.load(Ordering::SeqCst)
-}
-
-/// Refuses CUDA calls made from inside a host function.
-#[inline(always)]
-pub(crate) fn refuse_inside_host_fn() -> Result<()> {
-    if IN_HOST_FN.get() { Err(Error::InsideHostFn) } else { Ok(()) }
-}
-
-/// Runs `f` (a CUDA call that cannot fail loudly, such as a destroy in `Drop`) now, or, inside
-/// a host function where CUDA calls are forbidden, on a new thread that may make it once the
-/// host function has returned.
-pub(crate) fn call_outside_host_fn(f: impl FnOnce() + Send + 'static) {
-    if IN_HOST_FN.get() {
-        std::thread::spawn(f);
-    } else {
-        f();
-    }
-}
-
-/// Runs `f` on a thread of CUDA's (a host function, or a user object's destructor): flagged as
-/// inside a host function, panics caught and queued, the payload dropped while still flagged.
-/// Never unwinds.
-pub(crate) fn run_guarded(stream: Option<usize>, f: impl FnOnce()) {
-    let outer = IN_HOST_FN.replace(true);
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-        record_panic(stream, payload.as_ref());
-        // Dropping a payload can itself panic; never let that unwind into the driver.
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
-    }
-    IN_HOST_FN.set(outer);
-}
-
-fn record_panic(stream: Option<usize>, payload: &(dyn Any + Send)) {
-    let message = payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".to_string());
-    let place = stream.map_or_else(|| "a graph host node".to_string(), |stream| format!("stream {stream:#x}"));
-    let _ = std::io::Write::write_all(
-        &mut std::io::stderr(),
-        format!("cuda-stream: a host function on {place} panicked: {message}\n").as_bytes(),
-    );
-    PANICS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(HostFnPanic { stream, message });
 }
 
 /// A closure on its way through the driver, counted in [`LIVE`] until this box is freed.
@@ -180,7 +113,7 @@ impl StreamRef {
     /// As [`StreamRef::launch_host_fn`]; in every error case `f` is dropped and never runs.
     pub fn launch_host_callback<F: FnOnce(Result<()>) + Send + 'static>(&self, f: F) -> Result<()> {
         let current = self.enter()?;
-        let transitions = crate::capture::no_capture_transitions();
+        let transitions = crate::call::live_captures::no_capture_transitions();
         // Refuse a capturing stream before CUDA sees it: cudaStreamAddCallback refuses it too
         // (atomically, even if a foreign capture begins between here and there), but only after
         // invalidating the capture.
@@ -193,7 +126,7 @@ impl StreamRef {
         let enqueued = if current.is_none() {
             // SAFETY: `run_callback::<F>` honours the contract of `data`: a leaked box it takes
             // back once. A real stream handle.
-            unsafe { crate::driver::stream_add_callback(self.as_raw(), callback, data.cast()) }
+            unsafe { crate::ffi::driver::stream_add_callback(self.as_raw(), callback, data.cast()) }
         } else {
             // SAFETY: as above; flags must be 0.
             check(

@@ -160,43 +160,38 @@
 
 pub use cuda_stream_sys as sys;
 
-mod as_stream;
-pub mod attributes;
-pub mod capture;
+// The layers, bottom to top; each imports only from the ones before it (see
+// docs/architecture.md for the map, the invariants each establishes and where).
+mod call;
 pub mod completion;
 #[cfg(feature = "cudarc")]
 mod cudarc;
-mod current;
 mod device;
-mod driver;
-mod error;
 mod event;
+mod ffi;
 mod graph;
 pub mod host_fn;
-mod launch;
-mod live;
-mod live_captures;
-mod pool;
-mod priority;
-mod reactor;
 mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use as_stream::AsStream;
-pub use attributes::{AccessPolicyWindow, AccessProperty, SyncPolicy};
-pub use capture::{Capture, CaptureInfo, CaptureMode, CaptureStatus};
+pub use call::capture_mode::CaptureMode;
+pub use call::live::{live_events, live_streams};
 pub use completion::Completion;
-pub use current::CurrentStream;
-pub use device::{Device, DeviceGuard, driver_version, runtime_version};
-pub use error::{CudaCode, Error, GpuUnavailable, GraphExecUpdateResult, GraphInstantiateResult, Result, check};
+pub use device::{Device, DeviceGuard};
 pub use event::{Event, EventFlags, KnownEventFlags};
+pub use ffi::error::{CudaCode, Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check};
+pub use ffi::installation::{GpuUnavailable, driver_version, runtime_version};
+pub use ffi::priority::{Priority, PriorityRange};
+pub use graph::capture::{self, Capture};
 pub use graph::{Graph, GraphExec, InstantiateFlags, InstantiateOptions};
 pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
-pub use live::{live_events, live_streams};
-pub use pool::{StreamLease, StreamPool};
-pub use priority::{Priority, PriorityRange};
-pub use stream::{BorrowedStream, Builtin, BuiltinStream, Ownership, RecordFlags, Stream, StreamOptions, StreamRef};
+pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};
+pub use stream::capture_status::{CaptureInfo, CaptureStatus};
+pub use stream::current::CurrentStream;
+pub use stream::pool::{StreamLease, StreamPool};
+pub use stream::record::RecordFlags;
+pub use stream::{AsStream, BorrowedStream, Builtin, BuiltinStream, Ownership, Stream, StreamOptions, StreamRef};
 
 /// Whether handle 0 (the null stream) means the per-thread default stream in this build
 /// (`cuda-stream-sys`'s `per-thread-default-stream` feature) rather than the legacy stream.

@@ -3,7 +3,7 @@
 //!
 //! `cudaErrorNotReady` is never an error: queries return `Ok(false)` for it.
 
-use crate::priority::PriorityRange;
+use super::priority::PriorityRange;
 use crate::sys;
 use std::ffi::CStr;
 use std::fmt;
@@ -324,36 +324,7 @@ pub enum Error {
     },
 }
 
-/// Why no GPU can be used, read from the code CUDA returned.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum GpuUnavailable {
-    /// No NVIDIA driver is installed (`libcuda.so` is missing, or only its stub is there).
-    NoDriver,
-    /// The driver is older than this binary's CUDA runtime.
-    InsufficientDriver,
-    /// The driver's kernel module and its user-space library disagree.
-    DriverMismatch,
-    /// A driver, but no CUDA device (or none visible through `CUDA_VISIBLE_DEVICES`).
-    NoDevice,
-}
-
 impl Error {
-    /// Whether this error means the machine has no usable GPU, and why. Every constructor in
-    /// this crate returns such an error on a machine without a driver or a device.
-    pub fn gpu_unavailable(&self) -> Option<GpuUnavailable> {
-        let code = self.cuda_code()?.raw();
-        match code {
-            sys::cudaError::cudaErrorNoDevice => Some(GpuUnavailable::NoDevice),
-            sys::cudaError::cudaErrorStubLibrary => Some(GpuUnavailable::NoDriver),
-            sys::cudaError::cudaErrorSystemDriverMismatch => Some(GpuUnavailable::DriverMismatch),
-            sys::cudaError::cudaErrorInsufficientDriver => match crate::device::driver_version() {
-                Ok(0) => Some(GpuUnavailable::NoDriver),
-                _ => Some(GpuUnavailable::InsufficientDriver),
-            },
-            _ => None,
-        }
-    }
-
     /// The CUDA code behind this error, if it came from CUDA.
     pub fn cuda_code(&self) -> Option<CudaCode> {
         match self {
@@ -367,16 +338,6 @@ impl Error {
     /// Whether this error poisoned the process's CUDA context (see [`CudaCode::is_sticky`]).
     pub fn is_sticky(&self) -> bool {
         self.cuda_code().is_some_and(CudaCode::is_sticky)
-    }
-}
-
-/// `Ok` when `found` is `expected`, else the [`Error::DeviceMismatch`] saying `what` was being
-/// done: the one check behind every device mismatch of this crate.
-pub(crate) fn same_device(what: &'static str, expected: crate::Device, found: crate::Device) -> Result<()> {
-    if expected == found {
-        Ok(())
-    } else {
-        Err(Error::DeviceMismatch { what, expected: expected.ordinal(), found: found.ordinal() })
     }
 }
 

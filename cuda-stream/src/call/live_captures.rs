@@ -13,11 +13,10 @@
 //! whose meaning changes during a capture (records, `wait_stream`, pool returns) skip reading
 //! the stream's capture status.
 
-use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::ffi::error::{Error, Result};
 use crate::sys;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// How many captures begun by this crate are in progress (`CAPTURES.len()`, readable without the
 /// lock), and the [`FOREIGN`] bit. The only thing the hot path reads.
@@ -30,20 +29,20 @@ const FOREIGN: usize = 1 << (usize::BITS - 1);
 /// One entry per capture in progress.
 static CAPTURES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
-/// A capture in progress: where, in which mode, and (for the modes that end on the thread that
+/// A capture in progress: where (the device's ordinal: this layer sits below devices), in which mode, and (for the modes that end on the thread that
 /// began them) by which thread. Its [`Capture`](crate::Capture) keeps it, to uncount it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Entry {
-    device: Device,
+    device: i32,
     mode: sys::cudaStreamCaptureMode,
     /// The thread identity that began it; 0 for a Relaxed capture, which may change threads.
     thread: u64,
 }
 
 impl Entry {
-    fn new(device: Device, mode: sys::cudaStreamCaptureMode) -> Entry {
+    fn new(device: i32, mode: sys::cudaStreamCaptureMode) -> Entry {
         let relaxed = mode == sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
-        Entry { device, mode, thread: if relaxed { 0 } else { crate::stream::thread_identity() } }
+        Entry { device, mode, thread: if relaxed { 0 } else { super::thread::thread_identity() } }
     }
 }
 
@@ -51,9 +50,9 @@ fn captures() -> MutexGuard<'static, Vec<Entry>> {
     CAPTURES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Counts a capture of `device` in `mode` that CUDA has just begun on this thread; [`ended`]
+/// Counts a capture of the device of ordinal `device` in `mode` that CUDA has just begun on this thread; [`ended`]
 /// takes the entry back.
-pub(crate) fn begun(device: Device, mode: sys::cudaStreamCaptureMode) -> Entry {
+pub(crate) fn begun(device: i32, mode: sys::cudaStreamCaptureMode) -> Entry {
     let entry = Entry::new(device, mode);
     let mut captures = captures();
     captures.push(entry);
@@ -104,11 +103,11 @@ pub(crate) fn may_capture() -> bool {
     IN_PROGRESS.load(Ordering::SeqCst) != 0
 }
 
-/// Refuses an operation on `device`'s legacy stream while a capture of that device is in
+/// Refuses an operation on the legacy stream of the device of ordinal `device` while a capture of that device is in
 /// progress.
 #[cold]
 #[inline(never)]
-pub(crate) fn refuse_legacy_stream(device: Device) -> Result<()> {
+pub(crate) fn refuse_legacy_stream(device: i32) -> Result<()> {
     if captures().iter().any(|capture| capture.device == device) {
         return Err(Error::CaptureMisuse(
             "the legacy default stream cannot be used while a stream of its device is being captured \
@@ -124,7 +123,7 @@ pub(crate) fn refuse_legacy_stream(device: Device) -> Result<()> {
 #[inline(never)]
 pub(crate) fn refuse_unsafe_call() -> Result<()> {
     let captures = captures();
-    let thread = crate::stream::thread_identity();
+    let thread = super::thread::thread_identity();
     if captures.iter().any(|capture| capture.thread == thread) {
         return Err(Error::CaptureMisuse(
             "a query or synchronize on the thread of a Global or ThreadLocal capture in progress \
@@ -139,17 +138,35 @@ pub(crate) fn refuse_unsafe_call() -> Result<()> {
     Ok(())
 }
 
-/// Refuses [`Device::synchronize`]: while a capture of `device` is in progress, and wherever
+/// Refuses [`Device::synchronize`](crate::Device::synchronize): while a capture of the device of
+/// ordinal `device` is in progress, and wherever
 /// [`refuse_unsafe_call`] refuses.
 #[cold]
 #[inline(never)]
-pub(crate) fn refuse_device_synchronize(device: Device) -> Result<()> {
+pub(crate) fn refuse_device_synchronize(device: i32) -> Result<()> {
     if captures().iter().any(|capture| capture.device == device) {
         return Err(Error::CaptureMisuse(
             "Device::synchronize while a stream of the device is being captured would invalidate the capture",
         ));
     }
     refuse_unsafe_call()
+}
+
+/// Serializes capture begins and ends with host-function enqueues. The driver is not safe
+/// against `cudaStreamAddCallback` on a stream while another thread begins or ends a capture of
+/// it (probed on CUDA 13.0, driver 580: a segmentation fault inside `libcuda`, from C++ too), so
+/// this crate never lets the two overlap: enqueues share the lock, begins and ends take it alone.
+static CAPTURE_TRANSITIONS: RwLock<()> = RwLock::new(());
+
+/// Held while a call must not overlap a capture of this crate beginning or ending (a
+/// host-function enqueue, a query while captures are in progress): none begins or ends meanwhile.
+pub(crate) fn no_capture_transitions() -> RwLockReadGuard<'static, ()> {
+    CAPTURE_TRANSITIONS.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Held by a capture of this crate while it begins or ends.
+pub(crate) fn capture_transition() -> RwLockWriteGuard<'static, ()> {
+    CAPTURE_TRANSITIONS.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -159,8 +176,8 @@ mod tests {
     /// Serializes the tests that change the process-wide counts.
     static SERIAL: Mutex<()> = Mutex::new(());
 
-    fn device(ordinal: i32) -> Device {
-        Device::from_ordinal(ordinal)
+    fn device(ordinal: i32) -> i32 {
+        ordinal
     }
 
     const GLOBAL: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal;

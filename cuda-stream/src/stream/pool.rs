@@ -56,7 +56,7 @@
 //!   gets it, and the pop's read of `next` sees the push's write.
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::ffi::error::{Error, Result};
 use crate::stream::{Stream, StreamOptions, StreamRef};
 use std::ops::Deref;
 use std::sync::OnceLock;
@@ -191,7 +191,7 @@ impl Drop for StreamLease<'_> {
     fn drop(&mut self) {
         let slot = &self.pool.slots[self.index as usize];
         let created = slot.stream.get();
-        if crate::live_captures::may_capture() && created.is_some_and(|stream| !is_idle_of_captures(stream)) {
+        if crate::call::live_captures::may_capture() && created.is_some_and(|stream| !is_idle_of_captures(stream)) {
             slot.quarantined.store(true, Ordering::Relaxed);
             return;
         }

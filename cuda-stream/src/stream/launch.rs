@@ -5,7 +5,7 @@
 //! both: it makes the stream's device current for the call (and restores the previous one), and
 //! returns the error of this launch, not one that an earlier call left behind.
 
-use crate::error::{Result, check_code, take_last_error};
+use crate::ffi::error::{Result, check_code, take_last_error};
 use crate::stream::StreamRef;
 use crate::sys;
 

@@ -9,71 +9,18 @@
 //! [`GraphExec::update`] keeps that promise by CUDA's documented rule for user objects, quoted
 //! there: no bookkeeping of our own is needed, and none is kept.
 
-use crate::as_stream::AsStream;
-use crate::capture::{Relaxed, with_thread_mode};
+pub mod capture;
+
+use crate::call::capture_mode::{Relaxed, with_thread_mode};
 use crate::device::Device;
-use crate::error::{Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check, same_device};
-use crate::host_fn::{call_outside_host_fn, refuse_inside_host_fn, run_guarded};
+use crate::device::same_device;
+use crate::ffi::error::{Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check};
+use crate::ffi::inside_host_fn::{call_outside_host_fn, refuse_inside_host_fn};
+use crate::stream::AsStream;
 use crate::stream::StreamRef;
 use crate::sys;
-use std::ffi::{c_ulonglong, c_void};
+use std::ffi::c_ulonglong;
 use std::ops::BitOr;
-
-/// Hands `value` to `graph` as a CUDA user object that the graph owns (moved, not retained
-/// twice): CUDA drops it when the graph and everything made from it are done with it. Returns
-/// where it lives until then.
-///
-/// Serialized process-wide: NVIDIA's graph objects "are not internally synchronized and must
-/// not be accessed concurrently from multiple threads", and two threads may attach objects to
-/// the graph of one capture at once (a Relaxed capture's guard is `Sync`, and `wait_stream`
-/// and external records reach the same graph from any thread).
-pub(crate) fn keep_alive<T: Send + 'static>(
-    graph: sys::cudaGraph_t,
-    device: Device,
-    value: Box<T>,
-) -> Result<*const T> {
-    let _current = device.make_current()?;
-    static GRAPH_MUTATIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _serialized = GRAPH_MUTATIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let data = Box::into_raw(value);
-    let mut object: sys::cudaUserObject_t = std::ptr::null_mut();
-    // SAFETY: `release::<T>` takes back exactly this box, once, when CUDA drops the object.
-    // The flag is the one CUDA requires.
-    let code = unsafe {
-        sys::cudaUserObjectCreate(
-            &mut object,
-            data.cast(),
-            Some(release::<T>),
-            1,
-            sys::cudaUserObjectFlags::cudaUserObjectNoDestructorSync.0 as _,
-        )
-    };
-    if let Err(error) = check(code, "cudaUserObjectCreate") {
-        // SAFETY: CUDA did not take `data`: we still own the box, freed once here.
-        drop(unsafe { Box::from_raw(data) });
-        return Err(error);
-    }
-    // SAFETY: `graph` is the live graph of a capture in progress; our one reference moves to it.
-    let code = unsafe {
-        sys::cudaGraphRetainUserObject(graph, object, 1, sys::cudaUserObjectRetainFlags::cudaGraphUserObjectMove.0 as _)
-    };
-    if let Err(error) = check(code, "cudaGraphRetainUserObject") {
-        // SAFETY: we still hold the one reference; releasing it makes CUDA run `release`.
-        let _ = check(unsafe { sys::cudaUserObjectRelease(object, 1) }, "cudaUserObjectRelease");
-        return Err(error);
-    }
-    Ok(data)
-}
-
-/// A user object's destructor: drops the box on CUDA's thread, as a host function would run.
-///
-/// # Safety
-/// `data` must come from `Box::into_raw(Box<T>)` in [`keep_alive`], and be passed here once.
-unsafe extern "C" fn release<T>(data: *mut c_void) {
-    // SAFETY: the caller's contract.
-    let value = unsafe { Box::from_raw(data.cast::<T>()) };
-    run_guarded(None, move || drop(value));
-}
 
 /// A captured graph (`cudaGraph_t`), destroyed on drop.
 #[derive(Debug)]
@@ -331,7 +278,7 @@ impl GraphExec {
         let stream = stream.as_stream();
         match stream.enter()? {
             // SAFETY: a live executable used by this thread only, and a live real stream.
-            None => unsafe { crate::driver::graph_launch(self.raw, stream.as_raw()) },
+            None => unsafe { crate::ffi::driver::graph_launch(self.raw, stream.as_raw()) },
             // SAFETY: as above, with a special handle of the current device.
             Some(_current) => check(unsafe { sys::cudaGraphLaunch(self.raw, stream.as_raw()) }, "cudaGraphLaunch"),
         }

@@ -14,7 +14,7 @@
 //! running, or returns [`Error::NotCurrent`].
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::ffi::error::{Error, Result};
 use crate::stream::{BuiltinStream, StreamRef};
 use std::cell::RefCell;
 use std::marker::PhantomData;

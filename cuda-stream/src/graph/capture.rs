@@ -77,158 +77,23 @@
 //! [`BuiltinStream::null`]: crate::BuiltinStream::null
 //! [`Device::synchronize`]: crate::Device::synchronize
 
-use crate::as_stream::AsStream;
-use crate::error::{Error, Result, check, same_device};
-use crate::event::Event;
-use crate::graph::{Graph, keep_alive};
-use crate::host_fn::{Counted, refuse_inside_host_fn, run_guarded};
-use crate::live_captures;
+pub use crate::call::capture_mode::{CaptureMode, Global, Relaxed, ThreadLocal, with_thread_mode};
+pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
+
+use super::Graph;
+use crate::call::live_captures::{self, capture_transition};
+use crate::device::keep_alive::keep_alive;
+use crate::device::same_device;
+use crate::ffi::error::{Error, Result, check};
+use crate::ffi::inside_host_fn::run_guarded;
+use crate::host_fn::Counted;
+use crate::stream::AsStream;
 use crate::stream::StreamRef;
+use crate::stream::capture_status::{capture_state, refuse_legacy};
 use crate::sys;
-use std::ffi::{c_ulonglong, c_void};
+use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-
-/// Serializes capture begins and ends with host-function enqueues. The driver is not safe
-/// against `cudaStreamAddCallback` on a stream while another thread begins or ends a capture of
-/// it (probed on CUDA 13.0, driver 580: a segmentation fault inside `libcuda`, from C++ too), so
-/// this crate never lets the two overlap: enqueues share the lock, begins and ends take it alone.
-static CAPTURE_TRANSITIONS: RwLock<()> = RwLock::new(());
-
-/// Held while a host function is enqueued: no capture begins or ends meanwhile.
-pub(crate) fn no_capture_transitions() -> RwLockReadGuard<'static, ()> {
-    CAPTURE_TRANSITIONS.read().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn capture_transition() -> RwLockWriteGuard<'static, ()> {
-    CAPTURE_TRANSITIONS.write().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A capture mode (`cudaStreamCaptureMode`), as a type: [`Global`], [`ThreadLocal`] or
-/// [`Relaxed`].
-pub trait CaptureMode: sealed::Sealed + Copy + std::fmt::Debug {
-    /// CUDA's value.
-    const RAW: sys::cudaStreamCaptureMode;
-    /// Makes [`Capture`] `!Send` for the modes that must end on the thread that began them.
-    #[doc(hidden)]
-    type Thread;
-}
-
-/// CUDA's "potentially unsafe" calls (queries, synchronizes, ...) are forbidden on every thread
-/// while the capture lasts (this crate refuses its own: see the [module docs](self)). Ends on
-/// the thread that began it.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Global;
-
-/// CUDA's "potentially unsafe" calls are forbidden on this thread only. Ends on the thread that
-/// began it.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct ThreadLocal;
-
-/// No "potentially unsafe" call is forbidden (the capturing stream's own query and synchronize,
-/// and the legacy stream, still are); the capture may end on any thread.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Relaxed;
-
-impl sealed::Sealed for Global {}
-impl sealed::Sealed for ThreadLocal {}
-impl sealed::Sealed for Relaxed {}
-
-impl CaptureMode for Global {
-    const RAW: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal;
-    type Thread = *const ();
-}
-
-impl CaptureMode for ThreadLocal {
-    const RAW: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal;
-    type Thread = *const ();
-}
-
-impl CaptureMode for Relaxed {
-    const RAW: sys::cudaStreamCaptureMode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
-    type Thread = ();
-}
-
-/// Runs `f` with the calling thread's capture mode set to `mode`, then puts back the mode the
-/// thread had, also when `f` panics
-/// ([`cudaThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html),
-/// called in the push-pop fashion NVIDIA recommends).
-///
-/// The thread's mode decides which "potentially unsafe" calls (`cudaMalloc`, a device
-/// synchronize, ...) CUDA refuses while captures are in progress: in the default, Global, this
-/// thread may not make them while it captures or while *any* thread holds a [`Global`]
-/// capture; in [`ThreadLocal`], only while it captures itself; in [`Relaxed`], never. So
-/// `with_thread_mode(Relaxed, || ..)` lets a library allocate while another thread captures, as
-/// PyTorch's and CCCL's allocators do; whether the call is right for the capture (work that
-/// depends on it is not recorded) is the caller's to judge.
-///
-/// A closure rather than a guard: nothing can leak the changed mode (`mem::forget` of a guard
-/// would), and nested calls restore in order.
-///
-/// # Errors
-/// [`Error::InsideHostFn`] inside a host function; CUDA's error setting the mode, in which case
-/// `f` does not run.
-pub fn with_thread_mode<M: CaptureMode, R>(_mode: M, f: impl FnOnce() -> R) -> Result<R> {
-    /// Puts back the thread's previous mode when dropped: after `f` returns or while it unwinds.
-    struct Restore(sys::cudaStreamCaptureMode);
-
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            // SAFETY: a valid in/out pointer; puts back the mode the thread had. Nothing to report
-            // from a drop: the exchange fails only for an invalid mode, and this one came from CUDA.
-            let code = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut self.0) };
-            let _ = check(code, "cudaThreadExchangeStreamCaptureMode");
-        }
-    }
-
-    refuse_inside_host_fn()?;
-    let mut previous = M::RAW;
-    // SAFETY: a valid in/out pointer holding a valid mode; CUDA writes back the previous one.
-    check(unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut previous) }, "cudaThreadExchangeStreamCaptureMode")?;
-    let _restore = Restore(previous);
-    Ok(f())
-}
-
-/// Whether a stream is being captured.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CaptureStatus {
-    /// Not capturing: work runs.
-    None,
-    /// Capturing: work is recorded into a graph.
-    Active,
-    /// The capture broke (for example by a synchronize); ending it returns an error.
-    Invalidated,
-}
-
-impl CaptureStatus {
-    fn of(raw: sys::cudaStreamCaptureStatus) -> CaptureStatus {
-        match raw {
-            sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone => CaptureStatus::None,
-            sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusActive => CaptureStatus::Active,
-            _ => CaptureStatus::Invalidated,
-        }
-    }
-}
-
-/// What `cudaStreamGetCaptureInfo` reports.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct CaptureInfo {
-    /// The status.
-    pub status: CaptureStatus,
-    /// The capture's id, unique in the process (meaningful while not [`CaptureStatus::None`]).
-    pub id: u64,
-}
-
-/// A capture's status, id and the graph it is building (null when not capturing).
-struct CaptureState {
-    info: CaptureInfo,
-    graph: sys::cudaGraph_t,
-}
 
 impl StreamRef {
     /// Starts capturing this stream's work into a graph
@@ -279,7 +144,7 @@ impl StreamRef {
         let transition = capture_transition();
         // Counted before CUDA begins it: a call that CUDA orders after the begin (a record that
         // goes into the capture) then sees the count (`live_captures::may_capture`).
-        let counted = live_captures::begun(self.device(), M::RAW);
+        let counted = live_captures::begun(self.device().ordinal(), M::RAW);
         let (code, api) = match &into {
             // SAFETY: a live stream; the mode is a valid constant.
             None => (unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture"),
@@ -312,119 +177,6 @@ impl StreamRef {
         // If this fails, `capture` drops and ends the capture.
         capture.id = capture_state(self)?.info.id;
         Ok(capture)
-    }
-
-    /// Whether this stream is being captured
-    /// ([`cudaStreamIsCapturing`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
-    ///
-    /// # Errors
-    /// `cudaErrorStreamCaptureImplicit` for the legacy stream while another stream captures in
-    /// Global mode.
-    #[inline]
-    pub fn capture_status(&self) -> Result<CaptureStatus> {
-        let status = match self.enter()? {
-            None => crate::driver::stream_is_capturing(self.as_raw())?,
-            Some(_current) => {
-                let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
-                // SAFETY: a special handle of the current device; a valid out-pointer.
-                check(unsafe { sys::cudaStreamIsCapturing(self.as_raw(), &mut status) }, "cudaStreamIsCapturing")?;
-                status
-            }
-        };
-        Ok(CaptureStatus::of(status))
-    }
-
-    /// [`Error::CaptureMisuse`] with `why` while this stream is being captured (or its
-    /// capture is invalidated), through `cudaStreamIsCapturing`, the one query CUDA allows
-    /// on a capturing stream: the check itself never disturbs the capture.
-    pub(crate) fn refuse_capturing(&self, why: &'static str) -> Result<()> {
-        match self.capture_status()? {
-            CaptureStatus::None => Ok(()),
-            _ => Err(Error::CaptureMisuse(why)),
-        }
-    }
-
-    /// The capture status and the capture's unique id
-    /// ([`cudaStreamGetCaptureInfo`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
-    ///
-    /// # Errors
-    /// As [`StreamRef::capture_status`].
-    pub fn capture_info(&self) -> Result<CaptureInfo> {
-        Ok(capture_state(self)?.info)
-    }
-}
-
-/// [`Error::CaptureMisuse`] with `why` for the legacy stream, which no capture can include.
-fn refuse_legacy(stream: &StreamRef, why: &'static str) -> Result<()> {
-    match stream.builtin() {
-        Some(builtin) if builtin.is_legacy() => Err(Error::CaptureMisuse(why)),
-        _ => Ok(()),
-    }
-}
-
-fn capture_state(stream: &StreamRef) -> Result<CaptureState> {
-    let _current = stream.enter_runtime()?;
-    let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
-    let mut id: c_ulonglong = 0;
-    let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
-    let raw = stream.as_raw();
-    // SAFETY: a live stream; `status`, `id` and `graph` are valid out-pointers; the outputs we
-    // do not want are null, which the API allows. CUDA 13 added the edge-data output.
-    #[cfg(cudart_13)]
-    let code = unsafe {
-        sys::cudaStreamGetCaptureInfo(
-            raw,
-            &mut status,
-            &mut id,
-            &mut graph,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
-    };
-    // SAFETY: as above, with CUDA 12's signature.
-    #[cfg(not(cudart_13))]
-    let code = unsafe {
-        sys::cudaStreamGetCaptureInfo(raw, &mut status, &mut id, &mut graph, std::ptr::null_mut(), std::ptr::null_mut())
-    };
-    check(code, "cudaStreamGetCaptureInfo")?;
-    Ok(CaptureState { info: CaptureInfo { status: CaptureStatus::of(status), id }, graph })
-}
-
-/// The graph `stream`'s capture is building, while the capture is active.
-pub(crate) fn active_graph(stream: &StreamRef) -> Result<Option<sys::cudaGraph_t>> {
-    let state = capture_state(stream)?;
-    Ok((state.info.status == CaptureStatus::Active).then_some(state.graph))
-}
-
-/// `this.wait_stream(other)` while `this` is being captured (see [`StreamRef::wait_stream`]).
-pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Result<()> {
-    refuse_inside_host_fn()?;
-    // No capture of this crate begins or ends until the wait is in: the graph read here is the
-    // one that keeps the event, and it stays alive until the wait that needs the event is in
-    // it (another thread could otherwise end the capture and destroy the graph in between, or
-    // begin a new capture that the wait would go into).
-    let _transitions = no_capture_transitions();
-    let mine = capture_state(this)?;
-    if mine.info.status != CaptureStatus::Active {
-        // A broken capture: let CUDA report it, as it does for every other call.
-        return this.wait_stream_now(other);
-    }
-    refuse_legacy(other, "a capturing stream cannot wait on the legacy stream (it would break the capture)")?;
-    let theirs = capture_state(other)?;
-    match theirs.info.status {
-        CaptureStatus::Active if theirs.info.id == mine.info.id => this.wait_stream_now(other),
-        CaptureStatus::None => {
-            // `other`'s work so far runs outside the graph: the graph waits for it as an
-            // external event, recorded now, never again, and kept alive by the graph.
-            let event = Event::internal(other.device())?;
-            other.record_raw(event.as_raw(), 0)?;
-            let event = keep_alive(mine.graph, this.device(), Box::new(event))?;
-            // SAFETY: the graph keeps the event alive until no graph, clone or executable needs
-            // it, which is longer than this call.
-            this.wait_raw(unsafe { (*event).as_raw() }, sys::cudaEventWaitExternal)
-        }
-        _ => Err(Error::CaptureMisuse("the two streams belong to different captures (CUDA would invalidate both)")),
     }
 }
 
@@ -503,7 +255,7 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         let (function, data) = (Some(run_repeatable::<F> as unsafe extern "C" fn(*mut c_void)), data.cast_mut().cast());
         match stream.enter()? {
             // SAFETY: `run_repeatable::<F>` honours the contract of `data`, which the graph keeps.
-            None => unsafe { crate::driver::launch_host_func(stream.as_raw(), function, data) },
+            None => unsafe { crate::ffi::driver::launch_host_func(stream.as_raw(), function, data) },
             Some(_current) => {
                 // SAFETY: as above.
                 check(unsafe { sys::cudaLaunchHostFunc(stream.as_raw(), function, data) }, "cudaLaunchHostFunc")

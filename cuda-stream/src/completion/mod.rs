@@ -64,16 +64,20 @@
 //!
 //! [`Event::completion`]: crate::Event::completion
 
-use crate::error::Result;
+mod reactor;
+mod signal;
+
+use self::reactor::Watched;
+use self::signal::{Signal, State};
 use crate::event::Event;
-use crate::reactor::{self, Watched};
+use crate::ffi::error::Result;
 use crate::stream::StreamRef;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
-pub use crate::reactor::{
+pub use self::reactor::{
     DEFAULT_HOT_WINDOW, REACTOR_THREAD_NAME, ReactorWait, pending_completions, reactor_wait, set_reactor_wait,
 };
 
@@ -86,41 +90,14 @@ pub struct Completion {
     signal: Option<Arc<Signal>>,
 }
 
-/// A future's state, shared with the reactor.
-#[derive(Debug)]
-pub(crate) struct Signal {
-    state: Mutex<State>,
-}
-
-#[derive(Debug)]
-enum State {
-    Waiting(Option<Waker>),
-    /// The outcome, returned by every poll from then on.
-    Done(Result<()>),
-}
-
-impl Signal {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Stores the outcome and returns the waker to call (outside any lock).
-    pub(crate) fn resolve(&self, outcome: Result<()>) -> Option<Waker> {
-        match std::mem::replace(&mut *self.lock(), State::Done(outcome)) {
-            State::Waiting(waker) => waker,
-            State::Done(_) => None,
-        }
-    }
-}
-
 impl Completion {
     fn done(outcome: Result<()>) -> Completion {
-        Completion { signal: Some(Arc::new(Signal { state: Mutex::new(State::Done(outcome)) })) }
+        Completion { signal: Some(Arc::new(Signal::done(outcome))) }
     }
 
     /// A future the reactor resolves when `watched` completes.
     fn watching(watched: Watched) -> Completion {
-        let signal = Arc::new(Signal { state: Mutex::new(State::Waiting(None)) });
+        let signal = Arc::new(Signal::waiting());
         match reactor::watch(watched, Arc::clone(&signal)) {
             Ok(()) => Completion { signal: Some(signal) },
             Err(error) => Completion::done(Err(error)),
@@ -146,7 +123,7 @@ impl Drop for Completion {
         let pending = !matches!(*signal.lock(), State::Done(_));
         drop(signal);
         if pending {
-            reactor::wait_for_pass();
+            crate::call::reactor_passes::wait_for_pass();
         }
     }
 }
@@ -175,9 +152,9 @@ impl StreamRef {
     }
 
     fn record_internal(&self) -> Result<Event> {
-        crate::host_fn::refuse_inside_host_fn()?;
+        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
         // No capture of this crate's begins between the status read and the record.
-        let _transitions = crate::capture::no_capture_transitions();
+        let _transitions = crate::call::live_captures::no_capture_transitions();
         self.refuse_capturing("a completion cannot wait on a capturing stream (its event would become a graph node)")?;
         let event = reactor::internal_event(self.device())?;
         // A failed record may mean a dead event (its context reset, say): destroyed, not
@@ -242,6 +219,7 @@ impl Future for Completion {
 mod tests {
     use super::*;
     use crate::Error;
+    use std::task::Waker;
 
     #[test]
     fn a_resolved_future_polled_again_returns_the_same_outcome() {

@@ -14,10 +14,11 @@
 //! held by it: a `pthread_atfork` hook marks the child, whose futures then resolve at once
 //! with [`Error::ReactorUnavailable`], and whose drops and exit take no lock.
 
-use crate::completion::Signal;
+use super::signal::Signal;
+use crate::call::reactor_passes;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
 use crate::event::Event;
+use crate::ffi::error::{Error, Result, check};
 use crate::sys;
 use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -93,13 +94,8 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry { incoming: Vec::new(), p
 static ARRIVED: Condvar = Condvar::new();
 /// Held by the reactor around each polling pass, the only place it calls CUDA.
 static POLLING: Mutex<()> = Mutex::new(());
-/// Passes begun and ended (odd while one runs): a dropped future waits for the pass it saw
-/// running, never for `POLLING`, so neither side can keep the other out.
-static PASSES: AtomicU64 = AtomicU64::new(0);
 /// Set by the exit hook: the reactor makes no CUDA call any more.
 static EXITING: AtomicBool = AtomicBool::new(false);
-/// Set in a child process made by `fork` after the reactor started: it has no reactor thread.
-static FORKED: AtomicBool = AtomicBool::new(false);
 /// Idle internal events, for [`internal_event`].
 static FREE: Mutex<Vec<Event>> = Mutex::new(Vec::new());
 
@@ -135,7 +131,7 @@ impl Schedule {
     /// The device's flag, read from its primary context; `Block` (the cheapest in CPU) if it
     /// cannot be read.
     fn of(device: Device) -> Schedule {
-        let flags = crate::driver::primary_context_state(device.ordinal())
+        let flags = crate::ffi::driver::primary_context_state(device.ordinal())
             .map_or(sys::cudaDeviceScheduleBlockingSync, |(flags, _)| flags);
         match flags & sys::cudaDeviceScheduleMask {
             sys::cudaDeviceScheduleBlockingSync => Schedule::Block,
@@ -284,7 +280,7 @@ pub(crate) fn watch(watched: Watched, signal: Arc<Signal>) -> Result<()> {
 /// [`Error::ReactorUnavailable`] in a child process made by `fork` after the reactor started
 /// (checked before any lock: the reactor may have held them when the process forked).
 fn refuse_in_forked_child() -> Result<()> {
-    if FORKED.load(Ordering::SeqCst) {
+    if reactor_passes::in_forked_child() {
         return Err(Error::ReactorUnavailable(std::io::ErrorKind::Unsupported));
     }
     Ok(())
@@ -306,7 +302,7 @@ unsafe extern "C" {
 /// progress, if any, and stops it from making another CUDA call. In a forked child (no reactor,
 /// `POLLING` perhaps inherited locked) it does nothing. Never unwinds.
 extern "C" fn stop_polling_at_exit() {
-    if FORKED.load(Ordering::SeqCst) {
+    if reactor_passes::in_forked_child() {
         return;
     }
     EXITING.store(true, Ordering::SeqCst);
@@ -316,7 +312,7 @@ extern "C" fn stop_polling_at_exit() {
 /// Runs in the child of a `fork` (one thread, a copy of the parent's memory): marks it as a
 /// process without a reactor. Async-signal-safe: one atomic store.
 extern "C" fn mark_forked_child() {
-    FORKED.store(true, Ordering::SeqCst);
+    reactor_passes::mark_forked_child();
 }
 
 /// Registers the process hooks, once per process (also when a spawn fails and a later future
@@ -346,28 +342,10 @@ fn start() -> std::io::Result<()> {
     std::thread::Builder::new().name(REACTOR_THREAD_NAME.to_string()).spawn(run).map(drop)
 }
 
-/// Waits for the reactor's polling pass in progress, if any: after it, every pass sees what
-/// the caller did before (a dropped future). Takes no lock; in a forked child, returns at once.
-pub(crate) fn wait_for_pass() {
-    if FORKED.load(Ordering::SeqCst) {
-        return;
-    }
-    // Pairs with the fence in `begin_pass`: either this load sees that pass begun, or that
-    // pass sees the caller's drop (the signal's count fell before this).
-    std::sync::atomic::fence(Ordering::SeqCst);
-    let seen = PASSES.load(Ordering::SeqCst);
-    if seen % 2 == 1 {
-        while PASSES.load(Ordering::Acquire) == seen {
-            std::thread::yield_now();
-        }
-    }
-}
-
-/// Takes `POLLING` and begins a pass: `PASSES` turns odd until the returned guard drops.
+/// Takes `POLLING` and begins a pass ([`reactor_passes`]) until the returned guard drops.
 fn begin_pass() -> Pass {
     let polling = lock(&POLLING);
-    PASSES.fetch_add(1, Ordering::SeqCst);
-    std::sync::atomic::fence(Ordering::SeqCst);
+    reactor_passes::begun();
     Pass { _polling: polling }
 }
 
@@ -378,7 +356,7 @@ struct Pass {
 
 impl Drop for Pass {
     fn drop(&mut self) {
-        PASSES.fetch_add(1, Ordering::Release);
+        reactor_passes::ended();
     }
 }
 
@@ -430,13 +408,13 @@ impl Query {
     fn ready(self, event: &Event) -> Result<bool> {
         event.refuse_captured()?;
         match self {
-            Query::Relaxed => crate::driver::event_query(event.as_raw()),
+            Query::Relaxed => crate::ffi::driver::event_query(event.as_raw()),
             // The pass holds the capture-transition lock already: the refusals are asked
             // directly (not through `Event::query`, which would take it again).
-            Query::Checked => match crate::live_captures::refuse_unsafe_call() {
+            Query::Checked => match crate::call::live_captures::refuse_unsafe_call() {
                 Err(Error::CaptureMisuse(_)) => Ok(false),
                 Err(other) => Err(other),
-                Ok(()) => crate::driver::event_query(event.as_raw()),
+                Ok(()) => crate::ffi::driver::event_query(event.as_raw()),
             },
         }
     }
@@ -461,7 +439,7 @@ fn serve(query: Query) {
             // pass begins: a record into a capture (which holds it shared too) waits for the
             // pass in progress after marking its event, and must never wait for a pass that
             // waits for this lock.
-            let _transitions = crate::capture::no_capture_transitions();
+            let _transitions = crate::call::live_captures::no_capture_transitions();
             let _polling = begin_pass();
             if EXITING.load(Ordering::SeqCst) {
                 break;
@@ -689,6 +667,7 @@ mod tests {
 #[cfg(test)]
 mod passes {
     use super::*;
+    use crate::call::reactor_passes::wait_for_pass;
 
     /// The tests below hold `POLLING` or stand in for the reactor: one at a time.
     static SERIAL: Mutex<()> = Mutex::new(());

@@ -1,10 +1,12 @@
 //! CUDA devices, and the scoped guard that makes a device's primary context current: pushed
 //! over another context and popped after, or made current on a thread that had none.
 
-use crate::driver;
-use crate::error::{Error, Result, check};
-use crate::live_captures;
-use crate::priority::{Priority, PriorityRange};
+pub(crate) mod keep_alive;
+
+use crate::call::live_captures;
+use crate::ffi::driver;
+use crate::ffi::error::{Error, Result, check};
+use crate::ffi::priority::{Priority, PriorityRange};
 use crate::sys;
 use std::ffi::{CStr, c_int};
 use std::marker::PhantomData;
@@ -24,7 +26,7 @@ impl Device {
     /// Without a driver: `cudaErrorInsufficientDriver`; with a driver but no GPU:
     /// `cudaErrorNoDevice`.
     pub fn count() -> Result<i32> {
-        crate::host_fn::refuse_inside_host_fn()?;
+        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
         let mut count: c_int = 0;
         // SAFETY: `count` is a valid out-pointer for the duration of the call.
         check(unsafe { sys::cudaGetDeviceCount(&mut count) }, "cudaGetDeviceCount")?;
@@ -56,7 +58,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`] when there is no usable device.
     pub fn current() -> Result<Device> {
-        crate::host_fn::refuse_inside_host_fn()?;
+        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
         Ok(Device { ordinal: current_ordinal()? })
     }
 
@@ -78,7 +80,7 @@ impl Device {
     pub fn synchronize(self) -> Result<()> {
         let _current = self.make_current()?;
         if live_captures::any() {
-            live_captures::refuse_device_synchronize(self)?;
+            live_captures::refuse_device_synchronize(self.ordinal())?;
         }
         // SAFETY: no arguments; the device is current.
         check(unsafe { sys::cudaDeviceSynchronize() }, "cudaDeviceSynchronize")
@@ -90,7 +92,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`] when the device is unusable.
     pub fn priority_range(self) -> Result<PriorityRange> {
-        crate::host_fn::refuse_inside_host_fn()?;
+        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
         // A device's range never changes: read it once per device.
         static RANGES: PerDevice<PriorityRange> = PerDevice::new();
         RANGES.get_or_read(self.ordinal, || self.read_priority_range())
@@ -124,7 +126,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`].
     pub fn name(self) -> Result<String> {
-        crate::host_fn::refuse_inside_host_fn()?;
+        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
         let mut properties = sys::cudaDeviceProp::default();
         // SAFETY: `properties` is a valid, writable cudaDeviceProp.
         let code = unsafe { sys::cudaGetDeviceProperties(&mut properties, self.ordinal) };
@@ -141,7 +143,7 @@ impl Device {
     /// # Errors
     /// `cudaErrorInvalidValue` for an attribute this driver does not know.
     pub fn attribute(self, attribute: sys::cudaDeviceAttr) -> Result<i32> {
-        crate::host_fn::refuse_inside_host_fn()?;
+        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
         let mut value: c_int = 0;
         // SAFETY: `value` is a valid out-pointer.
         let code = unsafe { sys::cudaDeviceGetAttribute(&mut value, attribute, self.ordinal) };
@@ -176,7 +178,7 @@ impl Device {
     /// # Errors
     /// CUDA's errors.
     pub fn has_primary_context(self) -> Result<bool> {
-        crate::host_fn::refuse_inside_host_fn()?;
+        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
         driver::primary_context_state(self.ordinal).map(|(_, active)| active)
     }
 
@@ -205,7 +207,7 @@ impl Device {
     /// `cudaSetDevice`; [`Error::InsideHostFn`] inside a host function.
     #[inline]
     pub fn make_current(self) -> Result<DeviceGuard> {
-        crate::host_fn::refuse_inside_host_fn()?;
+        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
         let current = driver::current_context()?;
         let primary = self.primary_context()?;
         if current == primary {
@@ -254,33 +256,6 @@ impl<T: Copy> PerDevice<T> {
         let value = read()?;
         Ok(*slot.get_or_init(|| value))
     }
-}
-
-/// The version of the installed driver, e.g. 13000 for CUDA 13.0
-/// ([`cudaDriverGetVersion`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART____VERSION.html)).
-/// 0 when no driver is installed.
-///
-/// # Errors
-/// Hardly ever: the call needs no device.
-pub fn driver_version() -> Result<i32> {
-    crate::host_fn::refuse_inside_host_fn()?;
-    let mut version: c_int = 0;
-    // SAFETY: `version` is a valid out-pointer.
-    check(unsafe { sys::cudaDriverGetVersion(&mut version) }, "cudaDriverGetVersion")?;
-    Ok(version)
-}
-
-/// The version of the CUDA runtime linked into this binary, e.g. 13000
-/// ([`cudaRuntimeGetVersion`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART____VERSION.html)).
-///
-/// # Errors
-/// Hardly ever: the call needs no device.
-pub fn runtime_version() -> Result<i32> {
-    crate::host_fn::refuse_inside_host_fn()?;
-    let mut version: c_int = 0;
-    // SAFETY: `version` is a valid out-pointer.
-    check(unsafe { sys::cudaRuntimeGetVersion(&mut version) }, "cudaRuntimeGetVersion")?;
-    Ok(version)
 }
 
 /// The driver's default number of hardware queues per context, and its maximum.
@@ -333,6 +308,16 @@ impl Drop for DeviceGuard {
             // (someone else popped it), which leaves nothing to restore.
             let _ = driver::pop_context();
         }
+    }
+}
+
+/// `Ok` when `found` is `expected`, else the [`Error::DeviceMismatch`] saying `what` was being
+/// done: the one check behind every device mismatch of this crate.
+pub(crate) fn same_device(what: &'static str, expected: Device, found: Device) -> Result<()> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(Error::DeviceMismatch { what, expected: expected.ordinal(), found: found.ordinal() })
     }
 }
 

@@ -11,25 +11,32 @@
 //! inside one of them and is never handed out by value, so nothing reachable from safe code
 //! holds a stream without a lifetime or an ownership that keeps it alive.
 
-use crate::as_stream::AsStream;
+pub(crate) mod as_stream;
+pub mod attributes;
+pub(crate) mod capture_status;
+pub(crate) mod current;
+mod launch;
+pub(crate) mod pool;
+pub(crate) mod record;
+
+pub use self::as_stream::AsStream;
+
+use crate::call::live;
+use crate::call::live_captures;
+use crate::call::thread::thread_identity;
+use crate::device::same_device;
 use crate::device::{Device, DeviceGuard};
-use crate::driver;
-use crate::error::{CudaCode, Error, Result, check, check_ready, same_device};
-use crate::event::{Event, EventFlags};
-use crate::host_fn::refuse_inside_host_fn;
-use crate::live;
-use crate::live_captures;
-use crate::priority::Priority;
+use crate::ffi::driver;
+use crate::ffi::error::{CudaCode, Error, Result, check, check_ready};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::ffi::priority::Priority;
 use crate::sys;
-use std::cell::RefCell;
 use std::ffi::{c_int, c_uint, c_ulonglong};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Who owns a stream handle, and so whether anything here ever destroys it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -115,16 +122,6 @@ impl StreamOptions {
     }
 }
 
-/// A number for the calling thread that no other thread of the process ever gets, even after
-/// this one exits (unlike the address of a thread-local, which the next thread reuses).
-pub(crate) fn thread_identity() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! {
-        static IDENTITY: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    IDENTITY.with(|identity| *identity)
-}
-
 /// A stream, seen through any of its owners: every stream operation is here.
 ///
 /// You only ever hold a `&StreamRef`, borrowed from a [`Stream`], a [`BorrowedStream`] or a
@@ -159,13 +156,6 @@ pub struct StreamRef {
 unsafe impl Send for StreamRef {}
 // SAFETY: every method takes `&self` and makes only thread-safe runtime calls.
 unsafe impl Sync for StreamRef {}
-
-thread_local! {
-    /// One marker event per device for `wait_stream`, so that no event is created or destroyed
-    /// per call. Thread-local: the record and the wait that use it happen on this thread, in
-    /// order, so no other call can re-record it in between. Not counted in `live_events`.
-    static MARKERS: RefCell<Vec<Option<Event>>> = const { RefCell::new(Vec::new()) };
-}
 
 impl StreamRef {
     fn new(raw: sys::cudaStream_t, device: Device, ownership: Ownership) -> StreamRef {
@@ -219,7 +209,7 @@ impl StreamRef {
             return Ok(id);
         }
         refuse_inside_host_fn()?;
-        let _transitions = crate::capture::no_capture_transitions();
+        let _transitions = crate::call::live_captures::no_capture_transitions();
         self.refuse_capturing("reading the id of a capturing stream would invalidate the capture")?;
         self.read_id()
     }
@@ -253,7 +243,7 @@ impl StreamRef {
             return Err(Error::WrongThread);
         }
         if live_captures::any() && self.builtin().is_some_and(Builtin::is_legacy) {
-            live_captures::refuse_legacy_stream(self.device)?;
+            live_captures::refuse_legacy_stream(self.device.ordinal())?;
         }
         self.device.make_current()
     }
@@ -333,212 +323,10 @@ impl StreamRef {
     #[cold]
     #[inline(never)]
     fn refuse_during_capture(&self) -> Result<std::sync::RwLockReadGuard<'static, ()>> {
-        let transitions = crate::capture::no_capture_transitions();
+        let transitions = crate::call::live_captures::no_capture_transitions();
         live_captures::refuse_unsafe_call()?;
         self.refuse_capturing("querying or synchronizing a capturing stream would invalidate its capture")?;
         Ok(transitions)
-    }
-
-    /// Records `event` here: it completes when the work enqueued so far has
-    /// ([`cudaEventRecord`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
-    ///
-    /// # Errors
-    /// [`Error::DeviceMismatch`] if the event belongs to another device; CUDA's errors.
-    #[inline]
-    pub fn record(&self, event: &Event) -> Result<()> {
-        same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
-        if self.may_be_captured_now() {
-            return self.record_during_captures(event);
-        }
-        self.record_raw(event.as_raw(), 0)?;
-        event.note_record(false);
-        if live_captures::may_capture() {
-            // A capture of this crate began meanwhile (counted before CUDA began it): the record
-            // may have gone into it. Unknown counts as captured (a refusal, never a crash).
-            event.note_record(self.may_be_capturing().unwrap_or(true));
-        }
-        Ok(())
-    }
-
-    /// [`StreamRef::record`] while some stream may be capturing. The event is marked as
-    /// captured before the record and the reactor's pass in progress is waited for, so that no
-    /// query reaches CUDA while its last record may be a captured one; after the record, with
-    /// no capture of this crate beginning or ending meanwhile, the stream's status says whether
-    /// it was (a stream that joined a capture in between is still capturing, so the event stays
-    /// marked). A failed record leaves the mark: another thread's record of the same event may
-    /// have gone into a capture meanwhile (the crate's own refusals come before the mark).
-    #[cold]
-    #[inline(never)]
-    fn record_during_captures(&self, event: &Event) -> Result<()> {
-        // The crate's own refusals (inside a host function, another thread's per-thread stream,
-        // the legacy stream during a capture) come first: they leave the event as it was.
-        let _current = self.enter()?;
-        let _transitions = crate::capture::no_capture_transitions();
-        event.note_record_ahead_as_captured();
-        // A pass that read the event's state before the mark ends before the record: later
-        // passes see it captured and never query it.
-        crate::reactor::wait_for_pass();
-        self.record_raw(event.as_raw(), 0)?;
-        if self.may_be_capturing() == Ok(false) {
-            event.note_record(false);
-        }
-        Ok(())
-    }
-
-    /// Whether this stream may be in a capture at all, without a CUDA call: while no stream of
-    /// the process may be capturing ([`live_captures::may_capture`]), it is not; but the
-    /// per-thread stream can be captured by another library on this thread (cudarc's safe
-    /// `per_thread_stream().begin_capture`) without any handle being wrapped.
-    #[inline(always)]
-    fn may_be_captured_now(&self) -> bool {
-        live_captures::may_capture() || self.is_thread_bound()
-    }
-
-    /// Whether this stream is capturing, or its capture is invalidated (not yet ended). The
-    /// legacy stream never is (and asking it fails while another stream captures in Global
-    /// mode).
-    pub(crate) fn may_be_capturing(&self) -> Result<bool> {
-        if self.builtin().is_some_and(Builtin::is_legacy) {
-            return Ok(false);
-        }
-        Ok(self.capture_status()? != crate::CaptureStatus::None)
-    }
-
-    /// Records `event` here with CUDA's record flags
-    /// ([`cudaEventRecordWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
-    ///
-    /// With [`RecordFlags::external`] on a stream being captured, the record becomes an
-    /// event-record node of the graph (`cudaEventRecordExternal`): every launch of the graph
-    /// records the event, which other streams and processes can wait on. The node names the
-    /// event by its handle, so the graph keeps the event alive (a clone of the `Arc`, held by a
-    /// CUDA user object of the graph) for as long as any graph or executable made from it may
-    /// record it: dropping your `Arc` never frees an event a launch still records. Outside a
-    /// capture the flag changes nothing and nothing is kept.
-    ///
-    /// # Errors
-    /// [`Error::DeviceMismatch`] if the event belongs to another device; CUDA's errors.
-    pub fn record_with(&self, event: &Arc<Event>, flags: RecordFlags) -> Result<()> {
-        same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
-        if !flags.external {
-            return self.record(event);
-        }
-        refuse_inside_host_fn()?;
-        // No capture of this crate's begins or ends between the status read and the record, so
-        // the graph that keeps the event is the one the record goes into.
-        let _transitions = crate::capture::no_capture_transitions();
-        let graph = crate::capture::active_graph(self)?;
-        if let Some(graph) = graph {
-            crate::graph::keep_alive(graph, self.device, Box::new(Arc::clone(event)))?;
-        }
-        self.record_raw(event.as_raw(), sys::cudaEventRecordExternal)?;
-        // In a capture, the record is a node that records the event at each launch: the event
-        // stays what its last real record made it (counted as recorded, for `elapsed`, if it
-        // never was). Outside one, it is a real record.
-        match graph {
-            Some(_) => event.note_external_record(),
-            None => event.note_record(false),
-        }
-        Ok(())
-    }
-
-    /// Creates an event with `event_flags` and records it here with `record_flags`, in one call
-    /// (see [`StreamRef::record_with`]).
-    ///
-    /// # Errors
-    /// CUDA's errors creating or recording the event (`cudaErrorInvalidValue` for interprocess
-    /// with timing).
-    pub fn record_event_with(&self, event_flags: EventFlags, record_flags: RecordFlags) -> Result<Arc<Event>> {
-        let event = Arc::new(Event::new(self.device, event_flags)?);
-        self.record_with(&event, record_flags)?;
-        Ok(event)
-    }
-
-    #[inline(always)]
-    pub(crate) fn record_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        match self.enter()? {
-            None => driver::event_record(event, self.raw, flags),
-            Some(_current) => {
-                // SAFETY: `event` is live, of the device whose stream the special handle `raw`
-                // names; `flags` is one of CUDA's record flags.
-                check(unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }, "cudaEventRecord")
-            }
-        }
-    }
-
-    /// Records a new event (default [`EventFlags`]: no timing) and returns it.
-    ///
-    /// # Errors
-    /// CUDA's errors creating or recording the event.
-    pub fn record_event(&self) -> Result<Event> {
-        let event = Event::new(self.device, EventFlags::default())?;
-        self.record(&event)?;
-        Ok(event)
-    }
-
-    /// Makes later work on this stream wait until `event` completes; the host does not block
-    /// ([`cudaStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
-    /// The event may belong to another device.
-    ///
-    /// # Errors
-    /// CUDA's errors; on a capturing stream, an event recorded outside the capture is
-    /// `cudaErrorStreamCaptureIsolation` and CUDA invalidates the capture (use
-    /// [`StreamRef::wait_stream`], which handles that case).
-    #[inline]
-    pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.wait_raw(event.as_raw(), 0)
-    }
-
-    #[inline(always)]
-    pub(crate) fn wait_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        match self.enter()? {
-            None => driver::stream_wait_event(self.raw, event, flags),
-            // SAFETY: `event` is live, `raw` a special handle; `flags` is one of CUDA's wait
-            // flags.
-            Some(_current) => check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent"),
-        }
-    }
-
-    /// Makes later work on this stream wait for the work enqueued on `other` so far. Costs one
-    /// record and one wait, plus a capture-status read while some stream of the process may be
-    /// capturing (a capture of this crate is in progress, or a foreign handle was ever
-    /// wrapped, see [`BorrowedStream::borrow_raw`]); the marker event is created once per
-    /// thread and device, never per call.
-    ///
-    /// During stream capture:
-    /// * both streams in the same capture, or `self` not capturing: an ordinary dependency (a
-    ///   stream that waits on a capturing one joins its capture, CUDA's fork);
-    /// * `self` capturing and `other` not: the graph gets an external wait on `other`'s work so
-    ///   far (`cudaEventWaitExternal`), with an event the graph keeps alive; the capture stays
-    ///   valid;
-    /// * the two in different captures: [`Error::CaptureMisuse`], and neither capture is touched.
-    ///
-    /// # Errors
-    /// [`Error::CaptureMisuse`] for streams of two different captures; CUDA's errors.
-    #[inline]
-    pub fn wait_stream(&self, other: impl AsStream) -> Result<()> {
-        let other = other.as_stream();
-        if self.may_be_captured_now() && self.capture_status()? != crate::CaptureStatus::None {
-            return crate::capture::wait_stream_in_capture(self, &other);
-        }
-        self.wait_stream_now(&other)
-    }
-
-    /// `wait_stream` through this thread's marker event of `other`'s device.
-    #[inline]
-    pub(crate) fn wait_stream_now(&self, other: &StreamRef) -> Result<()> {
-        MARKERS.with(|markers| {
-            let mut markers = markers.borrow_mut();
-            let slot = other.device.ordinal() as usize;
-            if markers.len() <= slot {
-                markers.resize_with(slot + 1, || None);
-            }
-            let marker = match &markers[slot] {
-                Some(marker) => marker.as_raw(),
-                None => markers[slot].insert(Event::internal(other.device)?).as_raw(),
-            };
-            other.record_raw(marker, 0)?;
-            self.wait_raw(marker, 0)
-        })
     }
 
     /// A new non-blocking stream on the same device, at this stream's priority, whose work
@@ -594,7 +382,7 @@ impl StreamRef {
         // A stream this crate did not create (a real handle). CUDA invalidates a capture of the
         // stream, in every mode, to answer `cuStreamGetFlags` (probed on CUDA 13.0); no capture
         // of this crate begins between the check and the read.
-        let _transitions = crate::capture::no_capture_transitions();
+        let _transitions = crate::call::live_captures::no_capture_transitions();
         self.refuse_capturing("reading the flags of a capturing stream would invalidate its capture")?;
         Ok(driver::stream_flags(self.raw)? & sys::cudaStreamNonBlocking != 0)
     }
@@ -611,22 +399,6 @@ impl StreamRef {
             Some(builtin) => builtin.canonical().handle(),
             None => self.raw,
         }
-    }
-}
-
-/// CUDA's flags for recording an event
-/// ([`cudaEventRecordWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct RecordFlags {
-    /// `cudaEventRecordExternal`: during stream capture, the record is a node of the graph
-    /// that records the event at every launch, instead of a dependency inside the capture.
-    pub external: bool,
-}
-
-impl RecordFlags {
-    /// `cudaEventRecordExternal`.
-    pub fn external() -> RecordFlags {
-        RecordFlags { external: true }
     }
 }
 
@@ -736,7 +508,7 @@ impl Stream {
         live::stream_released();
         let raw = this.stream.raw as usize;
         if refuse_inside_host_fn().is_err() {
-            crate::host_fn::call_outside_host_fn(move || destroy_stream(raw));
+            crate::ffi::inside_host_fn::call_outside_host_fn(move || destroy_stream(raw));
             return Err(Error::InsideHostFn);
         }
         let pending = match this.query() {
@@ -770,7 +542,7 @@ impl Drop for Stream {
         // `destroy` for those who ask. The handle belongs to its context, so no device switch
         // is needed. Dropped inside a host function, the destroy is made outside it.
         let raw = self.stream.raw as usize;
-        crate::host_fn::call_outside_host_fn(move || destroy_stream(raw));
+        crate::ffi::inside_host_fn::call_outside_host_fn(move || destroy_stream(raw));
     }
 }
 

@@ -18,7 +18,7 @@
 //! side on the GPU by `tests/driver_paths.rs`); [`runtime_code`] is where a difference would be
 //! mapped. A driver call leaves the runtime's last error untouched.
 
-use crate::error::{Error, Result, check, check_code};
+use crate::ffi::error::{Error, Result, check, check_code};
 use crate::sys;
 use std::ffi::{CStr, c_int, c_uint, c_void};
 use std::sync::OnceLock;

@@ -1,0 +1,16 @@
+//! **Layer 2, the call context:** what a call consults before it reaches CUDA, beyond the
+//! host-function rule of the floor ([`ffi`](crate::ffi)): the captures in progress and the
+//! calls they forbid ([`live_captures`]: counted captures, the foreign-handle mark, the
+//! capture-transition lock), the capture modes and the thread's capture-interaction mode
+//! ([`capture_mode`]), the reactor's polling passes that a record into a capture waits out
+//! ([`reactor_passes`]), the calling thread's identity ([`thread`]), and the counts of live
+//! handles ([`live`]).
+//!
+//! Uses only the floor. Knows devices by ordinal, streams and events not at all: each layer
+//! above asks here and decides.
+
+pub(crate) mod capture_mode;
+pub(crate) mod live;
+pub(crate) mod live_captures;
+pub(crate) mod reactor_passes;
+pub(crate) mod thread;

@@ -1,0 +1,15 @@
+//! Which thread is calling: an identity no other thread of the process ever gets. The
+//! per-thread default stream and the captures that end on the thread that began them are tied
+//! to it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A number for the calling thread that no other thread of the process ever gets, even after
+/// this one exits (unlike the address of a thread-local, which the next thread reuses).
+pub(crate) fn thread_identity() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static IDENTITY: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    IDENTITY.with(|identity| *identity)
+}

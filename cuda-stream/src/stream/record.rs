@@ -1,0 +1,286 @@
+//! Ordering between streams and events: records, waits and `wait_stream`, each aware of
+//! captures (a record into a capture marks its event as captured; a wait in a capture on work
+//! outside it becomes an external-event node the graph keeps).
+
+use super::capture_status::{CaptureStatus, active_graph, capture_state, refuse_legacy};
+use super::{AsStream, Builtin, StreamRef};
+use crate::call::live_captures::{self, no_capture_transitions};
+use crate::device::keep_alive::keep_alive;
+use crate::device::same_device;
+use crate::event::{Event, EventFlags};
+use crate::ffi::driver;
+use crate::ffi::error::{Error, Result, check};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::sys;
+use std::cell::RefCell;
+use std::ffi::c_uint;
+use std::sync::Arc;
+
+thread_local! {
+    /// One marker event per device for `wait_stream`, so that no event is created or destroyed
+    /// per call. Thread-local: the record and the wait that use it happen on this thread, in
+    /// order, so no other call can re-record it in between. Not counted in `live_events`.
+    static MARKERS: RefCell<Vec<Option<Event>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl StreamRef {
+    /// Records `event` here: it completes when the work enqueued so far has
+    /// ([`cudaEventRecord`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] if the event belongs to another device; CUDA's errors.
+    #[inline]
+    pub fn record(&self, event: &Event) -> Result<()> {
+        same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
+        if self.may_be_captured_now() {
+            return self.record_during_captures(event);
+        }
+        self.record_raw(event.as_raw(), 0)?;
+        event.note_record(false);
+        if live_captures::may_capture() {
+            // A capture of this crate began meanwhile (counted before CUDA began it): the record
+            // may have gone into it. Unknown counts as captured (a refusal, never a crash).
+            event.note_record(self.may_be_capturing().unwrap_or(true));
+        }
+        Ok(())
+    }
+
+    /// [`StreamRef::record`] while some stream may be capturing. The event is marked as
+    /// captured before the record and the reactor's pass in progress is waited for, so that no
+    /// query reaches CUDA while its last record may be a captured one; after the record, with
+    /// no capture of this crate beginning or ending meanwhile, the stream's status says whether
+    /// it was (a stream that joined a capture in between is still capturing, so the event stays
+    /// marked). A failed record leaves the mark: another thread's record of the same event may
+    /// have gone into a capture meanwhile (the crate's own refusals come before the mark).
+    #[cold]
+    #[inline(never)]
+    fn record_during_captures(&self, event: &Event) -> Result<()> {
+        // The crate's own refusals (inside a host function, another thread's per-thread stream,
+        // the legacy stream during a capture) come first: they leave the event as it was.
+        let _current = self.enter()?;
+        let _transitions = crate::call::live_captures::no_capture_transitions();
+        event.note_record_ahead_as_captured();
+        // A pass that read the event's state before the mark ends before the record: later
+        // passes see it captured and never query it.
+        crate::call::reactor_passes::wait_for_pass();
+        self.record_raw(event.as_raw(), 0)?;
+        if self.may_be_capturing() == Ok(false) {
+            event.note_record(false);
+        }
+        Ok(())
+    }
+
+    /// Whether this stream may be in a capture at all, without a CUDA call: while no stream of
+    /// the process may be capturing ([`live_captures::may_capture`]), it is not; but the
+    /// per-thread stream can be captured by another library on this thread (cudarc's safe
+    /// `per_thread_stream().begin_capture`) without any handle being wrapped.
+    #[inline(always)]
+    fn may_be_captured_now(&self) -> bool {
+        live_captures::may_capture() || self.is_thread_bound()
+    }
+
+    /// Whether this stream is capturing, or its capture is invalidated (not yet ended). The
+    /// legacy stream never is (and asking it fails while another stream captures in Global
+    /// mode).
+    pub(crate) fn may_be_capturing(&self) -> Result<bool> {
+        if self.builtin().is_some_and(Builtin::is_legacy) {
+            return Ok(false);
+        }
+        Ok(self.capture_status()? != crate::CaptureStatus::None)
+    }
+
+    /// Records `event` here with CUDA's record flags
+    /// ([`cudaEventRecordWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+    ///
+    /// With [`RecordFlags::external`] on a stream being captured, the record becomes an
+    /// event-record node of the graph (`cudaEventRecordExternal`): every launch of the graph
+    /// records the event, which other streams and processes can wait on. The node names the
+    /// event by its handle, so the graph keeps the event alive (a clone of the `Arc`, held by a
+    /// CUDA user object of the graph) for as long as any graph or executable made from it may
+    /// record it: dropping your `Arc` never frees an event a launch still records. Outside a
+    /// capture the flag changes nothing and nothing is kept.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`] if the event belongs to another device; CUDA's errors.
+    pub fn record_with(&self, event: &Arc<Event>, flags: RecordFlags) -> Result<()> {
+        same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
+        if !flags.external {
+            return self.record(event);
+        }
+        refuse_inside_host_fn()?;
+        // No capture of this crate's begins or ends between the status read and the record, so
+        // the graph that keeps the event is the one the record goes into.
+        let _transitions = crate::call::live_captures::no_capture_transitions();
+        let graph = active_graph(self)?;
+        if let Some(graph) = graph {
+            crate::device::keep_alive::keep_alive(graph, self.device, Box::new(Arc::clone(event)))?;
+        }
+        self.record_raw(event.as_raw(), sys::cudaEventRecordExternal)?;
+        // In a capture, the record is a node that records the event at each launch: the event
+        // stays what its last real record made it (counted as recorded, for `elapsed`, if it
+        // never was). Outside one, it is a real record.
+        match graph {
+            Some(_) => event.note_external_record(),
+            None => event.note_record(false),
+        }
+        Ok(())
+    }
+
+    /// Creates an event with `event_flags` and records it here with `record_flags`, in one call
+    /// (see [`StreamRef::record_with`]).
+    ///
+    /// # Errors
+    /// CUDA's errors creating or recording the event (`cudaErrorInvalidValue` for interprocess
+    /// with timing).
+    pub fn record_event_with(&self, event_flags: EventFlags, record_flags: RecordFlags) -> Result<Arc<Event>> {
+        let event = Arc::new(Event::new(self.device, event_flags)?);
+        self.record_with(&event, record_flags)?;
+        Ok(event)
+    }
+
+    #[inline(always)]
+    pub(crate) fn record_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
+        match self.enter()? {
+            None => driver::event_record(event, self.raw, flags),
+            Some(_current) => {
+                // SAFETY: `event` is live, of the device whose stream the special handle `raw`
+                // names; `flags` is one of CUDA's record flags.
+                check(unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }, "cudaEventRecord")
+            }
+        }
+    }
+
+    /// Records a new event (default [`EventFlags`]: no timing) and returns it.
+    ///
+    /// # Errors
+    /// CUDA's errors creating or recording the event.
+    pub fn record_event(&self) -> Result<Event> {
+        let event = Event::new(self.device, EventFlags::default())?;
+        self.record(&event)?;
+        Ok(event)
+    }
+
+    /// Makes later work on this stream wait until `event` completes; the host does not block
+    /// ([`cudaStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
+    /// The event may belong to another device.
+    ///
+    /// # Errors
+    /// CUDA's errors; on a capturing stream, an event recorded outside the capture is
+    /// `cudaErrorStreamCaptureIsolation` and CUDA invalidates the capture (use
+    /// [`StreamRef::wait_stream`], which handles that case).
+    #[inline]
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.wait_raw(event.as_raw(), 0)
+    }
+
+    #[inline(always)]
+    pub(crate) fn wait_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
+        match self.enter()? {
+            None => driver::stream_wait_event(self.raw, event, flags),
+            // SAFETY: `event` is live, `raw` a special handle; `flags` is one of CUDA's wait
+            // flags.
+            Some(_current) => check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent"),
+        }
+    }
+
+    /// Makes later work on this stream wait for the work enqueued on `other` so far. Costs one
+    /// record and one wait, plus a capture-status read while some stream of the process may be
+    /// capturing (a capture of this crate is in progress, or a foreign handle was ever
+    /// wrapped, see [`BorrowedStream::borrow_raw`]); the marker event is created once per
+    /// thread and device, never per call.
+    ///
+    /// During stream capture:
+    /// * both streams in the same capture, or `self` not capturing: an ordinary dependency (a
+    ///   stream that waits on a capturing one joins its capture, CUDA's fork);
+    /// * `self` capturing and `other` not: the graph gets an external wait on `other`'s work so
+    ///   far (`cudaEventWaitExternal`), with an event the graph keeps alive; the capture stays
+    ///   valid;
+    /// * the two in different captures: [`Error::CaptureMisuse`], and neither capture is touched.
+    ///
+    /// # Errors
+    /// [`Error::CaptureMisuse`] for streams of two different captures; CUDA's errors.
+    #[inline]
+    pub fn wait_stream(&self, other: impl AsStream) -> Result<()> {
+        let other = other.as_stream();
+        if self.may_be_captured_now() && self.capture_status()? != crate::CaptureStatus::None {
+            return wait_stream_in_capture(self, &other);
+        }
+        self.wait_stream_now(&other)
+    }
+
+    /// `wait_stream` through this thread's marker event of `other`'s device.
+    #[inline]
+    pub(crate) fn wait_stream_now(&self, other: &StreamRef) -> Result<()> {
+        MARKERS.with(|markers| {
+            let mut markers = markers.borrow_mut();
+            let slot = other.device.ordinal() as usize;
+            if markers.len() <= slot {
+                markers.resize_with(slot + 1, || None);
+            }
+            let marker = match &markers[slot] {
+                Some(marker) => marker.as_raw(),
+                None => markers[slot].insert(Event::internal(other.device)?).as_raw(),
+            };
+            other.record_raw(marker, 0)?;
+            self.wait_raw(marker, 0)
+        })
+    }
+}
+
+impl Event {
+    /// Records this event on `stream` (the same as [`StreamRef::record`](crate::StreamRef::record)).
+    ///
+    /// # Errors
+    /// As [`StreamRef::record`](crate::StreamRef::record).
+    #[inline]
+    pub fn record(&self, stream: impl AsStream) -> Result<()> {
+        stream.as_stream().record(self)
+    }
+}
+
+/// CUDA's flags for recording an event
+/// ([`cudaEventRecordWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RecordFlags {
+    /// `cudaEventRecordExternal`: during stream capture, the record is a node of the graph
+    /// that records the event at every launch, instead of a dependency inside the capture.
+    pub external: bool,
+}
+
+impl RecordFlags {
+    /// `cudaEventRecordExternal`.
+    pub fn external() -> RecordFlags {
+        RecordFlags { external: true }
+    }
+}
+
+/// `this.wait_stream(other)` while `this` is being captured (see [`StreamRef::wait_stream`]).
+pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Result<()> {
+    refuse_inside_host_fn()?;
+    // No capture of this crate begins or ends until the wait is in: the graph read here is the
+    // one that keeps the event, and it stays alive until the wait that needs the event is in
+    // it (another thread could otherwise end the capture and destroy the graph in between, or
+    // begin a new capture that the wait would go into).
+    let _transitions = no_capture_transitions();
+    let mine = capture_state(this)?;
+    if mine.info.status != CaptureStatus::Active {
+        // A broken capture: let CUDA report it, as it does for every other call.
+        return this.wait_stream_now(other);
+    }
+    refuse_legacy(other, "a capturing stream cannot wait on the legacy stream (it would break the capture)")?;
+    let theirs = capture_state(other)?;
+    match theirs.info.status {
+        CaptureStatus::Active if theirs.info.id == mine.info.id => this.wait_stream_now(other),
+        CaptureStatus::None => {
+            // `other`'s work so far runs outside the graph: the graph waits for it as an
+            // external event, recorded now, never again, and kept alive by the graph.
+            let event = Event::internal(other.device())?;
+            other.record_raw(event.as_raw(), 0)?;
+            let event = keep_alive(mine.graph, this.device(), Box::new(event))?;
+            // SAFETY: the graph keeps the event alive until no graph, clone or executable needs
+            // it, which is longer than this call.
+            this.wait_raw(unsafe { (*event).as_raw() }, sys::cudaEventWaitExternal)
+        }
+        _ => Err(Error::CaptureMisuse("the two streams belong to different captures (CUDA would invalidate both)")),
+    }
+}
