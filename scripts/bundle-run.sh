@@ -23,7 +23,7 @@ export CUDA_STREAM_REQUIRE_GPU=1
 # NVLink multicast stays off on shared multi-GPU hosts (a program that uses it can take the
 # host's GPUs out of service): NCCL, PyTorch and NVSHMEM each have a switch.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# NCCL for tests/nccl.rs and the multi_gpu_nccl example: CUDA_STREAM_NCCL, else the
+# NCCL for tests/interop/nccl.rs and the multi_gpu_nccl example: CUDA_STREAM_NCCL, else the
 # nvidia-nccl-cu13 wheel of python3 (PyTorch's CUDA 13 wheels bring it). Found, it is required.
 if [ -z "${CUDA_STREAM_NCCL:-}" ]; then
   nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)

@@ -3,7 +3,7 @@
 //! stream created, dropped early, with the reactor spinning, waiting as the device's scheduling
 //! flag says (spinning under Auto, backing off under BlockingSync), an idle reactor at no CPU
 //! cost, and a process that exits with futures pending. After a fault: `fault_child` in
-//! `tests/soundness.rs`.
+//! `tests/whole/soundness.rs`.
 
 use cuda_stream::completion::{
     DEFAULT_HOT_WINDOW, REACTOR_THREAD_NAME, ReactorWait, pending_completions, reactor_wait, set_reactor_wait,

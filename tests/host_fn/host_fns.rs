@@ -1,4 +1,4 @@
-//! Host functions on a GPU (completion futures: `tests/completion.rs`).
+//! Host functions on a GPU (completion futures: `tests/completion/completion.rs`).
 
 use cuda_stream::{BuiltinStream, Error, Stream, StreamOptions, capture, live_host_fns, sys, take_host_fn_panics};
 use cuda_stream_tests::{TagLog, gpu_or_skip, take_last_error};
