@@ -9,7 +9,7 @@ const int cs_header_cudart_version = CUDART_VERSION;
 const unsigned cs_header_error_size = sizeof(cudaError_t);
 
 /* The driver's result codes beside the runtime's codes of the same meaning: the crate reports a
- * driver call's CUresult under the runtime's number (cuda-stream/src/driver.rs), which is only
+ * driver call's CUresult under the runtime's number (cuda-stream/src/ffi/driver.rs), which is only
  * right while each pair agrees. The codes a stream, event, callback or graph-launch call can
  * return. */
 #include <cuda.h>

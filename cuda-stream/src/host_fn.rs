@@ -14,13 +14,13 @@
 //!   (probed on CUDA 13.0), so the two are serialized by a lock that enqueues share.
 //! * [`StreamRef::launch_host_callback`] gives the closure the stream's status instead: it
 //!   runs after a fault too, with the sticky error.
-//! * A capturing stream refuses both ([`Error::CaptureMisuse`]); graphs take repeatable host
+//! * A capturing stream refuses both ([`Error::CaptureMisuse`](crate::Error::CaptureMisuse)); graphs take repeatable host
 //!   functions through [`Capture::launch_host_fn`](crate::Capture::launch_host_fn), which the
 //!   graph itself keeps alive (CUDA user objects).
 //! * A panic inside the closure is caught (it never unwinds into the driver), printed to stderr,
 //!   and queued: [`take_host_fn_panics`] returns it. The stream goes on working.
 //! * CUDA forbids CUDA calls inside a host function (they may deadlock). Every call of this
-//!   crate that reaches the CUDA runtime returns [`Error::InsideHostFn`] there instead; drops
+//!   crate that reaches the CUDA runtime returns [`Error::InsideHostFn`](crate::Error::InsideHostFn) there instead; drops
 //!   that must destroy a handle (streams, events, graphs) do it on another thread after the
 //!   host function returns. Not refused, because they touch no device: [`CudaCode::name`] and
 //!   [`CudaCode::description`](crate::CudaCode::description) (string tables). The same holds
@@ -96,7 +96,7 @@ impl StreamRef {
     /// [module docs](crate::host_fn) for the rules.
     ///
     /// # Errors
-    /// [`Error::CaptureMisuse`] while the stream is being captured; CUDA's enqueue errors. In
+    /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) while the stream is being captured; CUDA's enqueue errors. In
     /// every error case `f` is dropped at once and never runs.
     pub fn launch_host_fn<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<()> {
         self.launch_host_callback(move |status| {

@@ -107,6 +107,23 @@
 //! other threads, and a query preempted across a whole capture of its event): see the
 //! [capture docs](capture#calls-refused-during-a-capture).
 //!
+//! # Layers
+//! The source is cut into layers, each importing only from those before it (the map, the
+//! invariants each establishes and where they are enforced: `docs/architecture.md`; the gate:
+//! `scripts/check-layers.py`):
+//! 1. `ffi/`, the floor: driver entry points, CUDA codes and [`Error`], the host-function rule
+//!    ([`Error::InsideHostFn`]), versions.
+//! 2. `call/`, the call context: captures in progress and the calls they forbid, capture
+//!    modes ([`capture::with_thread_mode`]), the reactor's passes, thread identity, live counts.
+//! 3. `device/`: [`Device`], its primary context ([`DeviceGuard`]), values a graph owns.
+//! 4. `event.rs`: [`Event`].
+//! 5. `stream/`: [`StreamRef`] and its owners, [`AsStream`], records and waits, capture status,
+//!    the current stream, the pool, [`attributes`], launches.
+//! 6. [`host_fn`]: host functions.
+//! 7. `graph/`: [`Graph`], [`GraphExec`], [`capture`].
+//! 8. [`completion`]: the reactor and its futures.
+//! 9. `cudarc.rs`: cudarc interop (feature `cudarc`).
+//!
 //! # Errors
 //! Every CUDA failure is an [`Error::Cuda`] with the API's name and the [`CudaCode`] (name,
 //! description, [`CudaCode::is_sticky`]). `cudaErrorNotReady` is not an error: queries return

@@ -1,5 +1,5 @@
 //! The hot operations take the driver's entry points for real stream handles and the runtime
-//! for the built-in ones (`cuda-stream/src/driver.rs`). These tests prove that nothing
+//! for the built-in ones (`cuda-stream/src/ffi/driver.rs`). These tests prove that nothing
 //! observable differs: each operation as the very first CUDA call of a fresh thread, on both
 //! paths; the error codes and names of both paths side by side with raw runtime calls; and no
 //! stale runtime last error after a refused call, on either path.

@@ -60,7 +60,7 @@ fn runtime_version_needs_no_device() {
 }
 
 /// The crate reports a driver call's `CUresult` under the runtime's number for the same error
-/// (`cuda-stream/src/driver.rs`): each pair from the headers must agree, and name the runtime
+/// (`cuda-stream/src/ffi/driver.rs`): each pair from the headers must agree, and name the runtime
 /// error the crate will show.
 #[test]
 fn driver_result_codes_have_the_runtimes_numbers() {

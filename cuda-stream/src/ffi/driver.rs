@@ -15,7 +15,7 @@
 //! operation stands for, with the code's runtime number. The driver's `CUresult` and the
 //! runtime's `cudaError_t` share their numbers for every code these calls return (not ready
 //! 600, invalid handle 400, capture errors 900 to 907, sticky faults 7xx: compared side by
-//! side on the GPU by `tests/driver_paths.rs`); [`runtime_code`] is where a difference would be
+//! side on the GPU by `tests/ffi/driver_paths.rs`); [`runtime_code`] is where a difference would be
 //! mapped. A driver call leaves the runtime's last error untouched.
 
 use crate::ffi::error::{Error, Result, check, check_code};

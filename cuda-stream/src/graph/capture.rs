@@ -18,16 +18,16 @@
 //! the "potentially unsafe API calls" of
 //! [`cudaThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
 //! While a capture begun through this crate is in progress, the calls of this crate that would
-//! do so are refused with [`Error::CaptureMisuse`] before CUDA sees them, and the capture goes
+//! do so are refused with [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) before CUDA sees them, and the capture goes
 //! on (it ends, and its graph replays):
 //!
 //! | while | refused |
 //! |---|---|
 //! | a capture of a device is in progress (any mode, any thread, of a blocking stream or not) | every operation on that device's legacy stream: [`BuiltinStream::legacy`], and [`BuiltinStream::null`] where handle 0 is the legacy stream; [`Device::synchronize`] of that device |
-//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress | [`StreamRef::query`], [`StreamRef::synchronize`], [`Event::query`], [`Event::synchronize`] and [`Device::synchronize`], on this thread |
+//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress | [`StreamRef::query`], [`StreamRef::synchronize`], [`Event::query`](crate::Event::query), [`Event::synchronize`](crate::Event::synchronize) and [`Device::synchronize`], on this thread |
 //! | any thread has a [`Global`] capture in progress | the same calls, on every thread |
 //! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread |
-//! | an event's last record went into a capture (any capture, this crate's or a foreign one seen through a borrowed stream) | its [`query`](Event::query), [`synchronize`](Event::synchronize), [`elapsed`](Event::elapsed) and [`completion`](Event::completion), on every thread, until it is recorded outside a capture again |
+//! | an event's last record went into a capture (any capture, this crate's or a foreign one seen through a borrowed stream) | its [`query`](crate::Event::query), [`synchronize`](crate::Event::synchronize), [`elapsed`](crate::Event::elapsed) and [`completion`](crate::Event::completion), on every thread, until it is recorded outside a capture again |
 //!
 //! The legacy stream is refused even while only non-blocking streams are captured, where CUDA
 //! would accept it: a blocking stream may join the capture at any time (through
@@ -104,7 +104,7 @@ impl StreamRef {
     /// [module docs](crate::capture#calls-refused-during-a-capture)).
     ///
     /// # Errors
-    /// [`Error::CaptureMisuse`] on the legacy stream (CUDA cannot capture it); CUDA's
+    /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) on the legacy stream (CUDA cannot capture it); CUDA's
     /// `cudaErrorIllegalState` when the stream is already capturing.
     pub fn begin_capture<M: CaptureMode>(&self, _mode: M) -> Result<Capture<'_, M>> {
         self.start_capture(None)
@@ -123,7 +123,7 @@ impl StreamRef {
     /// NVIDIA does not document what a failed capture leaves of a graph it was capturing into.
     ///
     /// # Errors
-    /// [`Error::DeviceMismatch`] for a graph of another device; the errors of
+    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) for a graph of another device; the errors of
     /// [`StreamRef::begin_capture`]. On every error `graph` is dropped.
     pub fn begin_capture_into<M: CaptureMode>(&self, graph: Graph, _mode: M) -> Result<Capture<'_, M>> {
         same_device("a stream captures into a graph of its own device", self.device(), graph.device())?;
@@ -240,7 +240,7 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// executable needs it and their launches have completed.
     ///
     /// # Errors
-    /// [`Error::CaptureMisuse`] for a stream that is not part of this capture (not capturing,
+    /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) for a stream that is not part of this capture (not capturing,
     /// or in another capture): `f` is dropped, never run. CUDA's errors.
     pub fn launch_host_fn<F: Fn() + Send + Sync + 'static>(&mut self, stream: impl AsStream, f: F) -> Result<()> {
         let stream = &*stream.as_stream();

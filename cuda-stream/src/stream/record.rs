@@ -28,7 +28,7 @@ impl StreamRef {
     /// ([`cudaEventRecord`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     ///
     /// # Errors
-    /// [`Error::DeviceMismatch`] if the event belongs to another device; CUDA's errors.
+    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) if the event belongs to another device; CUDA's errors.
     #[inline]
     pub fn record(&self, event: &Event) -> Result<()> {
         same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
@@ -101,7 +101,7 @@ impl StreamRef {
     /// capture the flag changes nothing and nothing is kept.
     ///
     /// # Errors
-    /// [`Error::DeviceMismatch`] if the event belongs to another device; CUDA's errors.
+    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) if the event belongs to another device; CUDA's errors.
     pub fn record_with(&self, event: &Arc<Event>, flags: RecordFlags) -> Result<()> {
         same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
         if !flags.external {
@@ -186,7 +186,7 @@ impl StreamRef {
     /// Makes later work on this stream wait for the work enqueued on `other` so far. Costs one
     /// record and one wait, plus a capture-status read while some stream of the process may be
     /// capturing (a capture of this crate is in progress, or a foreign handle was ever
-    /// wrapped, see [`BorrowedStream::borrow_raw`]); the marker event is created once per
+    /// wrapped, see [`BorrowedStream::borrow_raw`](crate::BorrowedStream::borrow_raw)); the marker event is created once per
     /// thread and device, never per call.
     ///
     /// During stream capture:
@@ -195,10 +195,10 @@ impl StreamRef {
     /// * `self` capturing and `other` not: the graph gets an external wait on `other`'s work so
     ///   far (`cudaEventWaitExternal`), with an event the graph keeps alive; the capture stays
     ///   valid;
-    /// * the two in different captures: [`Error::CaptureMisuse`], and neither capture is touched.
+    /// * the two in different captures: [`Error::CaptureMisuse`](crate::Error::CaptureMisuse), and neither capture is touched.
     ///
     /// # Errors
-    /// [`Error::CaptureMisuse`] for streams of two different captures; CUDA's errors.
+    /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) for streams of two different captures; CUDA's errors.
     #[inline]
     pub fn wait_stream(&self, other: impl AsStream) -> Result<()> {
         let other = other.as_stream();
