@@ -11,7 +11,7 @@ use std::ffi::c_uint;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Why a query, synchronize, elapsed time or completion of a captured event is refused.
@@ -106,6 +106,20 @@ pub struct Event {
     imported_from: Option<Box<sys::cudaIpcEventHandle_t>>,
     /// Where the last record went: [`NEVER_RECORDED`], [`RECORDED`] or [`CAPTURED`].
     state: AtomicU8,
+    /// Calls that hand the event to CUDA as a marker (query, elapsed) in flight: a record that
+    /// may go into a capture marks the event captured, then waits for this to reach 0, so no
+    /// call that read the event before the mark reaches CUDA once the record is captured.
+    in_flight: AtomicU32,
+}
+
+/// A call of [`Event::marker_call`] in flight; uncounted on drop.
+struct InFlight<'a>(&'a AtomicU32);
+
+impl Drop for InFlight<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// Never recorded through this crate.
@@ -161,7 +175,15 @@ impl Event {
     }
 
     fn wrap(raw: sys::cudaEvent_t, device: Device, ownership: EventOwnership, flags: KnownEventFlags) -> Event {
-        Event { raw, device, ownership, flags, imported_from: None, state: AtomicU8::new(NEVER_RECORDED) }
+        Event {
+            raw,
+            device,
+            ownership,
+            flags,
+            imported_from: None,
+            state: AtomicU8::new(NEVER_RECORDED),
+            in_flight: AtomicU32::new(0),
+        }
     }
 
     /// Wraps an event handle someone else owns; dropping the `Event` never destroys it.
@@ -235,11 +257,44 @@ impl Event {
         self.state.store(if captured { CAPTURED } else { RECORDED }, Ordering::Release);
     }
 
-    /// Marks the event as captured before a record that may go into a capture, so that no
-    /// query can slip in between (SeqCst: pairs with the reactor's pass counter, see
-    /// `reactor::wait_for_pass`).
+    /// Marks the event as captured before a record that may go into a capture, then waits for
+    /// the calls in flight that read it before the mark ([`Event::marker_call`]): after this,
+    /// no query or elapsed reaches CUDA with the event until it is recorded outside a capture
+    /// again. SeqCst: pairs with `marker_call` (one of the two sees the other) and with the
+    /// reactor's pass counter (`reactor_passes::wait_for_pass`). The wait is short: the calls
+    /// counted never block.
     pub(crate) fn note_record_ahead_as_captured(&self) {
         self.state.store(CAPTURED, Ordering::SeqCst);
+        self.wait_for_marker_calls();
+    }
+
+    /// Notes where a record that a capture may have caught went (see
+    /// [`Event::note_record_ahead_as_captured`]).
+    pub(crate) fn note_record_maybe_captured(&self, captured: bool) {
+        if captured {
+            self.note_record_ahead_as_captured();
+        } else {
+            self.note_record(false);
+        }
+    }
+
+    fn wait_for_marker_calls(&self) {
+        while self.in_flight.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Counts a call that hands the event to CUDA as a marker of work, and refuses it if the
+    /// event's last record is a captured one: counted first, then checked (SeqCst), so a record
+    /// into a capture either is seen here or waits for this call to return.
+    #[inline(always)]
+    fn marker_call(&self) -> Result<InFlight<'_>> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let in_flight = InFlight(&self.in_flight);
+        if self.state.load(Ordering::SeqCst) == CAPTURED {
+            return Err(Error::CaptureMisuse(CAPTURED_EVENT));
+        }
+        Ok(in_flight)
     }
 
     /// Notes an external record node added to a capture: an event never recorded counts as
@@ -273,10 +328,10 @@ impl Event {
     #[inline]
     pub fn query(&self) -> Result<bool> {
         refuse_inside_host_fn()?;
-        self.refuse_captured()?;
         if live_captures::any() {
             return self.query_during_captures();
         }
+        let _in_flight = self.marker_call()?;
         crate::ffi::driver::event_query(self.raw)
     }
 
@@ -305,9 +360,11 @@ impl Event {
     #[cold]
     #[inline(never)]
     fn query_during_captures(&self) -> Result<bool> {
+        // The lock first, then the count: a call counted never waits (a record into a capture
+        // waits for the count while holding the lock as a reader).
         let _transitions = crate::call::live_captures::no_capture_transitions();
         live_captures::refuse_unsafe_call()?;
-        self.refuse_captured()?;
+        let _in_flight = self.marker_call()?;
         crate::ffi::driver::event_query(self.raw)
     }
 
@@ -343,13 +400,11 @@ impl Event {
         }
         // The runtime call binds a context on a thread that has none: this device's primary.
         let _current = self.device.make_current()?;
-        // Made with no capture of this crate beginning or ending, and refused if either event
-        // was recorded into one since the queries above.
-        let transitions = live_captures::any().then(crate::call::live_captures::no_capture_transitions);
-        if transitions.is_some() {
-            start.refuse_captured()?;
-            self.refuse_captured()?;
-        }
+        // Made with no capture of this crate beginning or ending (the lock, while captures are
+        // in progress), then counted and refused if either event was recorded into a capture
+        // since the queries above (the lock first, then the counts, as in `query`).
+        let _transitions = live_captures::any().then(crate::call::live_captures::no_capture_transitions);
+        let _in_flight = (start.marker_call()?, self.marker_call()?);
         let mut ms: f32 = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.
         let code = unsafe { sys::cudaEventElapsedTime(&mut ms, start.raw, self.raw) };

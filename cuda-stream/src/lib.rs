@@ -103,9 +103,9 @@
 //!   would answer by invalidating a capture is refused instead.
 //! * **Pools never lend a capturing stream**: a lease returned capturing is quarantined.
 //!
-//! Two races are not closed yet (a foreign Global capture's end racing this crate's queries on
-//! other threads, and a query preempted across a whole capture of its event): see the
-//! [capture docs](capture#calls-refused-during-a-capture).
+//! Two races are not closed (a foreign Global capture's end racing this crate's queries on
+//! other threads, and a stream query or a synchronize stalled across another thread's whole
+//! capture): see the [capture docs](capture#calls-refused-during-a-capture).
 //!
 //! # Layers
 //! The source is cut into layers, each importing only from those before it (the map, the

@@ -51,6 +51,56 @@ fn an_event_recorded_in_a_relaxed_capture_is_refused_until_recorded_outside() {
     assert!(event.elapsed(&start).unwrap().is_some());
 }
 
+/// A query or `elapsed` that passed its check just before another thread marked the event and
+/// recorded it into a capture would reach CUDA with a captured event, which invalidates the
+/// capture (and crashed libcuda when it met the capture's end). A record into a capture waits
+/// for the calls in flight on its event: every capture below ends cleanly.
+#[test]
+fn queries_racing_records_into_a_capture_never_invalidate_it() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let (event, start) =
+        (Event::new(device, EventFlags::timing()).unwrap(), Event::new(device, EventFlags::timing()).unwrap());
+    start.record(&*stream).unwrap();
+    event.record(&*stream).unwrap();
+    stream.synchronize().unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (mut answered, mut refused) = (0u64, 0u64);
+    std::thread::scope(|scope| {
+        let racers: Vec<_> = (0..2)
+            .map(|racer| {
+                let (event, start, stop) = (&event, &start, &stop);
+                scope.spawn(move || {
+                    let mut counts = (0u64, 0u64);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let outcome = if racer == 0 { event.query().map(drop) } else { event.elapsed(start).map(drop) };
+                        match outcome {
+                            Ok(()) => counts.0 += 1,
+                            Err(Error::CaptureMisuse(_)) => counts.1 += 1,
+                            Err(other) => panic!("a racing call gives Ok or CaptureMisuse: {other:?}"),
+                        }
+                    }
+                    counts
+                })
+            })
+            .collect();
+        for round in 0..3000 {
+            let capture = stream.begin_capture(capture::Relaxed).unwrap();
+            event.record(&*stream).unwrap();
+            let graph = capture.end();
+            assert!(graph.is_ok(), "round {round}: a call racing the record invalidated the capture: {graph:?}");
+            event.record(&*stream).unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for racer in racers {
+            let (ok, misuse) = racer.join().unwrap();
+            answered += ok;
+            refused += misuse;
+        }
+    });
+    assert!(answered > 0 && refused > 0, "the racers met both states: {answered} answered, {refused} refused");
+}
+
 #[test]
 fn a_completion_of_an_event_recorded_in_a_global_capture_resolves_with_capture_misuse() {
     let device = gpu_or_skip!();

@@ -50,13 +50,17 @@
 //!   crate's queries on other threads still reach CUDA, which invalidates that capture, and a
 //!   query racing its end crashed libcuda (CUDA 13.0, a probe in C++ too). Capture foreign
 //!   streams in Relaxed or ThreadLocal mode, or keep other threads' queries out of the capture.
-//! * **Not closed:** an event query that passed its checks while no capture of this crate was
-//!   in progress, then was preempted while another thread began a capture, recorded that event
-//!   into it and ended it. While a capture of this crate is in progress, queries hold the
-//!   capture-transition lock and no capture ends during them.
-//! * An event queried on one thread while another records it into a capture may reach CUDA
-//!   just before the record is marked, which invalidates that capture (a typed error at its
-//!   end).
+//! * An event's [`query`](crate::Event::query) and [`elapsed`](crate::Event::elapsed) are
+//!   counted while they are in CUDA, and a record that may go into a capture marks the event
+//!   captured and then waits for those counted calls: a captured event never reaches CUDA
+//!   through them, even from a call that passed its checks just before and then stalled.
+//! * **Not closed:** a call that passed its checks while no capture of this crate was in
+//!   progress, then stalled (preempted) across another thread's whole capture, from its begin to
+//!   its end: stream queries and synchronizes, [`Device::synchronize`](crate::Device::synchronize)
+//!   and [`Event::synchronize`](crate::Event::synchronize) are not counted (a count every call
+//!   shares costs each call a contended atomic, and a blocking synchronize cannot be waited
+//!   out). CUDA then refuses the call and invalidates that capture, and a call overlapping a
+//!   Global capture's end may crash libcuda (CUDA 13.0).
 //! * A capture that another thread begins between a call's check and the call itself: the check
 //!   passed, so CUDA refuses the call and invalidates that capture. Closing that window would
 //!   take a lock around every call; order such calls and capture begins yourself.

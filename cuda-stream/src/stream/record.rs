@@ -40,7 +40,7 @@ impl StreamRef {
         if live_captures::may_capture() {
             // A capture of this crate began meanwhile (counted before CUDA began it): the record
             // may have gone into it. Unknown counts as captured (a refusal, never a crash).
-            event.note_record(self.may_be_capturing().unwrap_or(true));
+            event.note_record_maybe_captured(self.may_be_capturing().unwrap_or(true));
         }
         Ok(())
     }
