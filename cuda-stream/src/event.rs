@@ -190,7 +190,8 @@ impl Event {
     ///
     /// # Safety
     /// `raw` must be a valid event of `device`'s primary context, and stay valid while this
-    /// `Event` is in use. Records made outside this crate are not seen: while the event is last
+    /// `Event` is in use. Records made outside this crate are not seen, nor records through
+    /// another `Event` of the same handle (each keeps its own state): while the event is last
     /// recorded inside a stream capture (by its owner, say), it must not be queried,
     /// synchronized, timed or awaited through this `Event` (CUDA would invalidate the capture,
     /// and such a query racing the capture's end crashed libcuda).
@@ -261,8 +262,8 @@ impl Event {
     /// the calls in flight that read it before the mark ([`Event::marker_call`]): after this,
     /// no query or elapsed reaches CUDA with the event until it is recorded outside a capture
     /// again. SeqCst: pairs with `marker_call` (one of the two sees the other) and with the
-    /// reactor's pass counter (`reactor_passes::wait_for_pass`). The wait is short: the calls
-    /// counted never block.
+    /// reactor's pass counter (`reactor_passes::wait_for_pass`). The wait is for calls that
+    /// read the event before the mark, each one CUDA call that does not wait for the device.
     pub(crate) fn note_record_ahead_as_captured(&self) {
         self.state.store(CAPTURED, Ordering::SeqCst);
         self.wait_for_marker_calls();
@@ -285,10 +286,13 @@ impl Event {
     }
 
     /// Counts a call that hands the event to CUDA as a marker of work, and refuses it if the
-    /// event's last record is a captured one: counted first, then checked (SeqCst), so a record
-    /// into a capture either is seen here or waits for this call to return.
+    /// event's last record is a captured one. Checked, counted, checked again (SeqCst): a
+    /// record into a capture either is seen by the second check or waits for this call to
+    /// return; the first check keeps refused calls from counting, so a recorder waits only for
+    /// calls that read the event before its mark.
     #[inline(always)]
     fn marker_call(&self) -> Result<InFlight<'_>> {
+        self.refuse_captured()?;
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let in_flight = InFlight(&self.in_flight);
         if self.state.load(Ordering::SeqCst) == CAPTURED {
@@ -403,7 +407,11 @@ impl Event {
         // Made with no capture of this crate beginning or ending (the lock, while captures are
         // in progress), then counted and refused if either event was recorded into a capture
         // since the queries above (the lock first, then the counts, as in `query`).
-        let _transitions = live_captures::any().then(crate::call::live_captures::no_capture_transitions);
+        let transitions = live_captures::any().then(crate::call::live_captures::no_capture_transitions);
+        if transitions.is_some() {
+            // A capture that began since the queries above may forbid the call.
+            live_captures::refuse_unsafe_call()?;
+        }
         let _in_flight = (start.marker_call()?, self.marker_call()?);
         let mut ms: f32 = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.

@@ -103,9 +103,11 @@
 //!   would answer by invalidating a capture is refused instead.
 //! * **Pools never lend a capturing stream**: a lease returned capturing is quarantined.
 //!
-//! Two races are not closed (a foreign Global capture's end racing this crate's queries on
-//! other threads, and a stream query or a synchronize stalled across another thread's whole
-//! capture): see the [capture docs](capture#calls-refused-during-a-capture).
+//! Four races are not closed: a foreign Global capture's end racing this crate's queries on
+//! other threads; one event recorded from two threads at once, one record into a capture;
+//! `Event::synchronize` racing a record of its event into a capture; a call stalled across
+//! another thread's whole Global capture. See the
+//! [capture docs](capture#calls-refused-during-a-capture).
 //!
 //! # Layers
 //! The source is cut into layers, each importing only from those before it (the map, the

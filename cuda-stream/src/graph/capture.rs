@@ -52,15 +52,23 @@
 //!   streams in Relaxed or ThreadLocal mode, or keep other threads' queries out of the capture.
 //! * An event's [`query`](crate::Event::query) and [`elapsed`](crate::Event::elapsed) are
 //!   counted while they are in CUDA, and a record that may go into a capture marks the event
-//!   captured and then waits for those counted calls: a captured event never reaches CUDA
-//!   through them, even from a call that passed its checks just before and then stalled.
+//!   captured and then waits for those counted calls: a call that checked the event just
+//!   before the mark does not reach CUDA after the record.
+//! * **Not closed:** two threads recording one event at once, one into a capture and one
+//!   outside any: the one outside may note its record after the captured one was made, and the
+//!   event then counts as recorded outside, so its queries reach CUDA (which invalidates the
+//!   capture; with a foreign capture, a query racing its end may crash libcuda). Do not record
+//!   one event from two threads at once; which record is last is a race in CUDA too.
+//! * **Not closed:** [`Event::synchronize`](crate::Event::synchronize) racing a record of its
+//!   event into a capture: it checks, then waits outside the capture-transition lock (the work
+//!   may depend on a capture's end), so it is not counted and can reach CUDA after the record.
 //! * **Not closed:** a call that passed its checks while no capture of this crate was in
-//!   progress, then stalled (preempted) across another thread's whole capture, from its begin to
-//!   its end: stream queries and synchronizes, [`Device::synchronize`](crate::Device::synchronize)
-//!   and [`Event::synchronize`](crate::Event::synchronize) are not counted (a count every call
-//!   shares costs each call a contended atomic, and a blocking synchronize cannot be waited
-//!   out). CUDA then refuses the call and invalidates that capture, and a call overlapping a
-//!   Global capture's end may crash libcuda (CUDA 13.0).
+//!   progress, then stalled (preempted) across another thread's whole Global capture, from its
+//!   begin to its end: stream and event queries and synchronizes, `elapsed` and
+//!   [`Device::synchronize`](crate::Device::synchronize) hold nothing that capture waits for.
+//!   CUDA then refuses the call and invalidates that capture, and a call overlapping a Global
+//!   capture's end may crash libcuda (CUDA 13.0). Closing it would cost every call a shared
+//!   count that capture begins and ends wait out.
 //! * A capture that another thread begins between a call's check and the call itself: the check
 //!   passed, so CUDA refuses the call and invalidates that capture. Closing that window would
 //!   take a lock around every call; order such calls and capture begins yourself.

@@ -39,7 +39,9 @@ impl StreamRef {
         event.note_record(false);
         if live_captures::may_capture() {
             // A capture of this crate began meanwhile (counted before CUDA began it): the record
-            // may have gone into it. Unknown counts as captured (a refusal, never a crash).
+            // may have gone into it. Unknown counts as captured (a refusal, never a crash). The
+            // mark comes after the record here: a call between the two is the window of a
+            // capture that begins between a check and a call (see the capture docs' limits).
             event.note_record_maybe_captured(self.may_be_capturing().unwrap_or(true));
         }
         Ok(())
