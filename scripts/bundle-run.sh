@@ -7,7 +7,10 @@
 #   run.sh --only PATTERN         only binaries whose path matches PATTERN
 #   run.sh --gpus N               multi-GPU tests fail instead of skipping with fewer than N GPUs
 #   run.sh --repeat N             run each binary N times (races that show once in many runs);
-#                                 every run counts, a crash in any fails it
+#                                 every run counts, a crash in any fails it. The API fuzzer
+#                                 runs new programs each round: round R starts its seeds at
+#                                 (R - 1) x CUDA_STREAM_FUZZ_PROGRAMS (default 1,000) past
+#                                 CUDA_STREAM_FUZZ_FIRST (default 0)
 # Test binaries run under the test harness's default threads, as `cargo test` runs them.
 # BIN_TIMEOUT (seconds, default 900) stops one binary that hangs; it then counts as failed.
 # Last line: "N passed, N failed" (tests, examples and benchmarks each count as one or more).
@@ -86,8 +89,10 @@ run_one() {
   fi
 }
 
+fuzz_first=${CUDA_STREAM_FUZZ_FIRST:-0}
 for round in $(seq "$repeat"); do
   [ "$repeat" != 1 ] && echo "== round $round of $repeat =="
+  export CUDA_STREAM_FUZZ_FIRST=$((fuzz_first + (round - 1) * ${CUDA_STREAM_FUZZ_PROGRAMS:-1000}))
   for bin in bin/legacy/* bin/per-thread/* bin/cuda12/*; do [ -e "$bin" ] && run_one "$bin" --nocapture; done
   for bin in bin/examples/*; do [ -e "$bin" ] && run_one "$bin"; done
 done

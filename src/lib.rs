@@ -438,6 +438,18 @@ impl LaunchStream for Current {
     }
 }
 
+/// Sets its flag when dropped: racer threads in a `thread::scope` loop until the flag is set,
+/// and a scope joins its threads before it passes a panic on, so a test that fails between
+/// spawning and stopping its racers would otherwise hang instead of failing.
+#[derive(Debug)]
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Runs a future to completion on this thread: the smallest executor, for tests and examples
 /// of [`cuda_stream::Completion`] (the crate itself needs no runtime).
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {

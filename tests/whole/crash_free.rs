@@ -65,17 +65,9 @@ fn queries_racing_records_into_a_capture_never_invalidate_it() {
     event.record(&*stream).unwrap();
     stream.synchronize().unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
-    /// Stops the racers when the rounds end, or when one fails (a scope joins its threads
-    /// before it passes the panic on).
-    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     let (mut answered, mut refused) = (0u64, 0u64);
     std::thread::scope(|scope| {
-        let stopping = StopOnDrop(&stop);
+        let stopping = cuda_stream_tests::StopOnDrop(&stop);
         let racers: Vec<_> = (0..2)
             .map(|racer| {
                 let (event, start, stop) = (&event, &start, &stop);

@@ -157,6 +157,7 @@ fn a_once_host_fn_never_lands_in_a_graph_even_when_a_capture_races_it() {
             }
             refused
         });
+        let stopping = cuda_stream_tests::StopOnDrop(&stop);
         let mut replayed = 0;
         for _ in 0..rounds {
             let Ok(capture) = shared.begin_capture(capture::ThreadLocal) else { continue };
@@ -169,7 +170,7 @@ fn a_once_host_fn_never_lands_in_a_graph_even_when_a_capture_races_it() {
                 replayed += 1;
             }
         }
-        stop.store(true, Ordering::SeqCst);
+        drop(stopping);
         (replayed, launcher.join().unwrap())
     });
     shared.synchronize().unwrap();
