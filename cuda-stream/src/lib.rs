@@ -103,10 +103,9 @@
 //!   would answer by invalidating a capture is refused instead.
 //! * **Pools never lend a capturing stream**: a lease returned capturing is quarantined.
 //!
-//! Four races are not closed: a foreign Global capture's end racing this crate's queries on
-//! other threads; one event recorded from two threads at once, one record into a capture;
-//! `Event::synchronize` racing a record of its event into a capture; a call stalled across
-//! another thread's whole Global capture. See the
+//! Three races are not closed: a foreign Global capture's end racing this crate's queries on
+//! other threads; `Event::synchronize` racing a record of its event into a capture; a call
+//! stalled across another thread's whole Global capture. See the
 //! [capture docs](capture#calls-refused-during-a-capture).
 //!
 //! # Layers
@@ -118,7 +117,7 @@
 //! 2. `call/`, the call context: captures in progress and the calls they forbid, capture
 //!    modes ([`capture::with_thread_mode`]), the reactor's passes, thread identity, live counts.
 //! 3. `device/`: [`Device`], its primary context ([`DeviceGuard`]), values a graph owns.
-//! 4. `event.rs`: [`Event`].
+//! 4. `event/`: [`Event`], and where its last record went.
 //! 5. `stream/`: [`StreamRef`] and its owners, [`AsStream`], records and waits, capture status,
 //!    the current stream, the pool, [`attributes`], launches.
 //! 6. [`host_fn`]: host functions.

@@ -159,8 +159,9 @@ impl StreamRef {
         let event = reactor::internal_event(self.device())?;
         // A failed record may mean a dead event (its context reset, say): destroyed, not
         // handed to the next future.
+        let ticket = event.records().before_record();
         self.record_raw(event.as_raw(), 0)?;
-        event.note_record(false);
+        event.records().note_uncaptured_record(ticket);
         Ok(event)
     }
 }

@@ -54,11 +54,9 @@
 //!   counted while they are in CUDA, and a record that may go into a capture marks the event
 //!   captured and then waits for those counted calls: a call that checked the event just
 //!   before the mark does not reach CUDA after the record.
-//! * **Not closed:** two threads recording one event at once, one into a capture and one
-//!   outside any: the one outside may note its record after the captured one was made, and the
-//!   event then counts as recorded outside, so its queries reach CUDA (which invalidates the
-//!   capture; with a foreign capture, a query racing its end may crash libcuda). Do not record
-//!   one event from two threads at once; which record is last is a race in CUDA too.
+//! * Two threads recording one event at once, one record perhaps into a capture: which one
+//!   CUDA takes last cannot be read back, so the event stays marked captured until a later
+//!   record settles it (a refusal, never a query of a captured event).
 //! * **Not closed:** [`Event::synchronize`](crate::Event::synchronize) racing a record of its
 //!   event into a capture: it checks, then waits outside the capture-transition lock (the work
 //!   may depend on a capture's end), so it is not counted and can reach CUDA after the record.

@@ -35,14 +35,16 @@ impl StreamRef {
         if self.may_be_captured_now() {
             return self.record_during_captures(event);
         }
+        let ticket = event.records().before_record();
         self.record_raw(event.as_raw(), 0)?;
-        event.note_record(false);
-        if live_captures::may_capture() {
-            // A capture of this crate began meanwhile (counted before CUDA began it): the record
-            // may have gone into it. Unknown counts as captured (a refusal, never a crash). The
-            // mark comes after the record here: a call between the two is the window of a
-            // capture that begins between a check and a call (see the capture docs' limits).
-            event.note_record_maybe_captured(self.may_be_capturing().unwrap_or(true));
+        event.records().note_uncaptured_record(ticket);
+        if live_captures::may_capture() && self.may_be_capturing().unwrap_or(true) {
+            // A capture of this crate began meanwhile (counted before CUDA began it) and the
+            // record may have gone into it. Unknown counts as captured (a refusal, never a
+            // crash). The mark comes after the record here: a call between the two is the
+            // window of a capture that begins between a check and a call (the capture docs'
+            // limits).
+            event.records().mark_captured_after_record();
         }
         Ok(())
     }
@@ -61,15 +63,15 @@ impl StreamRef {
         // the legacy stream during a capture) come first: they leave the event as it was.
         let _current = self.enter()?;
         let _transitions = crate::call::live_captures::no_capture_transitions();
-        event.note_record_ahead_as_captured();
+        // Marked captured, and the queries in CUDA that read it before waited for.
+        let opened = event.records().open_capture_record();
         // A pass that read the event's state before the mark ends before the record: later
         // passes see it captured and never query it.
         crate::call::reactor_passes::wait_for_pass();
-        self.record_raw(event.as_raw(), 0)?;
-        if self.may_be_capturing() == Ok(false) {
-            event.note_record(false);
-        }
-        Ok(())
+        let recorded = self.record_raw(event.as_raw(), 0);
+        let captured = recorded.is_err() || self.may_be_capturing() != Ok(false);
+        event.records().close_capture_record(opened, captured);
+        recorded
     }
 
     /// Whether this stream may be in a capture at all, without a CUDA call: while no stream of
@@ -114,6 +116,7 @@ impl StreamRef {
         // the graph that keeps the event is the one the record goes into.
         let _transitions = crate::call::live_captures::no_capture_transitions();
         let graph = active_graph(self)?;
+        let ticket = event.records().before_record();
         if let Some(graph) = graph {
             crate::device::keep_alive::keep_alive(graph, self.device, Box::new(Arc::clone(event)))?;
         }
@@ -122,8 +125,8 @@ impl StreamRef {
         // stays what its last real record made it (counted as recorded, for `elapsed`, if it
         // never was). Outside one, it is a real record.
         match graph {
-            Some(_) => event.note_external_record(),
-            None => event.note_record(false),
+            Some(_) => event.records().note_external_record(),
+            None => event.records().note_uncaptured_record(ticket),
         }
         Ok(())
     }

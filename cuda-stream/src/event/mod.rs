@@ -1,5 +1,9 @@
 //! Events: markers recorded on a stream, to wait on, query, time, or share with another process.
 
+mod record_state;
+
+pub(crate) use self::record_state::RecordState;
+
 use crate::call::live;
 use crate::call::live_captures;
 use crate::device::Device;
@@ -11,12 +15,7 @@ use std::ffi::c_uint;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::time::Duration;
-
-/// Why a query, synchronize, elapsed time or completion of a captured event is refused.
-const CAPTURED_EVENT: &str = "the event was last recorded inside a stream capture: it is a node of the capture's graph, \
-     not a marker of work, until it is recorded outside a capture again (CUDA would invalidate the capture)";
 
 /// How to create an event
 /// ([`cudaEventCreateWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
@@ -104,34 +103,9 @@ pub struct Event {
     /// event's IPC handle (CUDA refuses `cudaIpcGetEventHandle` on an opened event). Boxed: 64
     /// bytes that other events do not need.
     imported_from: Option<Box<sys::cudaIpcEventHandle_t>>,
-    /// Where the last record went: [`NEVER_RECORDED`], [`RECORDED`] or [`CAPTURED`].
-    state: AtomicU8,
-    /// Calls that hand the event to CUDA as a marker (query, elapsed) in flight: a record that
-    /// may go into a capture marks the event captured, then waits for this to reach 0, so no
-    /// call that read the event before the mark reaches CUDA once the record is captured.
-    in_flight: AtomicU32,
+    /// Where the last record went, and the calls in CUDA that it must not surprise.
+    records: RecordState,
 }
-
-/// A call of [`Event::marker_call`] in flight; uncounted on drop.
-struct InFlight<'a>(&'a AtomicU32);
-
-impl Drop for InFlight<'_> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Release);
-    }
-}
-
-/// Never recorded through this crate.
-const NEVER_RECORDED: u8 = 0;
-/// Last recorded outside any capture: a marker of work, to query, synchronize and time.
-const RECORDED: u8 = 1;
-/// Last recorded while its stream was (or may have been) capturing: a node of the capture's
-/// graph, not a marker. CUDA refuses to query or synchronize such an event
-/// (`cudaErrorCapturedEvent`) and invalidates the capture for the attempt; a query racing the
-/// capture's end crashed libcuda (CUDA 13.0, H100). Refused here until the event is recorded
-/// outside a capture again.
-const CAPTURED: u8 = 2;
 
 /// Who destroys an event's handle.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -146,7 +120,7 @@ enum EventOwnership {
 
 // SAFETY: a cudaEvent_t is a handle the CUDA runtime lets any thread use.
 unsafe impl Send for Event {}
-// SAFETY: every method takes `&self` and makes thread-safe runtime calls; `state` is atomic.
+// SAFETY: every method takes `&self` and makes thread-safe runtime calls; `records` is atomic.
 unsafe impl Sync for Event {}
 
 impl Event {
@@ -175,15 +149,7 @@ impl Event {
     }
 
     fn wrap(raw: sys::cudaEvent_t, device: Device, ownership: EventOwnership, flags: KnownEventFlags) -> Event {
-        Event {
-            raw,
-            device,
-            ownership,
-            flags,
-            imported_from: None,
-            state: AtomicU8::new(NEVER_RECORDED),
-            in_flight: AtomicU32::new(0),
-        }
+        Event { raw, device, ownership, flags, imported_from: None, records: RecordState::never_recorded() }
     }
 
     /// Wraps an event handle someone else owns; dropping the `Event` never destroys it.
@@ -226,7 +192,7 @@ impl Event {
         live::event_created();
         let mut event = Event::wrap(raw, device, EventOwnership::Owned, flags);
         event.imported_from = Some(Box::new(handle));
-        event.state.store(RECORDED, Ordering::Relaxed);
+        event.records = RecordState::recorded();
         Ok(event)
     }
 
@@ -252,65 +218,17 @@ impl Event {
         Ok(handle)
     }
 
-    /// Notes where a record just went: into a capture or not.
+    /// Where the last record went: for records, and for the calls that must not hand CUDA a
+    /// captured event.
     #[inline(always)]
-    pub(crate) fn note_record(&self, captured: bool) {
-        self.state.store(if captured { CAPTURED } else { RECORDED }, Ordering::Release);
-    }
-
-    /// Marks the event as captured before a record that may go into a capture, then waits for
-    /// the calls in flight that read it before the mark ([`Event::marker_call`]): after this,
-    /// no query or elapsed reaches CUDA with the event until it is recorded outside a capture
-    /// again. SeqCst: pairs with `marker_call` (one of the two sees the other) and with the
-    /// reactor's pass counter (`reactor_passes::wait_for_pass`). The wait is for calls that
-    /// read the event before the mark, each one CUDA call that does not wait for the device.
-    pub(crate) fn note_record_ahead_as_captured(&self) {
-        self.state.store(CAPTURED, Ordering::SeqCst);
-        self.wait_for_marker_calls();
-    }
-
-    /// Notes where a record that a capture may have caught went (see
-    /// [`Event::note_record_ahead_as_captured`]).
-    pub(crate) fn note_record_maybe_captured(&self, captured: bool) {
-        if captured {
-            self.note_record_ahead_as_captured();
-        } else {
-            self.note_record(false);
-        }
-    }
-
-    fn wait_for_marker_calls(&self) {
-        while self.in_flight.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
-        }
-    }
-
-    /// Counts a call that hands the event to CUDA as a marker of work, and refuses it if the
-    /// event's last record is a captured one. Checked, counted, checked again (SeqCst): a
-    /// record into a capture either is seen by the second check or waits for this call to
-    /// return; the first check keeps refused calls from counting, so a recorder waits only for
-    /// calls that read the event before its mark.
-    #[inline(always)]
-    fn marker_call(&self) -> Result<InFlight<'_>> {
-        self.refuse_captured()?;
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let in_flight = InFlight(&self.in_flight);
-        if self.state.load(Ordering::SeqCst) == CAPTURED {
-            return Err(Error::CaptureMisuse(CAPTURED_EVENT));
-        }
-        Ok(in_flight)
-    }
-
-    /// Notes an external record node added to a capture: an event never recorded counts as
-    /// recorded from now on (a launch records it); any other state stays.
-    pub(crate) fn note_external_record(&self) {
-        let _ = self.state.compare_exchange(NEVER_RECORDED, RECORDED, Ordering::AcqRel, Ordering::Relaxed);
+    pub(crate) fn records(&self) -> &RecordState {
+        &self.records
     }
 
     /// [`Error::CaptureMisuse`] for an event whose last record went into a capture.
     #[inline(always)]
     pub(crate) fn refuse_captured(&self) -> Result<()> {
-        if self.state.load(Ordering::Acquire) == CAPTURED { Err(Error::CaptureMisuse(CAPTURED_EVENT)) } else { Ok(()) }
+        self.records.refuse_captured()
     }
 
     /// Whether the work before the last record has completed (also true if never recorded)
@@ -335,7 +253,7 @@ impl Event {
         if live_captures::any() {
             return self.query_during_captures();
         }
-        let _in_flight = self.marker_call()?;
+        let _in_flight = self.records.marker_call()?;
         crate::ffi::driver::event_query(self.raw)
     }
 
@@ -368,7 +286,7 @@ impl Event {
         // waits for the count while holding the lock as a reader).
         let _transitions = crate::call::live_captures::no_capture_transitions();
         live_captures::refuse_unsafe_call()?;
-        let _in_flight = self.marker_call()?;
+        let _in_flight = self.records.marker_call()?;
         crate::ffi::driver::event_query(self.raw)
     }
 
@@ -391,7 +309,7 @@ impl Event {
             }
         }
         for event in [start, self] {
-            if event.is_owned() && event.state.load(Ordering::Relaxed) == NEVER_RECORDED {
+            if event.is_owned() && event.records.is_never_recorded() {
                 return Err(Error::EventNotRecorded);
             }
         }
@@ -412,7 +330,7 @@ impl Event {
             // A capture that began since the queries above may forbid the call.
             live_captures::refuse_unsafe_call()?;
         }
-        let _in_flight = (start.marker_call()?, self.marker_call()?);
+        let _in_flight = (start.records.marker_call()?, self.records.marker_call()?);
         let mut ms: f32 = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.
         let code = unsafe { sys::cudaEventElapsedTime(&mut ms, start.raw, self.raw) };

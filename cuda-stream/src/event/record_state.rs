@@ -1,0 +1,363 @@
+//! Where an event's last record went (never recorded, outside any capture, into a capture),
+//! kept so that no call hands CUDA an event whose last record is a captured one: CUDA answers
+//! `cudaErrorCapturedEvent` and invalidates the capture, and a query racing the capture's end
+//! crashed libcuda (CUDA 13.0).
+//!
+//! Records of one event may come from several threads at once, and which one CUDA takes last
+//! cannot be read back. So the state is one word: the kind of the last record, how many records
+//! that may go into a capture are in progress, and a generation that each of them bumps. A
+//! record outside any capture notes itself only if no such record began or was in progress
+//! since it read the word; otherwise the event stays marked captured (a refusal, never a
+//! crash) until a later record settles it.
+//!
+//! Calls that hand CUDA the event as a marker of work (query, elapsed) are counted while they
+//! are in CUDA ([`RecordState::marker_call`]); a record that may go into a capture marks the
+//! event first, then waits for the counted calls: one of the two sees the other (SeqCst on
+//! both sides).
+
+use crate::ffi::error::{Error, Result};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// The error of a call on an event whose last record went into a capture.
+pub(crate) const CAPTURED_EVENT: &str = "the event was last recorded inside a stream capture: it is a node of the \
+                                         capture's graph, not a marker of work, until it is recorded outside a \
+                                         capture again (CUDA would invalidate the capture)";
+
+/// The kind of the last record, in the word's low bits.
+const KIND: u64 = 0b11;
+/// Never recorded through this crate.
+const NEVER_RECORDED: u64 = 0;
+/// Last recorded outside any capture: a marker of work, to query, synchronize and time.
+const RECORDED: u64 = 1;
+/// Last recorded while its stream was (or may have been) capturing: a node of the capture's
+/// graph, not a marker. Refused until the event is recorded outside a capture again.
+const CAPTURED: u64 = 2;
+/// Set when one of the records in progress went into a capture: the last of them to end
+/// leaves the event captured.
+const STICKY: u64 = 1 << 2;
+/// One record that may go into a capture, in progress (bits 3..23).
+const OPEN: u64 = 1 << 3;
+const OPEN_MASK: u64 = ((1 << 20) - 1) << 3;
+/// One record that may go into a capture, begun (bits 23..64).
+const GENERATION: u64 = 1 << 23;
+/// Everything but the generation.
+const LOW: u64 = GENERATION - 1;
+
+/// What a record outside any capture read before it was made ([`RecordState::before_record`]).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Ticket(u64);
+
+/// A record that may go into a capture, marked ([`RecordState::open_capture_record`]).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Opened(u64);
+
+/// A call of [`RecordState::marker_call`] in CUDA; uncounted on drop.
+pub(crate) struct InFlight<'a>(&'a AtomicU32);
+
+impl Drop for InFlight<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// The record bookkeeping of one event.
+#[derive(Debug)]
+pub(crate) struct RecordState {
+    word: AtomicU64,
+    /// Marker calls in CUDA.
+    in_flight: AtomicU32,
+}
+
+impl RecordState {
+    /// Never recorded.
+    pub(crate) const fn never_recorded() -> RecordState {
+        RecordState { word: AtomicU64::new(NEVER_RECORDED), in_flight: AtomicU32::new(0) }
+    }
+
+    /// Recorded outside any capture (an event opened from another process).
+    pub(crate) const fn recorded() -> RecordState {
+        RecordState { word: AtomicU64::new(RECORDED), in_flight: AtomicU32::new(0) }
+    }
+
+    /// Whether the event was never recorded through this crate.
+    pub(crate) fn is_never_recorded(&self) -> bool {
+        self.word.load(Ordering::Acquire) & KIND == NEVER_RECORDED
+    }
+
+    /// [`Error::CaptureMisuse`] for an event whose last record went (or may have gone) into a
+    /// capture.
+    #[inline(always)]
+    pub(crate) fn refuse_captured(&self) -> Result<()> {
+        if self.word.load(Ordering::Acquire) & KIND == CAPTURED {
+            Err(Error::CaptureMisuse(CAPTURED_EVENT))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Read before a record that cannot go into a capture (no capture may be in progress, or
+    /// the stream is not capturing): one load.
+    #[inline(always)]
+    pub(crate) fn before_record(&self) -> Ticket {
+        Ticket(self.word.load(Ordering::Acquire))
+    }
+
+    /// Notes a record made outside any capture, unless a record that may go into a capture
+    /// began or was in progress since `ticket` was read: then which record is last is unknown,
+    /// and the event stays as that record leaves it.
+    #[inline(always)]
+    pub(crate) fn note_uncaptured_record(&self, ticket: Ticket) {
+        let Ticket(mut seen) = ticket;
+        let generation = seen & !LOW;
+        loop {
+            if seen & OPEN_MASK != 0 || seen & !LOW != generation {
+                return;
+            }
+            match self.word.compare_exchange_weak(seen, generation | RECORDED, Ordering::SeqCst, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(current) => seen = current,
+            }
+        }
+    }
+
+    /// Marks the event captured before a record that may go into a capture, and waits for the
+    /// marker calls that read it before the mark. [`RecordState::close_capture_record`] takes
+    /// the returned mark back after the record.
+    pub(crate) fn open_capture_record(&self) -> Opened {
+        let mut opened = 0;
+        let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+            opened = (word.wrapping_add(GENERATION) + OPEN) & !KIND | CAPTURED;
+            Some(opened)
+        });
+        self.wait_for_marker_calls();
+        Opened(opened)
+    }
+
+    /// Ends a record that [`RecordState::open_capture_record`] marked: `captured` says whether
+    /// it went into a capture (unknown counts as captured). Outside one, the event counts as
+    /// recorded outside, unless another record that may go into a capture began since, is
+    /// still in progress, or went into a capture while this one was in progress.
+    pub(crate) fn close_capture_record(&self, opened: Opened, captured: bool) {
+        let Opened(opened) = opened;
+        let generation = opened & !LOW;
+        let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+            let mut word = word - OPEN;
+            if captured {
+                word |= STICKY;
+            }
+            let last = word & OPEN_MASK == 0;
+            let alone = last && word & !LOW == generation && word & STICKY == 0;
+            if alone {
+                word = word & !KIND | RECORDED;
+            }
+            if last {
+                word &= !STICKY;
+            }
+            Some(word)
+        });
+    }
+
+    /// Marks the event captured after a record that another thread's capture may have caught
+    /// (a capture began while the record was made), and waits for the marker calls that read
+    /// it before the mark.
+    pub(crate) fn mark_captured_after_record(&self) {
+        let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+            Some(word.wrapping_add(GENERATION) & !KIND | CAPTURED)
+        });
+        self.wait_for_marker_calls();
+    }
+
+    /// Notes an external record node added to a capture: an event never recorded counts as
+    /// recorded from now on (a launch records it); any other state stays.
+    pub(crate) fn note_external_record(&self) {
+        let _ = self.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+            (word & KIND == NEVER_RECORDED).then_some(word | RECORDED)
+        });
+    }
+
+    /// Counts a call that hands the event to CUDA as a marker of work, and refuses it if the
+    /// event's last record is a captured one. Checked, counted, checked again (SeqCst): a
+    /// record into a capture either is seen by the second check or waits for this call to
+    /// return; the first check keeps refused calls from counting, so a recorder waits only for
+    /// calls that read the event before its mark.
+    #[inline(always)]
+    pub(crate) fn marker_call(&self) -> Result<InFlight<'_>> {
+        self.refuse_captured()?;
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let in_flight = InFlight(&self.in_flight);
+        if self.word.load(Ordering::SeqCst) & KIND == CAPTURED {
+            return Err(Error::CaptureMisuse(CAPTURED_EVENT));
+        }
+        Ok(in_flight)
+    }
+
+    /// Waits for the marker calls in CUDA: each is one CUDA call that does not wait for the
+    /// device.
+    fn wait_for_marker_calls(&self) {
+        while self.in_flight.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn captured(state: &RecordState) -> bool {
+        state.refuse_captured().is_err()
+    }
+
+    #[test]
+    fn records_outside_and_inside_captures_set_the_kind() {
+        let state = RecordState::never_recorded();
+        assert!(state.is_never_recorded() && !captured(&state));
+        let ticket = state.before_record();
+        state.note_uncaptured_record(ticket);
+        assert!(!state.is_never_recorded() && !captured(&state));
+        let opened = state.open_capture_record();
+        assert!(captured(&state), "marked before the record");
+        state.close_capture_record(opened, true);
+        assert!(captured(&state), "it went into the capture");
+        let ticket = state.before_record();
+        state.note_uncaptured_record(ticket);
+        assert!(!captured(&state), "recorded outside again, a marker again");
+        let opened = state.open_capture_record();
+        state.close_capture_record(opened, false);
+        assert!(!captured(&state), "a record that turned out not to be captured");
+    }
+
+    #[test]
+    fn a_record_outside_never_hides_a_record_into_a_capture_made_meanwhile() {
+        // The outside record read the word, then a record that may go into a capture began:
+        // which one CUDA took last is unknown, so the event stays captured.
+        let state = RecordState::never_recorded();
+        let ticket = state.before_record();
+        let opened = state.open_capture_record();
+        state.note_uncaptured_record(ticket);
+        assert!(captured(&state), "in progress: the outside record does not clear the mark");
+        state.close_capture_record(opened, true);
+        assert!(captured(&state));
+        // Even when that record has ended before the outside one notes itself.
+        let state = RecordState::recorded();
+        let ticket = state.before_record();
+        let opened = state.open_capture_record();
+        state.close_capture_record(opened, true);
+        state.note_uncaptured_record(ticket);
+        assert!(captured(&state), "begun after the ticket: the captured record may be the last");
+    }
+
+    #[test]
+    fn overlapping_records_into_captures_clear_the_mark_only_when_alone() {
+        let state = RecordState::recorded();
+        let first = state.open_capture_record();
+        let second = state.open_capture_record();
+        state.close_capture_record(first, false);
+        assert!(captured(&state), "the second is still in progress");
+        state.close_capture_record(second, false);
+        assert!(!captured(&state), "neither went into a capture");
+        // One of two overlapping records went into a capture: it may be the last.
+        let first = state.open_capture_record();
+        let second = state.open_capture_record();
+        state.close_capture_record(first, true);
+        state.close_capture_record(second, false);
+        assert!(captured(&state), "the captured one may have been made after the other");
+        let first = state.open_capture_record();
+        let second = state.open_capture_record();
+        state.close_capture_record(second, false);
+        state.close_capture_record(first, false);
+        assert!(captured(&state), "the first ended last, but the second began after it");
+        let alone = state.open_capture_record();
+        state.close_capture_record(alone, false);
+        assert!(!captured(&state), "a record alone, not captured, clears the mark");
+    }
+
+    #[test]
+    fn a_mark_after_the_record_and_external_records() {
+        let state = RecordState::never_recorded();
+        state.note_external_record();
+        assert!(!state.is_never_recorded() && !captured(&state), "counts as recorded (for elapsed)");
+        state.mark_captured_after_record();
+        assert!(captured(&state));
+        state.note_external_record();
+        assert!(captured(&state), "an external record node changes nothing else");
+        let ticket = state.before_record();
+        state.note_uncaptured_record(ticket);
+        assert!(!captured(&state));
+    }
+
+    /// Threads recording one event every way at once, each record's effect standing in for
+    /// CUDA's (an atomic store of whether it went into a capture, at the moment it is made):
+    /// whenever the threads are quiet, an event whose last record was captured is refused.
+    /// (The converse is not promised: an unknown order counts as captured.)
+    #[test]
+    fn racing_records_never_leave_a_captured_last_record_unmarked() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+        let state = RecordState::recorded();
+        let last_captured = AtomicBool::new(false);
+        let quiet = std::sync::Barrier::new(4);
+        // Quiet rounds in which the state was right.
+        let rounds = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for thread in 0..4u64 {
+                let (state, last_captured, quiet, rounds) = (&state, &last_captured, &quiet, &rounds);
+                scope.spawn(move || {
+                    let mut seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(thread + 1);
+                    for _ in 0..10_000 {
+                        for _ in 0..8 {
+                            seed ^= seed << 13;
+                            seed ^= seed >> 7;
+                            seed ^= seed << 17;
+                            match seed % 3 {
+                                0 => {
+                                    let ticket = state.before_record();
+                                    last_captured.store(false, Ordering::SeqCst);
+                                    state.note_uncaptured_record(ticket);
+                                }
+                                1 => {
+                                    let opened = state.open_capture_record();
+                                    let captured = seed & 8 != 0;
+                                    last_captured.store(captured, Ordering::SeqCst);
+                                    state.close_capture_record(opened, captured);
+                                }
+                                _ => {
+                                    let _ = state.marker_call();
+                                }
+                            }
+                        }
+                        quiet.wait();
+                        // Counted, not asserted here: a panic would leave the others at the
+                        // barrier.
+                        let right = captured(state) || !last_captured.load(Ordering::SeqCst);
+                        if thread == 0 && right {
+                            rounds.fetch_add(1, Ordering::Relaxed);
+                        }
+                        quiet.wait();
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            rounds.load(Ordering::Relaxed),
+            10_000,
+            "in some quiet rounds the last record went into a capture, and the event was not refused"
+        );
+    }
+
+    #[test]
+    fn marker_calls_are_refused_on_a_captured_event_and_waited_for_by_a_mark() {
+        let state = RecordState::recorded();
+        let call = state.marker_call().expect("a recorded event");
+        std::thread::scope(|scope| {
+            let marking = scope.spawn(|| state.open_capture_record());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!marking.is_finished(), "the mark waits for the call in CUDA");
+            drop(call);
+            let opened = marking.join().unwrap();
+            assert!(matches!(state.marker_call(), Err(Error::CaptureMisuse(_))));
+            state.close_capture_record(opened, false);
+        });
+        assert!(state.marker_call().is_ok());
+    }
+}
