@@ -14,6 +14,8 @@
 //! last `Arc` drops, and this crate keeps no handle of a context it cannot keep alive. Your own dependency on cudarc picks its CUDA version feature, as for
 //! any cudarc user.
 
+// Layer 9 of docs/architecture.md, cudarc interop. May use: every layer below.
+
 use crate::device::Device;
 use crate::device::same_device;
 use crate::ffi::driver::Context;

@@ -29,6 +29,8 @@
 //!
 //! [`CudaCode::name`]: crate::CudaCode::name
 
+// Layer 6 of docs/architecture.md, host functions. May use: ffi, call, device, event, stream.
+
 pub use crate::ffi::inside_host_fn::{HostFnPanic, take_host_fn_panics};
 
 use crate::ffi::error::{Result, check, check_code};

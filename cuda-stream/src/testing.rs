@@ -17,6 +17,8 @@
 //! module loading in tests (a first launch that waits behind a kernel already running), build
 //! them with `cuda-stream-build`, which loads them eagerly in the package's tests.
 
+// Test support (docs/architecture.md). May use: device.
+
 use crate::device::Device;
 use std::io::Write;
 

@@ -64,6 +64,9 @@
 //!
 //! [`Event::completion`]: crate::Event::completion
 
+// Layer 8 of docs/architecture.md, the reactor and its futures. May use: every layer below
+// (ffi to graph).
+
 mod reactor;
 mod signal;
 

@@ -1,6 +1,8 @@
 //! CUDA devices, and the scoped guard that makes a device's primary context current: pushed
 //! over another context and popped after, or made current on a thread that had none.
 
+// Layer 3 of docs/architecture.md, devices and contexts. May use: ffi, call.
+
 pub(crate) mod keep_alive;
 
 use crate::call::live_captures;

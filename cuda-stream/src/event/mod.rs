@@ -1,5 +1,7 @@
 //! Events: markers recorded on a stream, to wait on, query, time, or share with another process.
 
+// Layer 4 of docs/architecture.md, events. May use: ffi, call, device.
+
 mod record_state;
 
 pub(crate) use self::record_state::RecordState;

@@ -9,6 +9,9 @@
 //! [`GraphExec::update`] keeps that promise by CUDA's documented rule for user objects, quoted
 //! there: no bookkeeping of our own is needed, and none is kept.
 
+// Layer 7 of docs/architecture.md, capture and graphs. May use: every layer below (ffi to
+// host_fn).
+
 pub mod capture;
 
 use crate::call::capture_mode::{Relaxed, with_thread_mode};

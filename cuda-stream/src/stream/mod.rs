@@ -11,6 +11,8 @@
 //! inside one of them and is never handed out by value, so nothing reachable from safe code
 //! holds a stream without a lifetime or an ownership that keeps it alive.
 
+// Layer 5 of docs/architecture.md, streams. May use: ffi, call, device, event.
+
 pub(crate) mod as_stream;
 pub mod attributes;
 pub(crate) mod capture_status;
