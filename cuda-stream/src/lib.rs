@@ -95,8 +95,11 @@
 //! * **Capture transitions.** Captures begun through this crate never begin or end while the
 //!   crate enqueues a host function, attaches an object to a capture's graph, records a
 //!   possibly captured event, or queries during a capture (CUDA 13.0 crashed on each race).
+//!   (`Capture::launch_host_fn` holds no lock: its own capture cannot end meanwhile; a record
+//!   whose check came before a capture began is a window listed in the capture docs.)
 //!   Foreign code's transitions cannot be seen: the unsafe entry points for foreign streams
-//!   ([`BorrowedStream::borrow_raw`], `BorrowedStream::from_cudarc`, `StreamRef::to_cudarc`)
+//!   ([`BorrowedStream::borrow_raw`], `borrow_raw_on`, [`Stream::from_raw_owned`],
+//!   `BorrowedStream::from_cudarc`, `StreamRef::to_cudarc`)
 //!   make the caller promise they do not overlap this crate's calls on the stream.
 //! * **Reads leave captures intact.** Identity, device, priority, flags and capture status are
 //!   read by calls CUDA allows during any capture, or known from creation; a read that CUDA
@@ -109,9 +112,9 @@
 //! [capture docs](capture#calls-refused-during-a-capture).
 //!
 //! # Layers
-//! The source is cut into layers, each importing only from those before it (the map, the
-//! invariants each establishes and where they are enforced: `docs/architecture.md`; the gate:
-//! `scripts/check-layers.py`):
+//! The source is cut into layers, each importing only from those before it (in the repository:
+//! the map, the invariants each establishes and where they are enforced, `docs/architecture.md`;
+//! the gate, `scripts/check-layers.py`):
 //! 1. `ffi/`, the floor: driver entry points, CUDA codes and [`Error`], the host-function rule
 //!    ([`Error::InsideHostFn`]), versions.
 //! 2. `call/`, the call context: captures in progress and the calls they forbid, capture
@@ -178,8 +181,9 @@
 
 pub use cuda_stream_sys as sys;
 
-// The layers, bottom to top; each imports only from the ones before it (see
-// docs/architecture.md for the map, the invariants each establishes and where).
+// The layers (rustfmt lists the modules alphabetically; bottom to top they are ffi, call,
+// device, event, stream, host_fn, graph, completion, cudarc): each imports only from the ones
+// before it (see docs/architecture.md for the map, the invariants each establishes and where).
 mod call;
 pub mod completion;
 #[cfg(feature = "cudarc")]

@@ -50,8 +50,10 @@ fn captures() -> MutexGuard<'static, Vec<Entry>> {
     CAPTURES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Counts a capture of the device of ordinal `device` in `mode` that CUDA has just begun on this thread; [`ended`]
-/// takes the entry back.
+/// Counts a capture of the device of ordinal `device` in `mode` that this thread is about to
+/// begin, under the capture-transition lock: counted before CUDA begins it, so a record that
+/// CUDA orders after the begin sees the count. [`ended`] takes the entry back, also when the
+/// begin fails.
 pub(crate) fn begun(device: i32, mode: sys::cudaStreamCaptureMode) -> Entry {
     let entry = Entry::new(device, mode);
     let mut captures = captures();

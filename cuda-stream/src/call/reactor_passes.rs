@@ -1,8 +1,9 @@
 //! The reactor's polling passes, as the rest of the crate sees them: a count that is odd while
-//! a pass runs. A record that may go into a capture marks its event first, then waits for the
-//! pass in progress ([`wait_for_pass`]): later passes see the mark and never query the event.
-//! A dropped pending future waits the same way. Here, below streams and events, so that they
-//! can wait without knowing the reactor; the reactor itself is in [`completion`](crate::completion).
+//! a pass runs. A record into a possible capture (`record_during_captures`) marks its event
+//! first, then waits for the pass in progress ([`wait_for_pass`]): later passes see the mark
+//! and never query the event. A dropped pending future waits the same way. Here, below
+//! streams, so that records can wait without knowing the reactor; the reactor itself is in
+//! [`completion`](crate::completion).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

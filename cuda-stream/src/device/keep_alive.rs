@@ -14,8 +14,8 @@ use std::ffi::c_void;
 ///
 /// Serialized process-wide: NVIDIA's graph objects "are not internally synchronized and must
 /// not be accessed concurrently from multiple threads", and two threads may attach objects to
-/// the graph of one capture at once (a Relaxed capture's guard is `Sync`, and `wait_stream`
-/// and external records reach the same graph from any thread).
+/// the graph of one capture at once (`Capture::launch_host_fn` on one thread while `wait_stream`
+/// and external records reach the same graph from any other).
 pub(crate) fn keep_alive<T: Send + 'static>(
     graph: sys::cudaGraph_t,
     device: Device,

@@ -24,17 +24,17 @@
 //! | while | refused |
 //! |---|---|
 //! | a capture of a device is in progress (any mode, any thread, of a blocking stream or not) | every operation on that device's legacy stream: [`BuiltinStream::legacy`], and [`BuiltinStream::null`] where handle 0 is the legacy stream; [`Device::synchronize`] of that device |
-//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress | [`StreamRef::query`], [`StreamRef::synchronize`], [`Event::query`](crate::Event::query), [`Event::synchronize`](crate::Event::synchronize) and [`Device::synchronize`], on this thread |
+//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress | [`StreamRef::query`], [`StreamRef::synchronize`], [`Event::query`](crate::Event::query), [`Event::synchronize`](crate::Event::synchronize), [`Event::elapsed`](crate::Event::elapsed) and [`Device::synchronize`], on this thread |
 //! | any thread has a [`Global`] capture in progress | the same calls, on every thread |
-//! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread |
+//! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread; and always (any capture, this crate's or not): [`launch_host_fn`](StreamRef::launch_host_fn) and [`launch_host_callback`](StreamRef::launch_host_callback), [`completion`](StreamRef::completion), attribute reads and writes, and [`id`](StreamRef::id) and [`is_non_blocking`](StreamRef::is_non_blocking) of a stream not created here |
 //! | an event's last record went into a capture (any capture, this crate's or a foreign one seen through a borrowed stream) | its [`query`](crate::Event::query), [`synchronize`](crate::Event::synchronize), [`elapsed`](crate::Event::elapsed) and [`completion`](crate::Event::completion), on every thread, until it is recorded outside a capture again |
 //!
 //! The legacy stream is refused even while only non-blocking streams are captured, where CUDA
 //! would accept it: a blocking stream may join the capture at any time (through
 //! [`StreamRef::wait_stream`]), and from then on every use of the legacy stream invalidates it.
 //!
-//! A capture counts from the moment CUDA begins it until its guard ends or drops (uncounted
-//! once, even when CUDA's end fails). When none is in progress, the checks cost each call one
+//! A capture counts from just before CUDA begins it (under the capture-transition lock) until
+//! its guard ends or drops (uncounted once, even when CUDA's end fails). When none is in progress, the checks cost each call one
 //! relaxed atomic load. What they cannot see:
 //! * Captures begun outside this crate (raw FFI, `torch.cuda.graph`, another library) are not
 //!   counted: the calls they forbid reach CUDA, which refuses them and invalidates that capture.
@@ -44,7 +44,9 @@
 //!   ([`BorrowedStream::borrow_raw`](crate::BorrowedStream::borrow_raw), whose `# Safety` says
 //!   which transitions must not overlap its calls), and on the per-thread stream always,
 //!   records read the stream's capture status, so an event recorded into a foreign capture is
-//!   known as captured.
+//!   known as captured. A capture begun through raw FFI on a stream of this crate
+//!   ([`as_raw`](StreamRef::as_raw)), with no foreign handle ever wrapped, is not seen: records
+//!   into it are not marked.
 //! * **Not closed:** a foreign **Global** capture (cudarc's safe `begin_capture` on a stream of
 //!   its own, `torch.cuda.graph`) forbids queries and synchronizes on every thread. This
 //!   crate's queries on other threads still reach CUDA, which invalidates that capture, and a
@@ -53,7 +55,9 @@
 //! * An event's [`query`](crate::Event::query) and [`elapsed`](crate::Event::elapsed) are
 //!   counted while they are in CUDA, and a record that may go into a capture marks the event
 //!   captured and then waits for those counted calls: a call that checked the event just
-//!   before the mark does not reach CUDA after the record.
+//!   before the mark does not reach CUDA after the record. A record whose check came before a
+//!   capture of this crate began marks the event only after the record: a query, `elapsed` or
+//!   reactor pass between the two reaches CUDA (the window of the check-then-call bullet below).
 //! * Two threads recording one event at once, one record perhaps into a capture: which one
 //!   CUDA takes last cannot be read back, so the event stays marked captured until a later
 //!   record settles it (a refusal, never a query of a captured event).

@@ -66,8 +66,8 @@ impl StreamRef {
     }
 
     /// [`Error::CaptureMisuse`] with `why` while this stream is being captured (or its
-    /// capture is invalidated), through `cudaStreamIsCapturing`, the one query CUDA allows
-    /// on a capturing stream: the check itself never disturbs the capture.
+    /// capture is invalidated), through `cudaStreamIsCapturing`, a query CUDA allows on a
+    /// capturing stream: the check itself never disturbs the capture.
     pub(crate) fn refuse_capturing(&self, why: &'static str) -> Result<()> {
         match self.capture_status()? {
             CaptureStatus::None => Ok(()),

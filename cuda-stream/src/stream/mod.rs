@@ -469,7 +469,9 @@ impl Stream {
     ///
     /// # Safety
     /// `handle` must be a live stream that nobody else will destroy or use after this `Stream`
-    /// destroys it (for example one from [`Stream::into_raw`]).
+    /// destroys it (for example one from [`Stream::into_raw`]). Captures begun or ended outside
+    /// this crate on `handle` must not overlap this crate's calls on it, as for
+    /// [`BorrowedStream::borrow_raw`].
     ///
     /// # Errors
     /// [`Error::BuiltinNotOwnable`] for the special handles (0, 0x1, 0x2);

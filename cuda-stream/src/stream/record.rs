@@ -1,6 +1,7 @@
-//! Ordering between streams and events: records, waits and `wait_stream`, each aware of
-//! captures (a record into a capture marks its event as captured; a wait in a capture on work
-//! outside it becomes an external-event node the graph keeps).
+//! Ordering between streams and events: records, waits and `wait_stream`. Records and
+//! `wait_stream` are aware of captures (a record into a capture marks its event as captured; a
+//! `wait_stream` in a capture on work outside it becomes an external-event node the graph
+//! keeps); `wait_event` is not (see the capture docs' limits).
 
 use super::capture_status::{CaptureStatus, active_graph, capture_state, refuse_legacy};
 use super::{AsStream, Builtin, StreamRef};
