@@ -109,6 +109,12 @@ impl RecordState {
     #[inline(always)]
     pub(crate) fn note_uncaptured_record(&self, ticket: Ticket) {
         let Ticket(mut seen) = ticket;
+        if seen & (KIND | OPEN_MASK) == RECORDED {
+            // Already a marker, and no record into a capture in progress: nothing to note (a
+            // record into a capture that begins later marks the event itself). The common
+            // case, one load.
+            return;
+        }
         let generation = seen & !LOW;
         loop {
             if seen & OPEN_MASK != 0 || seen & !LOW != generation {
