@@ -47,8 +47,9 @@ const LOW: u64 = GENERATION - 1;
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Ticket(u64);
 
-/// A record that may go into a capture, marked ([`RecordState::open_capture_record`]).
-#[derive(Copy, Clone, Debug)]
+/// A record that may go into a capture, marked ([`RecordState::open_capture_record`]); closed
+/// once, by value.
+#[derive(Debug)]
 pub(crate) struct Opened(u64);
 
 /// A call of [`RecordState::marker_call`] in CUDA; uncounted on drop.
@@ -133,6 +134,7 @@ impl RecordState {
     pub(crate) fn open_capture_record(&self) -> Opened {
         let mut opened = 0;
         let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+            debug_assert!(word & OPEN_MASK != OPEN_MASK, "2^20 records of one event in progress");
             opened = (word.wrapping_add(GENERATION) + OPEN) & !KIND | CAPTURED;
             Some(opened)
         });
@@ -148,6 +150,7 @@ impl RecordState {
         let Opened(opened) = opened;
         let generation = opened & !LOW;
         let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+            debug_assert!(word & OPEN_MASK != 0, "a record closed that was not open");
             let mut word = word - OPEN;
             if captured {
                 word |= STICKY;
@@ -164,20 +167,10 @@ impl RecordState {
         });
     }
 
-    /// Marks the event captured after a record that another thread's capture may have caught
-    /// (a capture began while the record was made), and waits for the marker calls that read
-    /// it before the mark.
-    pub(crate) fn mark_captured_after_record(&self) {
-        let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
-            Some(word.wrapping_add(GENERATION) & !KIND | CAPTURED)
-        });
-        self.wait_for_marker_calls();
-    }
-
     /// Notes an external record node added to a capture: an event never recorded counts as
     /// recorded from now on (a launch records it); any other state stays.
     pub(crate) fn note_external_record(&self) {
-        let _ = self.word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+        let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
             (word & KIND == NEVER_RECORDED).then_some(word | RECORDED)
         });
     }
@@ -280,11 +273,12 @@ mod tests {
     }
 
     #[test]
-    fn a_mark_after_the_record_and_external_records() {
+    fn a_captured_record_and_external_records() {
         let state = RecordState::never_recorded();
         state.note_external_record();
         assert!(!state.is_never_recorded() && !captured(&state), "counts as recorded (for elapsed)");
-        state.mark_captured_after_record();
+        let opened = state.open_capture_record();
+        state.close_capture_record(opened, true);
         assert!(captured(&state));
         state.note_external_record();
         assert!(captured(&state), "an external record node changes nothing else");
@@ -295,27 +289,32 @@ mod tests {
 
     /// Threads recording one event every way at once, each record's effect standing in for
     /// CUDA's (an atomic store of whether it went into a capture, at the moment it is made):
-    /// whenever the threads are quiet, an event whose last record was captured is refused.
-    /// (The converse is not promised: an unknown order counts as captured.)
+    /// whenever the threads are quiet, an event whose last record was captured is refused (the
+    /// converse is not promised: an unknown order counts as captured); and no marker call is in
+    /// CUDA while a record marked ahead goes into a capture.
     #[test]
     fn racing_records_never_leave_a_captured_last_record_unmarked() {
         use std::sync::atomic::{AtomicBool, AtomicUsize};
         let state = RecordState::recorded();
         let last_captured = AtomicBool::new(false);
+        // Stand-ins for CUDA records into a capture being made, and marker calls that were in
+        // CUDA at the same time (the marks must keep them apart).
+        let (capturing, overlaps) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let quiet = std::sync::Barrier::new(4);
         // Quiet rounds in which the state was right.
         let rounds = AtomicUsize::new(0);
         std::thread::scope(|scope| {
             for thread in 0..4u64 {
                 let (state, last_captured, quiet, rounds) = (&state, &last_captured, &quiet, &rounds);
+                let (capturing, overlaps) = (&capturing, &overlaps);
                 scope.spawn(move || {
                     let mut seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(thread + 1);
                     for _ in 0..10_000 {
-                        for _ in 0..8 {
+                        for _ in 0..32 {
                             seed ^= seed << 13;
                             seed ^= seed >> 7;
                             seed ^= seed << 17;
-                            match seed % 3 {
+                            match seed % 4 {
                                 0 => {
                                     let ticket = state.before_record();
                                     last_captured.store(false, Ordering::SeqCst);
@@ -323,12 +322,31 @@ mod tests {
                                 }
                                 1 => {
                                     let opened = state.open_capture_record();
-                                    let captured = seed & 8 != 0;
+                                    let captured = seed & 16 != 0;
+                                    if captured {
+                                        capturing.fetch_add(1, Ordering::SeqCst);
+                                    }
                                     last_captured.store(captured, Ordering::SeqCst);
+                                    if captured {
+                                        capturing.fetch_sub(1, Ordering::SeqCst);
+                                    }
                                     state.close_capture_record(opened, captured);
                                 }
+                                2 => {
+                                    // A record whose check saw no capture, caught by one that
+                                    // began meanwhile: noted, then marked after it.
+                                    let ticket = state.before_record();
+                                    last_captured.store(true, Ordering::SeqCst);
+                                    state.note_uncaptured_record(ticket);
+                                    let opened = state.open_capture_record();
+                                    state.close_capture_record(opened, true);
+                                }
                                 _ => {
-                                    let _ = state.marker_call();
+                                    if let Ok(_in_cuda) = state.marker_call() {
+                                        if capturing.load(Ordering::SeqCst) != 0 {
+                                            overlaps.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                    }
                                 }
                             }
                         }
@@ -344,6 +362,7 @@ mod tests {
                 });
             }
         });
+        assert_eq!(overlaps.load(Ordering::Relaxed), 0, "a marker call was in CUDA during a captured record");
         assert_eq!(
             rounds.load(Ordering::Relaxed),
             10_000,

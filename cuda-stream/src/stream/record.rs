@@ -45,7 +45,12 @@ impl StreamRef {
             // crash). The mark comes after the record here: a call between the two is the
             // window of a capture that begins between a check and a call (the capture docs'
             // limits).
-            event.records().mark_captured_after_record();
+            // Marked as a record into a capture of its own (open, then closed as captured): the
+            // mark holds while it waits for the counted calls and the reactor's pass that read
+            // the event before it.
+            let opened = event.records().open_capture_record();
+            crate::call::reactor_passes::wait_for_pass();
+            event.records().close_capture_record(opened, true);
         }
         Ok(())
     }
@@ -55,8 +60,9 @@ impl StreamRef {
     /// query reaches CUDA while its last record may be a captured one; after the record, with
     /// no capture of this crate beginning or ending meanwhile, the stream's status says whether
     /// it was (a stream that joined a capture in between is still capturing, so the event stays
-    /// marked). A failed record leaves the mark: another thread's record of the same event may
-    /// have gone into a capture meanwhile (the crate's own refusals come before the mark).
+    /// marked). A failed record counts as captured: CUDA's previous record of the event, which
+    /// may be a captured one, is then still the last (the crate's own refusals come before the
+    /// mark).
     #[cold]
     #[inline(never)]
     fn record_during_captures(&self, event: &Event) -> Result<()> {
@@ -127,6 +133,9 @@ impl StreamRef {
         // never was). Outside one, it is a real record.
         match graph {
             Some(_) => event.records().note_external_record(),
+            // A foreign capture that began since the status read made the record an external
+            // node, not a real record: the event stays what its last real record made it.
+            None if live_captures::may_capture() && self.may_be_capturing().unwrap_or(true) => {}
             None => event.records().note_uncaptured_record(ticket),
         }
         Ok(())
