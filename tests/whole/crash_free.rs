@@ -102,6 +102,48 @@ fn queries_racing_records_into_a_capture_never_invalidate_it() {
     assert!(answered > 0 && refused > 0, "the racers met both states: {answered} answered, {refused} refused");
 }
 
+/// One event recorded from two threads at once, one record into a capture and one outside
+/// any: which one CUDA takes last cannot be known, so the event must stay refused rather than
+/// count as recorded outside (its queries would then reach CUDA with a captured event and
+/// invalidate the capture). A third thread queries it all along: every capture ends cleanly.
+#[test]
+fn an_event_recorded_from_two_threads_never_counts_as_recorded_outside_while_captured() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let device = gpu_or_skip!();
+    let (capturing, outside) = (stream(device), stream(device));
+    let event = Event::new(device, EventFlags::default()).unwrap();
+    event.record(&*outside).unwrap();
+    outside.synchronize().unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let stopping = cuda_stream_tests::StopOnDrop(&stop);
+        let recorder = scope.spawn(|| {
+            let mut records = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                outside.record(&event).unwrap();
+                records += 1;
+            }
+            records
+        });
+        let querier = scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let answer = event.query();
+                assert!(answer.is_ok() || is_capture_misuse(&answer), "a query gives Ok or CaptureMisuse: {answer:?}");
+            }
+        });
+        for round in 0..3000 {
+            let capture = capturing.begin_capture(capture::Relaxed).unwrap();
+            capturing.record(&event).unwrap();
+            let graph = capture.end();
+            assert!(graph.is_ok(), "round {round}: a query reached CUDA with the captured event: {graph:?}");
+        }
+        drop(stopping);
+        assert!(recorder.join().unwrap() > 0, "the other thread recorded meanwhile");
+        querier.join().unwrap();
+    });
+    outside.synchronize().unwrap();
+}
+
 #[test]
 fn a_completion_of_an_event_recorded_in_a_global_capture_resolves_with_capture_misuse() {
     let device = gpu_or_skip!();
