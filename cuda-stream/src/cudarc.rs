@@ -11,8 +11,8 @@
 //! primary contexts only (`CudaContext::new`), the ones the CUDA runtime (and so this crate)
 //! uses: a context of `CudaContext::new_non_primary` is
 //! [`Error::ForeignContext`](crate::Error::ForeignContext), because cudarc destroys it when its
-//! last `Arc` drops, and this crate keeps no handle of a context it cannot keep alive. Your own dependency on cudarc picks its CUDA version feature, as for
-//! any cudarc user.
+//! last `Arc` drops, and this crate keeps no handle of a context it cannot keep alive. Your own
+//! dependency on cudarc picks its CUDA version feature, as for any cudarc user.
 
 // Layer 9 of docs/architecture.md, cudarc interop. May use: every layer below.
 

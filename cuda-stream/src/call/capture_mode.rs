@@ -73,8 +73,8 @@ impl CaptureMode for Relaxed {
 /// would), and nested calls restore in order.
 ///
 /// # Errors
-/// [`Error::InsideHostFn`](crate::Error::InsideHostFn) inside a host function; CUDA's error setting the mode, in which case
-/// `f` does not run.
+/// [`Error::InsideHostFn`](crate::Error::InsideHostFn) inside a host function; CUDA's error
+/// setting the mode, in which case `f` does not run.
 pub fn with_thread_mode<M: CaptureMode, R>(_mode: M, f: impl FnOnce() -> R) -> Result<R> {
     /// Puts back the thread's previous mode when dropped: after `f` returns or while it unwinds.
     struct Restore(sys::cudaStreamCaptureMode);

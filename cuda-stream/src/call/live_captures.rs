@@ -29,8 +29,8 @@ const FOREIGN: usize = 1 << (usize::BITS - 1);
 /// One entry per capture in progress.
 static CAPTURES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
-/// A capture in progress: where (the device's ordinal: this layer sits below devices), in which mode, and (for the modes that end on the thread that
-/// began them) by which thread. Its [`Capture`](crate::Capture) keeps it, to uncount it.
+/// A capture in progress: where (the device's ordinal: this layer sits below devices), in
+/// which mode, and (for the modes that end on the thread that began them) by which thread. Its [`Capture`](crate::Capture) keeps it, to uncount it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Entry {
     device: i32,
@@ -164,6 +164,23 @@ static CAPTURE_TRANSITIONS: RwLock<()> = RwLock::new(());
 /// host-function enqueue, a query while captures are in progress): none begins or ends meanwhile.
 pub(crate) fn no_capture_transitions() -> RwLockReadGuard<'static, ()> {
     CAPTURE_TRANSITIONS.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What a "potentially unsafe" call (a query, a synchronize) takes first: while captures of
+/// this crate are in progress, the hold that keeps them from beginning or ending, under which
+/// the call was checked against what they forbid on this thread ([`refuse_unsafe_call`]);
+/// `None` (one load, no lock) while none is.
+#[inline(always)]
+pub(crate) fn unsafe_call_hold() -> Result<Option<RwLockReadGuard<'static, ()>>> {
+    if any() { checked_hold().map(Some) } else { Ok(None) }
+}
+
+#[cold]
+#[inline(never)]
+fn checked_hold() -> Result<RwLockReadGuard<'static, ()>> {
+    let transitions = no_capture_transitions();
+    refuse_unsafe_call()?;
+    Ok(transitions)
 }
 
 /// Held by a capture of this crate while it begins or ends.

@@ -6,9 +6,9 @@
 //! Locks, never nested except as written: `REGISTRY` (arrivals, the reactor's parking),
 //! `POLLING` (held by the reactor around every CUDA call it makes, taken once by the exit hook)
 //! then `FREE` (the free list of internal events) or a future's `Signal` (resolved during a
-//! pass). A dropped pending future takes no lock: it waits for the pass it saw running
-//! (`PASSES`, odd during a pass), so neither the reactor nor a stream of drops can keep the
-//! other out.
+//! pass). A dropped pending future takes no lock: it waits for the pass it saw running (the
+//! pass count of [`reactor_passes`], odd during a pass), so neither the reactor nor a stream of
+//! drops can keep the other out.
 //!
 //! A child process made by `fork` has no reactor thread, and may have inherited these locks
 //! held by it: a `pthread_atfork` hook marks the child, whose futures then resolve at once
@@ -363,8 +363,8 @@ impl Drop for Pass {
 /// The reactor thread. It runs in CUDA's Relaxed capture-interaction mode
 /// (`cudaThreadExchangeStreamCaptureMode`): its queries touch only events whose last record
 /// was made outside any capture (a capturing stream refuses `completion`, and an event marked
-/// as captured is never queried), so they are safe while another thread captures, and in that mode CUDA lets them run instead of invalidating a
-/// Global capture, this crate's or anyone's. Should the mode not be set, the reactor queries
+/// as captured is never queried), so they are safe while another thread captures, and in that
+/// mode CUDA lets them run instead of invalidating a Global capture, this crate's or anyone's. Should the mode not be set, the reactor queries
 /// through the crate's refusals instead and waits while a capture forbids it.
 fn run() {
     let query = {

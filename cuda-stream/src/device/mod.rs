@@ -8,6 +8,7 @@ pub(crate) mod keep_alive;
 use crate::call::live_captures;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::ffi::priority::{Priority, PriorityRange};
 use crate::sys;
 use std::ffi::{CStr, c_int};
@@ -28,7 +29,7 @@ impl Device {
     /// Without a driver: `cudaErrorInsufficientDriver`; with a driver but no GPU:
     /// `cudaErrorNoDevice`.
     pub fn count() -> Result<i32> {
-        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
+        refuse_inside_host_fn()?;
         let mut count: c_int = 0;
         // SAFETY: `count` is a valid out-pointer for the duration of the call.
         check(unsafe { sys::cudaGetDeviceCount(&mut count) }, "cudaGetDeviceCount")?;
@@ -60,7 +61,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`] when there is no usable device.
     pub fn current() -> Result<Device> {
-        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
+        refuse_inside_host_fn()?;
         Ok(Device { ordinal: current_ordinal()? })
     }
 
@@ -94,7 +95,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`] when the device is unusable.
     pub fn priority_range(self) -> Result<PriorityRange> {
-        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
+        refuse_inside_host_fn()?;
         // A device's range never changes: read it once per device.
         static RANGES: PerDevice<PriorityRange> = PerDevice::new();
         RANGES.get_or_read(self.ordinal, || self.read_priority_range())
@@ -128,7 +129,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`].
     pub fn name(self) -> Result<String> {
-        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
+        refuse_inside_host_fn()?;
         let mut properties = sys::cudaDeviceProp::default();
         // SAFETY: `properties` is a valid, writable cudaDeviceProp.
         let code = unsafe { sys::cudaGetDeviceProperties(&mut properties, self.ordinal) };
@@ -145,7 +146,7 @@ impl Device {
     /// # Errors
     /// `cudaErrorInvalidValue` for an attribute this driver does not know.
     pub fn attribute(self, attribute: sys::cudaDeviceAttr) -> Result<i32> {
-        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
+        refuse_inside_host_fn()?;
         let mut value: c_int = 0;
         // SAFETY: `value` is a valid out-pointer.
         let code = unsafe { sys::cudaDeviceGetAttribute(&mut value, attribute, self.ordinal) };
@@ -180,7 +181,7 @@ impl Device {
     /// # Errors
     /// CUDA's errors.
     pub fn has_primary_context(self) -> Result<bool> {
-        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
+        refuse_inside_host_fn()?;
         driver::primary_context_state(self.ordinal).map(|(_, active)| active)
     }
 
@@ -209,7 +210,7 @@ impl Device {
     /// `cudaSetDevice`; [`Error::InsideHostFn`] inside a host function.
     #[inline]
     pub fn make_current(self) -> Result<DeviceGuard> {
-        crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
+        refuse_inside_host_fn()?;
         let current = driver::current_context()?;
         let primary = self.primary_context()?;
         if current == primary {

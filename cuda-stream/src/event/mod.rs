@@ -252,9 +252,12 @@ impl Event {
     #[inline]
     pub fn query(&self) -> Result<bool> {
         refuse_inside_host_fn()?;
-        if live_captures::any() {
-            return self.query_during_captures();
-        }
+        // While captures of this crate are in progress, none begins or ends during the query
+        // (CUDA 13.0 crashed when a query raced the end of a Global capture), so a record into
+        // a capture is either seen (refused) or made after it. The hold first, then the count:
+        // a call counted never waits (a record into a capture waits for the count while it
+        // holds the lock as a reader).
+        let _transitions = live_captures::unsafe_call_hold()?;
         let _in_flight = self.records.marker_call()?;
         crate::ffi::driver::event_query(self.raw)
     }
@@ -267,29 +270,12 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         refuse_inside_host_fn()?;
         self.refuse_captured()?;
-        if live_captures::any() {
+        if let Some(_transitions) = live_captures::unsafe_call_hold()? {
             // Checked with no capture of this crate beginning or ending, but not held while
             // waiting: the work waited for may depend on a capture's end.
-            let _transitions = crate::call::live_captures::no_capture_transitions();
-            live_captures::refuse_unsafe_call()?;
             self.refuse_captured()?;
         }
         crate::ffi::driver::event_synchronize(self.raw)
-    }
-
-    /// [`Event::query`] while captures of this crate are in progress: refused where they forbid
-    /// it, and made with no capture of this crate beginning or ending meanwhile (CUDA 13.0
-    /// crashed when a query raced the end of a Global capture), so that a record into a capture
-    /// is either seen (refused) or made after the query.
-    #[cold]
-    #[inline(never)]
-    fn query_during_captures(&self) -> Result<bool> {
-        // The lock first, then the count: a call counted never waits (a record into a capture
-        // waits for the count while holding the lock as a reader).
-        let _transitions = crate::call::live_captures::no_capture_transitions();
-        live_captures::refuse_unsafe_call()?;
-        let _in_flight = self.records.marker_call()?;
-        crate::ffi::driver::event_query(self.raw)
     }
 
     /// The GPU time from `start` to this event, or `None` while either has not completed
@@ -324,14 +310,10 @@ impl Event {
         }
         // The runtime call binds a context on a thread that has none: this device's primary.
         let _current = self.device.make_current()?;
-        // Made with no capture of this crate beginning or ending (the lock, while captures are
-        // in progress), then counted and refused if either event was recorded into a capture
-        // since the queries above (the lock first, then the counts, as in `query`).
-        let transitions = live_captures::any().then(crate::call::live_captures::no_capture_transitions);
-        if transitions.is_some() {
-            // A capture that began since the queries above may forbid the call.
-            live_captures::refuse_unsafe_call()?;
-        }
+        // As in `query`: the hold (checked again: a capture that began since the queries above
+        // may forbid the call), then the counts, refused if either event was recorded into a
+        // capture since.
+        let _transitions = live_captures::unsafe_call_hold()?;
         let _in_flight = (start.records.marker_call()?, self.records.marker_call()?);
         let mut ms: f32 = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.

@@ -90,11 +90,12 @@ impl RecordState {
     /// capture.
     #[inline(always)]
     pub(crate) fn refuse_captured(&self) -> Result<()> {
-        if self.word.load(Ordering::Acquire) & KIND == CAPTURED {
-            Err(Error::CaptureMisuse(CAPTURED_EVENT))
-        } else {
-            Ok(())
-        }
+        self.refuse_captured_as(Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    fn refuse_captured_as(&self, order: Ordering) -> Result<()> {
+        if self.word.load(order) & KIND == CAPTURED { Err(Error::CaptureMisuse(CAPTURED_EVENT)) } else { Ok(()) }
     }
 
     /// Read before a record that cannot go into a capture (no capture may be in progress, or
@@ -128,9 +129,10 @@ impl RecordState {
         }
     }
 
-    /// Marks the event captured before a record that may go into a capture, and waits for the
-    /// marker calls that read it before the mark. [`RecordState::close_capture_record`] takes
-    /// the returned mark back after the record.
+    /// Marks the event captured before a record that may go into a capture, and waits for what
+    /// read it before the mark: the marker calls in CUDA, and the reactor's pass in progress
+    /// (later passes see the mark and never query the event).
+    /// [`RecordState::close_capture_record`] takes the returned mark back after the record.
     pub(crate) fn open_capture_record(&self) -> Opened {
         let mut opened = 0;
         let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
@@ -139,6 +141,7 @@ impl RecordState {
             Some(opened)
         });
         self.wait_for_marker_calls();
+        crate::call::reactor_passes::wait_for_pass();
         Opened(opened)
     }
 
@@ -185,9 +188,7 @@ impl RecordState {
         self.refuse_captured()?;
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let in_flight = InFlight(&self.in_flight);
-        if self.word.load(Ordering::SeqCst) & KIND == CAPTURED {
-            return Err(Error::CaptureMisuse(CAPTURED_EVENT));
-        }
+        self.refuse_captured_as(Ordering::SeqCst)?;
         Ok(in_flight)
     }
 

@@ -18,8 +18,8 @@
 //! the "potentially unsafe API calls" of
 //! [`cudaThreadExchangeStreamCaptureMode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
 //! While a capture begun through this crate is in progress, the calls of this crate that would
-//! do so are refused with [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) before CUDA sees them, and the capture goes
-//! on (it ends, and its graph replays):
+//! do so are refused with [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) before CUDA
+//! sees them, and the capture goes on (it ends, and its graph replays):
 //!
 //! | while | refused |
 //! |---|---|

@@ -211,7 +211,7 @@ impl StreamRef {
             return Ok(id);
         }
         refuse_inside_host_fn()?;
-        let _transitions = crate::call::live_captures::no_capture_transitions();
+        let _transitions = live_captures::no_capture_transitions();
         self.refuse_capturing("reading the id of a capturing stream would invalidate the capture")?;
         self.read_id()
     }
@@ -290,7 +290,10 @@ impl StreamRef {
         let current = self.enter()?;
         // While captures of this crate are in progress, none begins or ends during the query
         // (CUDA 13.0 crashed when a query raced the end of a Global capture).
-        let _transitions = if live_captures::any() { Some(self.refuse_during_capture()?) } else { None };
+        let transitions = live_captures::unsafe_call_hold()?;
+        if transitions.is_some() {
+            self.refuse_capturing_for_query()?;
+        }
         match current {
             None => driver::stream_query(self.raw),
             // SAFETY: `raw` is a special handle, for the stream of the current device.
@@ -307,9 +310,9 @@ impl StreamRef {
     #[inline]
     pub fn synchronize(&self) -> Result<()> {
         let current = self.enter()?;
-        if live_captures::any() {
+        if let Some(_transitions) = live_captures::unsafe_call_hold()? {
             // Checked, not held while waiting: the work may depend on a capture's end.
-            drop(self.refuse_during_capture()?);
+            self.refuse_capturing_for_query()?;
         }
         match current {
             None => driver::stream_synchronize(self.raw),
@@ -318,17 +321,11 @@ impl StreamRef {
         }
     }
 
-    /// Refuses a query or synchronize of this stream that would invalidate a capture: where the
-    /// captures in progress forbid it on this thread, or while this stream is being captured.
-    /// Returns the hold that keeps captures of this crate from beginning or ending, under which
-    /// it checked.
+    /// Refuses a query or synchronize of this stream while it is being captured.
     #[cold]
     #[inline(never)]
-    fn refuse_during_capture(&self) -> Result<std::sync::RwLockReadGuard<'static, ()>> {
-        let transitions = crate::call::live_captures::no_capture_transitions();
-        live_captures::refuse_unsafe_call()?;
-        self.refuse_capturing("querying or synchronizing a capturing stream would invalidate its capture")?;
-        Ok(transitions)
+    fn refuse_capturing_for_query(&self) -> Result<()> {
+        self.refuse_capturing("querying or synchronizing a capturing stream would invalidate its capture")
     }
 
     /// A new non-blocking stream on the same device, at this stream's priority, whose work
@@ -384,7 +381,7 @@ impl StreamRef {
         // A stream this crate did not create (a real handle). CUDA invalidates a capture of the
         // stream, in every mode, to answer `cuStreamGetFlags` (probed on CUDA 13.0); no capture
         // of this crate begins between the check and the read.
-        let _transitions = crate::call::live_captures::no_capture_transitions();
+        let _transitions = live_captures::no_capture_transitions();
         self.refuse_capturing("reading the flags of a capturing stream would invalidate its capture")?;
         Ok(driver::stream_flags(self.raw)? & sys::cudaStreamNonBlocking != 0)
     }

@@ -39,17 +39,11 @@ impl StreamRef {
         let ticket = event.records().before_record();
         self.record_raw(event.as_raw(), 0)?;
         event.records().note_uncaptured_record(ticket);
-        if live_captures::may_capture() && self.may_be_capturing().unwrap_or(true) {
-            // A capture of this crate began meanwhile (counted before CUDA began it) and the
-            // record may have gone into it. Unknown counts as captured (a refusal, never a
-            // crash). The mark comes after the record here: a call between the two is the
-            // window of a capture that begins between a check and a call (the capture docs'
-            // limits).
-            // Marked as a record into a capture of its own (open, then closed as captured): the
-            // mark holds while it waits for the counted calls and the reactor's pass that read
-            // the event before it.
+        if self.caught_by_a_capture_begun_meanwhile() {
+            // Marked as a record into a capture of its own (opened, then closed as captured).
+            // The mark comes after the record here: a call between the two is the window of a
+            // capture that begins between a check and a call (the capture docs' limits).
             let opened = event.records().open_capture_record();
-            crate::call::reactor_passes::wait_for_pass();
             event.records().close_capture_record(opened, true);
         }
         Ok(())
@@ -69,12 +63,10 @@ impl StreamRef {
         // The crate's own refusals (inside a host function, another thread's per-thread stream,
         // the legacy stream during a capture) come first: they leave the event as it was.
         let _current = self.enter()?;
-        let _transitions = crate::call::live_captures::no_capture_transitions();
-        // Marked captured, and the queries in CUDA that read it before waited for.
+        let _transitions = no_capture_transitions();
+        // Marked captured; the queries and the reactor's pass that read it before are waited
+        // for.
         let opened = event.records().open_capture_record();
-        // A pass that read the event's state before the mark ends before the record: later
-        // passes see it captured and never query it.
-        crate::call::reactor_passes::wait_for_pass();
         let recorded = self.record_raw(event.as_raw(), 0);
         let captured = recorded.is_err() || self.may_be_capturing() != Ok(false);
         event.records().close_capture_record(opened, captured);
@@ -90,6 +82,13 @@ impl StreamRef {
         live_captures::may_capture() || self.is_thread_bound()
     }
 
+    /// Whether a record just made here, after a check that saw no capture possible, may have
+    /// gone into a capture that began meanwhile (counted before CUDA began it). Unknown counts
+    /// as captured (a refusal, never a crash).
+    fn caught_by_a_capture_begun_meanwhile(&self) -> bool {
+        live_captures::may_capture() && self.may_be_capturing().unwrap_or(true)
+    }
+
     /// Whether this stream is capturing, or its capture is invalidated (not yet ended). The
     /// legacy stream never is (and asking it fails while another stream captures in Global
     /// mode).
@@ -97,7 +96,7 @@ impl StreamRef {
         if self.builtin().is_some_and(Builtin::is_legacy) {
             return Ok(false);
         }
-        Ok(self.capture_status()? != crate::CaptureStatus::None)
+        Ok(self.capture_status()? != CaptureStatus::None)
     }
 
     /// Records `event` here with CUDA's record flags
@@ -121,11 +120,11 @@ impl StreamRef {
         refuse_inside_host_fn()?;
         // No capture of this crate's begins or ends between the status read and the record, so
         // the graph that keeps the event is the one the record goes into.
-        let _transitions = crate::call::live_captures::no_capture_transitions();
+        let _transitions = no_capture_transitions();
         let graph = active_graph(self)?;
         let ticket = event.records().before_record();
         if let Some(graph) = graph {
-            crate::device::keep_alive::keep_alive(graph, self.device, Box::new(Arc::clone(event)))?;
+            keep_alive(graph, self.device, Box::new(Arc::clone(event)))?;
         }
         self.record_raw(event.as_raw(), sys::cudaEventRecordExternal)?;
         // In a capture, the record is a node that records the event at each launch: the event
@@ -135,7 +134,7 @@ impl StreamRef {
             Some(_) => event.records().note_external_record(),
             // A foreign capture that began since the status read made the record an external
             // node, not a real record: the event stays what its last real record made it.
-            None if live_captures::may_capture() && self.may_be_capturing().unwrap_or(true) => {}
+            None if self.caught_by_a_capture_begun_meanwhile() => {}
             None => event.records().note_uncaptured_record(ticket),
         }
         Ok(())
@@ -217,7 +216,7 @@ impl StreamRef {
     #[inline]
     pub fn wait_stream(&self, other: impl AsStream) -> Result<()> {
         let other = other.as_stream();
-        if self.may_be_captured_now() && self.capture_status()? != crate::CaptureStatus::None {
+        if self.may_be_captured_now() && self.capture_status()? != CaptureStatus::None {
             return wait_stream_in_capture(self, &other);
         }
         self.wait_stream_now(&other)
