@@ -105,11 +105,12 @@
 //!   read by calls CUDA allows during any capture, or known from creation; a read that CUDA
 //!   would answer by invalidating a capture is refused instead.
 //! * **Pools never lend a capturing stream**: a lease returned capturing is quarantined.
+//! * **Other threads' Global captures do not forbid this crate's queries**: a thread still in
+//!   CUDA's default capture interaction mode is moved to ThreadLocal before its first query or
+//!   synchronize, so a foreign Global capture is neither invalidated nor raced into a crash.
 //!
-//! Three races are not closed: a foreign Global capture's end racing this crate's queries on
-//! other threads; `Event::synchronize` racing a record of its event into a capture; a call
-//! stalled across another thread's whole Global capture. See the
-//! [capture docs](capture#calls-refused-during-a-capture).
+//! One race is not closed: `Event::synchronize` racing a record of its event into a capture.
+//! See the [capture docs](capture#calls-refused-during-a-capture).
 //!
 //! # Layers
 //! The source is cut into layers, each importing only from those before it (in the repository:

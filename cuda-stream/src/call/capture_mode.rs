@@ -3,9 +3,11 @@
 //! [`cuda_stream::capture`](crate::capture)'s [`Global`], [`ThreadLocal`], [`Relaxed`] and
 //! [`with_thread_mode`].
 
+use crate::ffi::driver;
 use crate::ffi::error::{Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
+use std::cell::Cell;
 
 mod sealed {
     pub trait Sealed {}
@@ -69,6 +71,12 @@ impl CaptureMode for Relaxed {
 /// PyTorch's and CCCL's allocators do; whether the call is right for the capture (work that
 /// depends on it is not recorded) is the caller's to judge.
 ///
+/// This crate moves a thread still in the default mode to [`ThreadLocal`] before the thread's
+/// first query or synchronize (so that another thread's Global capture, this crate's or
+/// foreign, neither refuses them nor is invalidated by them). Inside `f` the mode given here
+/// holds, for this crate's calls too: `with_thread_mode(Global, ..)` gets CUDA's default
+/// behaviour back.
+///
 /// A closure rather than a guard: nothing can leak the changed mode (`mem::forget` of a guard
 /// would), and nested calls restore in order.
 ///
@@ -76,8 +84,9 @@ impl CaptureMode for Relaxed {
 /// [`Error::InsideHostFn`](crate::Error::InsideHostFn) inside a host function; CUDA's error
 /// setting the mode, in which case `f` does not run.
 pub fn with_thread_mode<M: CaptureMode, R>(_mode: M, f: impl FnOnce() -> R) -> Result<R> {
-    /// Puts back the thread's previous mode when dropped: after `f` returns or while it unwinds.
-    struct Restore(sys::cudaStreamCaptureMode);
+    /// Puts back the thread's previous mode, and what this crate knew of it, when dropped:
+    /// after `f` returns or while it unwinds.
+    struct Restore(sys::cudaStreamCaptureMode, ThreadMode);
 
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -85,6 +94,7 @@ pub fn with_thread_mode<M: CaptureMode, R>(_mode: M, f: impl FnOnce() -> R) -> R
             // from a drop: the exchange fails only for an invalid mode, and this one came from CUDA.
             let code = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut self.0) };
             let _ = check(code, "cudaThreadExchangeStreamCaptureMode");
+            THREAD_MODE.set(self.1);
         }
     }
 
@@ -92,6 +102,53 @@ pub fn with_thread_mode<M: CaptureMode, R>(_mode: M, f: impl FnOnce() -> R) -> R
     let mut previous = M::RAW;
     // SAFETY: a valid in/out pointer holding a valid mode; CUDA writes back the previous one.
     check(unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut previous) }, "cudaThreadExchangeStreamCaptureMode")?;
-    let _restore = Restore(previous);
+    let _restore = Restore(previous, THREAD_MODE.replace(ThreadMode::Chosen));
     Ok(f())
+}
+
+/// What this crate knows of the calling thread's capture interaction mode.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum ThreadMode {
+    /// Not looked at yet: CUDA's default (Global), or whatever raw code set.
+    Unknown,
+    /// Looked at once: now ThreadLocal or Relaxed, unless raw code changed it since.
+    Settled,
+    /// Inside [`with_thread_mode`]: the mode its caller chose, left alone.
+    Chosen,
+}
+
+thread_local! {
+    static THREAD_MODE: Cell<ThreadMode> = const { Cell::new(ThreadMode::Unknown) };
+}
+
+/// Before a "potentially unsafe" call (a query, a synchronize): makes sure another thread's
+/// [`Global`] capture does not forbid it. Once per thread, a thread still in CUDA's default
+/// mode, Global, is moved to [`ThreadLocal`], whose one difference is that captures of other
+/// threads no longer forbid this thread's calls (its own captures still do); a mode chosen by
+/// the thread's owner (ThreadLocal, Relaxed, or any inside [`with_thread_mode`]) is kept.
+///
+/// Without it, a query on any thread invalidates a Global capture that code outside this crate
+/// began (`torch.cuda.graph`, cudarc's safe `begin_capture` on a stream of its own), and a
+/// query racing that capture's end crashed libcuda (CUDA 13.0, driver 580: 4 of 4 probe runs;
+/// in ThreadLocal or Relaxed mode 0 of 8, and the capture stays valid). One thread-local load
+/// on every later call.
+#[inline(always)]
+pub(crate) fn ignore_other_threads_captures() {
+    if THREAD_MODE.get() == ThreadMode::Unknown {
+        settle_thread_mode();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn settle_thread_mode() {
+    THREAD_MODE.set(ThreadMode::Settled);
+    // The driver's exchange binds no context. A failure (no driver) leaves the mode as it was;
+    // the call that follows reports the driver's error itself.
+    if let Ok(previous) = driver::thread_exchange_capture_mode(ThreadLocal::RAW)
+        && previous != Global::RAW
+    {
+        // Relaxed (or ThreadLocal) was the owner's choice, and forbids no less: put it back.
+        let _ = driver::thread_exchange_capture_mode(previous);
+    }
 }

@@ -13,6 +13,7 @@
 //! whose meaning changes during a capture (records, `wait_stream`, pool returns) skip reading
 //! the stream's capture status.
 
+use super::capture_mode::ignore_other_threads_captures;
 use crate::ffi::error::{Error, Result};
 use crate::sys;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -172,6 +173,7 @@ pub(crate) fn no_capture_transitions() -> RwLockReadGuard<'static, ()> {
 /// `None` (one load, no lock) while none is.
 #[inline(always)]
 pub(crate) fn unsafe_call_hold() -> Result<Option<RwLockReadGuard<'static, ()>>> {
+    ignore_other_threads_captures();
     if any() { checked_hold().map(Some) } else { Ok(None) }
 }
 

@@ -79,7 +79,8 @@ impl Device {
     /// crate forbids it: a stream of this device is being captured, this thread has a Global or
     /// ThreadLocal capture in progress, or any thread has a Global one
     /// ([the rules](crate::capture#calls-refused-during-a-capture); captures begun outside this
-    /// crate are not counted).
+    /// crate are not counted). A Global capture begun outside this crate on another thread is
+    /// invalidated by it, whatever the thread's mode: CUDA's rule for a device-wide wait.
     pub fn synchronize(self) -> Result<()> {
         let _current = self.make_current()?;
         if live_captures::any() {

@@ -56,6 +56,7 @@ type StreamAddCallback =
     unsafe extern "C" fn(sys::cudaStream_t, sys::cudaStreamCallback_t, *mut c_void, c_uint) -> c_int;
 type LaunchHostFunc = unsafe extern "C" fn(sys::cudaStream_t, sys::cudaHostFn_t, *mut c_void) -> c_int;
 type GraphLaunch = unsafe extern "C" fn(sys::cudaGraphExec_t, sys::cudaStream_t) -> c_int;
+type ThreadExchangeCaptureMode = unsafe extern "C" fn(*mut sys::cudaStreamCaptureMode) -> c_int;
 
 /// The entry points.
 struct Driver {
@@ -81,6 +82,7 @@ struct Driver {
     stream_add_callback: StreamAddCallback,
     launch_host_func: LaunchHostFunc,
     graph_launch: GraphLaunch,
+    thread_exchange_capture_mode: ThreadExchangeCaptureMode,
 }
 
 /// Fetches one entry point as the function type `$ty`.
@@ -120,6 +122,9 @@ fn driver() -> Result<&'static Driver> {
                 stream_add_callback: entry_point!(c"cuStreamAddCallback" as StreamAddCallback),
                 launch_host_func: entry_point!(c"cuLaunchHostFunc" as LaunchHostFunc),
                 graph_launch: entry_point!(c"cuGraphLaunch" as GraphLaunch),
+                thread_exchange_capture_mode: entry_point!(
+                    c"cuThreadExchangeStreamCaptureMode" as ThreadExchangeCaptureMode
+                ),
             })
         })
         .as_ref()
@@ -321,6 +326,35 @@ pub(crate) fn stream_wait_event(stream: sys::cudaStream_t, event: sys::cudaEvent
     // SAFETY: the caller passes live handles, a real stream; `flags` is one of CUDA's wait
     // flags (the runtime's have the driver's values).
     check_driver(unsafe { (driver()?.stream_wait_event)(stream, event, flags) }, "cudaStreamWaitEvent")
+}
+
+/// `cuEventRecord` of `event` on `recorded`, then `cuStreamWaitEvent` of `waiting` on it: a
+/// cross-stream dependency in two driver calls, the driver table fetched once.
+#[inline]
+pub(crate) fn record_then_wait(
+    event: sys::cudaEvent_t,
+    recorded: sys::cudaStream_t,
+    waiting: sys::cudaStream_t,
+) -> Result<()> {
+    let driver = driver()?;
+    // SAFETY: the caller passes a live event and two real streams of its context.
+    check_driver(unsafe { (driver.event_record)(event, recorded) }, "cudaEventRecord")?;
+    // SAFETY: as above; no flags.
+    check_driver(unsafe { (driver.stream_wait_event)(waiting, event, 0) }, "cudaStreamWaitEvent")
+}
+
+/// `cuThreadExchangeStreamCaptureMode`, as `cudaThreadExchangeStreamCaptureMode`: sets the
+/// calling thread's capture interaction mode and returns the one it had. Unlike the runtime's,
+/// it binds no context to the thread.
+pub(crate) fn thread_exchange_capture_mode(mode: sys::cudaStreamCaptureMode) -> Result<sys::cudaStreamCaptureMode> {
+    let mut mode = mode;
+    // SAFETY: a valid in/out pointer holding one of CUDA's modes (the driver's enum has the
+    // runtime's values); the driver writes back the previous mode.
+    check_driver(
+        unsafe { (driver()?.thread_exchange_capture_mode)(&mut mode) },
+        "cudaThreadExchangeStreamCaptureMode",
+    )?;
+    Ok(mode)
 }
 
 /// `cuEventQuery`, as `cudaEventQuery`: `Ok(false)` while the recorded work is pending.

@@ -47,11 +47,19 @@
 //!   known as captured. A capture begun through raw FFI on a stream of this crate
 //!   ([`as_raw`](StreamRef::as_raw)), with no foreign handle ever wrapped, is not seen: records
 //!   into it are not marked.
-//! * **Not closed:** a foreign **Global** capture (cudarc's safe `begin_capture` on a stream of
-//!   its own, `torch.cuda.graph`) forbids queries and synchronizes on every thread. This
-//!   crate's queries on other threads still reach CUDA, which invalidates that capture, and a
-//!   query racing its end crashed libcuda (CUDA 13.0, a probe in C++ too). Capture foreign
-//!   streams in Relaxed or ThreadLocal mode, or keep other threads' queries out of the capture.
+//! * A foreign **Global** capture (cudarc's safe `begin_capture` on a stream of its own,
+//!   `torch.cuda.graph`) forbids "potentially unsafe" calls on every thread whose capture
+//!   interaction mode is CUDA's default, Global: CUDA invalidates the capture to refuse one,
+//!   and a query racing its end crashed libcuda (CUDA 13.0). Before its first query or
+//!   synchronize on a thread, this crate moves a thread still in the default mode to
+//!   ThreadLocal, which differs only in ignoring other threads' captures (the thread's own
+//!   still forbid; a mode set through [`with_thread_mode`] or raw code is kept). Stream and
+//!   event queries and synchronizes and `elapsed` then answer, and the foreign capture stays
+//!   intact. A thread that sets Global mode again through raw code, or inside
+//!   `with_thread_mode(Global, ..)`, gets CUDA's behaviour. Not covered:
+//!   [`Device::synchronize`] waits for every stream of the device, so CUDA refuses it during
+//!   another thread's Global capture on that device in every thread mode, and invalidates
+//!   that capture (probed on CUDA 13.0); synchronize streams or events instead.
 //! * An event's [`query`](crate::Event::query) and [`elapsed`](crate::Event::elapsed) are
 //!   counted while they are in CUDA, and a record that may go into a capture marks the event
 //!   captured and then waits for those counted calls: a call that checked the event just
@@ -64,13 +72,11 @@
 //! * **Not closed:** [`Event::synchronize`](crate::Event::synchronize) racing a record of its
 //!   event into a capture: it checks, then waits outside the capture-transition lock (the work
 //!   may depend on a capture's end), so it is not counted and can reach CUDA after the record.
-//! * **Not closed:** a call that passed its checks while no capture of this crate was in
-//!   progress, then stalled (preempted) across another thread's whole Global capture, from its
-//!   begin to its end: stream and event queries and synchronizes, `elapsed` and
-//!   [`Device::synchronize`](crate::Device::synchronize) hold nothing that capture waits for.
-//!   CUDA then refuses the call and invalidates that capture, and a call overlapping a Global
-//!   capture's end may crash libcuda (CUDA 13.0). Closing it would cost every call a shared
-//!   count that capture begins and ends wait out.
+//! * A call that passed its checks while no capture of this crate was in progress, then
+//!   stalled (preempted) across another thread's whole Global capture: its thread's
+//!   ThreadLocal mode keeps CUDA from refusing it for that capture's sake. If it names the
+//!   stream being captured, or an event recorded into that capture, it is the window of the
+//!   next bullet.
 //! * A capture that another thread begins between a call's check and the call itself: the check
 //!   passed, so CUDA refuses the call and invalidates that capture. Closing that window would
 //!   take a lock around every call; order such calls and capture begins yourself.

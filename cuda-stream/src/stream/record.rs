@@ -235,6 +235,11 @@ impl StreamRef {
                 Some(marker) => marker.as_raw(),
                 None => markers[slot].insert(Event::internal(other.device)?).as_raw(),
             };
+            if self.builtin().is_none() && other.builtin().is_none() {
+                // Two real handles: no context to make current, one check for both calls.
+                refuse_inside_host_fn()?;
+                return driver::record_then_wait(marker, other.raw, self.raw);
+            }
             other.record_raw(marker, 0)?;
             self.wait_raw(marker, 0)
         })
