@@ -90,6 +90,21 @@
 //!   so CUDA answers `cudaErrorStreamCaptureIsolation` and invalidates the capture.
 //!   [`StreamRef::wait_stream`] handles that case (an external wait the graph keeps).
 //!
+//! # What a capture's graph keeps, and how it gets there
+//! A host function of [`Capture::launch_host_fn`], and the event of an external record or of
+//! a `wait_stream` on work outside the capture, are attached to the graph that
+//! `cudaStreamGetCaptureInfo` names (a CUDA user object) and then enqueued stream-ordered, all
+//! with no capture of this crate beginning or ending in between. They are not added by hand
+//! as nodes of that graph (`cudaGraphAddNode` after the dependencies it reports, then
+//! `cudaStreamUpdateCaptureDependencies`): the dependency array CUDA hands back is one buffer
+//! per stream, rewritten by the next query of the stream (probed on CUDA 13.0), and replacing
+//! the stream's dependencies drops a node that another thread captured on the same stream
+//! meanwhile from the stream's order. A `&StreamRef` is shared between threads, so either would
+//! be reachable from safe code; a stream-ordered enqueue is atomic in CUDA. What the choice
+//! leaves to contracts: a capture that code outside this crate ends between the attachment and
+//! the enqueue (the enqueue then runs for real); the entry points that let foreign code begin
+//! or end captures on this crate's streams are `unsafe` and say so.
+//!
 //! A per-thread default stream cannot be captured in [`Relaxed`] mode: a Relaxed capture may
 //! end on another thread, where that handle names another stream.
 //!
