@@ -347,13 +347,11 @@ pub(crate) fn record_then_wait(
 /// calling thread's capture interaction mode and returns the one it had. Unlike the runtime's,
 /// it binds no context to the thread.
 pub(crate) fn thread_exchange_capture_mode(mode: sys::cudaStreamCaptureMode) -> Result<sys::cudaStreamCaptureMode> {
-    let mut mode = mode;
+    let (mut mode, exchange) = (mode, driver()?.thread_exchange_capture_mode);
     // SAFETY: a valid in/out pointer holding one of CUDA's modes (the driver's enum has the
     // runtime's values); the driver writes back the previous mode.
-    check_driver(
-        unsafe { (driver()?.thread_exchange_capture_mode)(&mut mode) },
-        "cudaThreadExchangeStreamCaptureMode",
-    )?;
+    let code = unsafe { exchange(&mut mode) };
+    check_driver(code, "cudaThreadExchangeStreamCaptureMode")?;
     Ok(mode)
 }
 
