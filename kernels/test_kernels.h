@@ -28,6 +28,8 @@ cudaError_t cs_launch_spin(cudaStream_t stream, uint64_t ns, uint32_t blocks, ui
 cudaError_t cs_launch_tag(cudaStream_t stream, cs_tag_log* log, uint32_t tag, uint64_t spin_ns);
 cudaError_t cs_launch_wait_flag(cudaStream_t stream, const uint32_t* flag, uint64_t timeout_ns,
                                 uint32_t* outcome);
+cudaError_t cs_launch_spin_copy(cudaStream_t stream, const uint32_t* src, uint32_t* dst, uint64_t n,
+                                uint64_t spin_ns);
 cudaError_t cs_launch_empty(cudaStream_t stream);
 cudaError_t cs_launch_fault(cudaStream_t stream);
 cudaError_t cs_preload_kernels(void);

@@ -50,6 +50,13 @@ pub mod ffi {
             timeout_ns: u64,
             outcome: *mut u32,
         ) -> cudaError_t;
+        pub fn cs_launch_spin_copy(
+            stream: cudaStream_t,
+            src: *const u32,
+            dst: *mut u32,
+            n: u64,
+            spin_ns: u64,
+        ) -> cudaError_t;
         pub fn cs_launch_empty(stream: cudaStream_t) -> cudaError_t;
         pub fn cs_launch_fault(stream: cudaStream_t) -> cudaError_t;
         pub fn cs_preload_kernels() -> cudaError_t;
@@ -169,6 +176,28 @@ pub fn spin_grid(stream: &impl LaunchStream, duration: Duration, blocks: u32, th
 /// The launch error.
 pub fn spin(stream: &impl LaunchStream, duration: Duration) -> Result<()> {
     spin_grid(stream, duration, 1, 32)
+}
+
+/// Launches a kernel that spins for `spin`, then copies `n` `u32`s from `source` to
+/// `destination` (device addresses).
+///
+/// # Errors
+/// The launch error.
+///
+/// # Safety
+/// `source` and `destination` must be device addresses of `n` `u32`s each on the stream's
+/// device, valid until the kernel has run.
+pub unsafe fn spin_copy(
+    stream: &impl LaunchStream,
+    source: *const u32,
+    destination: *mut u32,
+    n: usize,
+    spin: Duration,
+) -> Result<()> {
+    // SAFETY: the caller's contract for the addresses; the handle is the caller's live stream.
+    launch(stream, "cs_launch_spin_copy", |raw| unsafe {
+        ffi::cs_launch_spin_copy(raw, source, destination, n as u64, nanos(spin))
+    })
 }
 
 /// Launches a one-thread kernel that spins for `spin`, then appends `tag` to `log` with its start

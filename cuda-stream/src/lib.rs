@@ -194,6 +194,7 @@ mod event;
 mod ffi;
 mod graph;
 pub mod host_fn;
+pub mod memory;
 mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -209,6 +210,7 @@ pub use ffi::priority::{Priority, PriorityRange};
 pub use graph::capture::{self, Capture};
 pub use graph::{Graph, GraphExec, InstantiateFlags, InstantiateOptions};
 pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
+pub use memory::{DeviceBuffer, DeviceCopy, MemPool, MemPoolStats, PinnedBuffer, ReusePolicy};
 pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};
 pub use stream::capture_status::{CaptureInfo, CaptureStatus};
 pub use stream::current::CurrentStream;

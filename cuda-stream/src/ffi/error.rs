@@ -249,6 +249,10 @@ pub enum Error {
     /// Graph capture used in a way CUDA cannot capture or this crate refuses.
     #[error("capture misuse: {0}")]
     CaptureMisuse(&'static str),
+    /// A size or length refused before CUDA sees it: a buffer of zero elements, a byte size
+    /// that overflows, the two sides of a copy of different lengths.
+    #[error("bad size: {0}")]
+    Size(&'static str),
     /// Every stream of a [`StreamPool`](crate::StreamPool) is leased.
     #[error("all {capacity} streams of the pool are leased")]
     PoolExhausted {

@@ -314,6 +314,17 @@ impl StreamRef {
             // Checked, not held while waiting: the work may depend on a capture's end.
             self.refuse_capturing_for_query()?;
         }
+        self.synchronize_entered(current)
+    }
+
+    /// Blocks until all work enqueued so far has completed, after the caller made the checks
+    /// of [`StreamRef::synchronize`] itself (before it enqueued the work it waits for).
+    pub(crate) fn synchronize_checked_earlier(&self) -> Result<()> {
+        self.synchronize_entered(self.enter()?)
+    }
+
+    #[inline(always)]
+    fn synchronize_entered(&self, current: Option<DeviceGuard>) -> Result<()> {
         match current {
             None => driver::stream_synchronize(self.raw),
             // SAFETY: `raw` is a special handle, for the stream of the current device.

@@ -78,7 +78,7 @@ impl StreamRef {
     /// per-thread stream can be captured by another library on this thread (cudarc's safe
     /// `per_thread_stream().begin_capture`) without any handle being wrapped.
     #[inline(always)]
-    fn may_be_captured_now(&self) -> bool {
+    pub(crate) fn may_be_captured_now(&self) -> bool {
         live_captures::may_capture() || self.is_thread_bound()
     }
 

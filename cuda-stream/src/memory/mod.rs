@@ -1,0 +1,84 @@
+//! Device memory whose lifetime follows its streams: stream-ordered buffers, memory pools and
+//! pinned host memory.
+//!
+//! * A [`DeviceBuffer`] is allocated on a stream, its *home*
+//!   ([`cudaMallocAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY__POOLS.html),
+//!   or `cudaMallocFromPoolAsync` from a [`MemPool`]), and freed on it when dropped
+//!   (`cudaFreeAsync`): on one stream, the two raw calls and nothing else. It holds its home
+//!   stream (a `&Stream`, an `Arc<Stream>`, anything [`AsStream`](crate::AsStream)), so the
+//!   stream outlives it.
+//! * Work on another stream goes through the buffer, which orders it both ways: the other
+//!   stream first waits for the home stream (where the allocation happened), and the home
+//!   stream then waits for the other stream's work, so the free, later on the home stream,
+//!   comes after it. This is PyTorch's `record_stream` without an event per use or per
+//!   buffer: a record and a wait on each side, through the thread's marker event. The
+//!   buffer's copies and fills do it themselves; your own kernels get it through
+//!   [`DeviceBuffer::use_on`]. Launching a kernel stays `unsafe`: a raw pointer escapes every
+//!   safe wrapper.
+//! * Copies from and to Rust slices (pageable memory, as far as CUDA knows) **block** until
+//!   the copy has completed: CUDA copies pageable memory through a staging buffer, and a
+//!   slice may be page-locked after all, so returning earlier could let it be written or
+//!   freed under the copy. Copies from and to a [`PinnedBuffer`] are asynchronous: the pinned
+//!   buffer remembers the copies in flight, and its host access and its drop wait for them.
+//! * Elements are [`DeviceCopy`]: plain old data that any bit pattern, and a GPU, may write.
+//! * During a stream capture, allocations, copies and fills are refused
+//!   ([`Error::CaptureMisuse`](crate::Error::CaptureMisuse)): a graph replaying them would
+//!   outlive the buffer. A buffer whose home stream is being captured when it drops is leaked,
+//!   not freed into the graph.
+//! * Sizes are checked before CUDA sees them: a zero length, a byte size that overflows, and
+//!   copies between sides of different lengths are [`Error::Size`](crate::Error::Size); running
+//!   out of memory is CUDA's `cudaErrorMemoryAllocation`, after which the pool still serves.
+//!
+//! What a drop cannot do safely it does not do: inside a host function, on a thread where the
+//! home stream is another stream (the per-thread default stream), after a fault or during a
+//! capture, a buffer is leaked rather than freed while the driver may still use it.
+
+// Layer 10 of docs/architecture.md, memory. May use: ffi, call, device, event, stream.
+
+mod buffer;
+mod pinned;
+mod pool;
+
+pub use buffer::DeviceBuffer;
+pub use pinned::PinnedBuffer;
+pub use pool::{MemPool, MemPoolStats, ReusePolicy};
+
+use crate::ffi::error::{Error, Result};
+
+/// Plain old data that can live in device memory and be copied byte for byte between host and
+/// device: every bit pattern is a valid value, there is no padding a copy could expose, and it
+/// owns nothing (no pointers to host memory, no `Drop`).
+///
+/// # Safety
+/// Implement it only for types with those properties (`#[repr(C)]` structs of such fields with
+/// no padding, or `#[repr(transparent)]` wrappers); the crate copies their bytes to and from
+/// the GPU and reads back whatever bytes a kernel wrote.
+pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
+
+macro_rules! device_copy {
+    ($($ty:ty),*) => {$(
+        // SAFETY: a primitive number: every bit pattern is a value, no padding, owns nothing.
+        unsafe impl DeviceCopy for $ty {}
+    )*};
+}
+
+device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32, f64);
+
+// SAFETY: an array of plain old data is plain old data (arrays have no padding between
+// elements).
+unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
+
+/// The byte size of `len` elements of `T`: [`Error::Size`] for zero and for an overflow.
+fn byte_size<T>(len: usize) -> Result<usize> {
+    if len == 0 {
+        return Err(Error::Size("a buffer of zero elements (CUDA has no empty allocation)"));
+    }
+    len.checked_mul(size_of::<T>())
+        .filter(|&bytes| bytes <= isize::MAX as usize)
+        .ok_or(Error::Size("the byte size of the buffer overflows"))
+}
+
+/// [`Error::Size`] unless the two sides of a copy have the same length.
+fn same_length(destination: usize, source: usize) -> Result<()> {
+    if destination == source { Ok(()) } else { Err(Error::Size("the two sides of a copy have different lengths")) }
+}

@@ -1,0 +1,167 @@
+//! [`PinnedBuffer`]: page-locked host memory, which CUDA copies asynchronously, and which
+//! waits for those copies before the host may touch or free it.
+
+use super::{DeviceCopy, byte_size};
+use crate::device::Device;
+use crate::event::Event;
+use crate::ffi::error::{Result, check};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::stream::StreamRef;
+use crate::sys;
+use std::ffi::c_void;
+use std::fmt;
+use std::ptr::NonNull;
+
+/// `len` elements of `T` in page-locked (pinned) host memory
+/// ([`cudaHostAlloc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html),
+/// portable to every device). Copies between it and a
+/// [`DeviceBuffer`](crate::DeviceBuffer) are truly asynchronous; the buffer remembers each
+/// copy in flight (an event recorded after it), and [`as_slice`](PinnedBuffer::as_slice),
+/// [`as_mut_slice`](PinnedBuffer::as_mut_slice) and the drop wait for them first, so the host
+/// never reads memory a copy is still writing, nor writes or frees memory a copy still reads.
+pub struct PinnedBuffer<T: DeviceCopy> {
+    ptr: NonNull<T>,
+    len: usize,
+    /// Events recorded after the copies in flight.
+    in_flight: Vec<Event>,
+    /// A copy in flight could not be tracked: the memory is never freed.
+    leak: bool,
+}
+
+// SAFETY: the buffer owns its memory; moving it moves the ownership, and the events it holds
+// are `Send`.
+unsafe impl<T: DeviceCopy> Send for PinnedBuffer<T> {}
+// SAFETY: `&self` methods read only the length and the address; every access to the memory
+// and to the events in flight takes `&mut self`.
+unsafe impl<T: DeviceCopy> Sync for PinnedBuffer<T> {}
+
+impl<T: DeviceCopy> PinnedBuffer<T> {
+    /// `len` zeroed elements.
+    ///
+    /// # Errors
+    /// [`Error::Size`](crate::Error::Size) for zero elements or an overflowing byte size;
+    /// refused inside a host function; CUDA's errors (`cudaErrorMemoryAllocation`).
+    pub fn zeroed(len: usize) -> Result<Self> {
+        let buffer = Self::allocate(len)?;
+        // SAFETY: `len` elements of fresh memory this buffer owns; all-zero bytes are a `T`.
+        unsafe { buffer.ptr.as_ptr().write_bytes(0, len) };
+        Ok(buffer)
+    }
+
+    /// A copy of `values`.
+    ///
+    /// # Errors
+    /// As [`PinnedBuffer::zeroed`].
+    pub fn from_slice(values: &[T]) -> Result<Self> {
+        let buffer = Self::allocate(values.len())?;
+        // SAFETY: `len` elements of fresh memory this buffer owns, not overlapping `values`.
+        unsafe { buffer.ptr.as_ptr().copy_from_nonoverlapping(values.as_ptr(), values.len()) };
+        Ok(buffer)
+    }
+
+    fn allocate(len: usize) -> Result<Self> {
+        let bytes = byte_size::<T>(len)?;
+        refuse_inside_host_fn()?;
+        // The runtime would bind device 0's primary context on a thread without one: make it
+        // current for the call, and restore what was there.
+        let _current = Device::new(0)?.make_current()?;
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; bytes > 0; a valid flag.
+        check(unsafe { sys::cudaHostAlloc(&mut ptr, bytes, sys::cudaHostAllocPortable) }, "cudaHostAlloc")?;
+        let ptr = NonNull::new(ptr.cast::<T>()).ok_or(crate::Error::Size("CUDA returned no address"))?;
+        Ok(PinnedBuffer { ptr, len, in_flight: Vec::new(), leak: false })
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: a buffer has at least one element.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The elements, once every copy in flight has completed.
+    ///
+    /// # Errors
+    /// The errors of [`Event::synchronize`] (a fault in the copies' streams).
+    pub fn as_slice(&mut self) -> Result<&[T]> {
+        self.settle()?;
+        // SAFETY: `len` initialized elements this buffer owns; no copy is in flight, and
+        // `&mut self` keeps new ones out while the slice lives.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// The elements, writable, once every copy in flight has completed.
+    ///
+    /// # Errors
+    /// As [`PinnedBuffer::as_slice`].
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        self.settle()?;
+        // SAFETY: as in `as_slice`, and the slice is the only access.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *const T {
+        self.ptr.as_ptr()
+    }
+
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut T {
+        self.ptr.as_ptr()
+    }
+
+    /// Notes a copy just enqueued on `stream` as in flight: an event recorded after it. If no
+    /// event can be recorded, waits for the stream instead; if that fails too, the memory is
+    /// leaked rather than freed under the copy.
+    pub(crate) fn in_flight_on(&mut self, stream: &StreamRef) -> Result<()> {
+        let recorded = Event::internal(stream.device()).and_then(|event| {
+            stream.record(&event)?;
+            Ok(event)
+        });
+        match recorded {
+            Ok(event) => {
+                self.in_flight.push(event);
+                Ok(())
+            }
+            Err(error) => {
+                if stream.synchronize_checked_earlier().is_err() {
+                    self.leak = true;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Waits for every copy in flight.
+    fn settle(&mut self) -> Result<()> {
+        while let Some(event) = self.in_flight.last() {
+            event.synchronize()?;
+            self.in_flight.pop();
+        }
+        Ok(())
+    }
+}
+
+impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
+    /// Waits for the copies in flight, then frees the memory (`cudaFreeHost`). Leaks it when
+    /// they cannot be waited for (a fault, a capture that forbids the wait, inside a host
+    /// function).
+    fn drop(&mut self) {
+        if self.leak || refuse_inside_host_fn().is_err() || self.settle().is_err() {
+            return;
+        }
+        // SAFETY: memory this buffer allocated; no copy uses it any more.
+        let _ = check(unsafe { sys::cudaFreeHost(self.ptr.as_ptr().cast()) }, "cudaFreeHost");
+    }
+}
+
+impl<T: DeviceCopy> fmt::Debug for PinnedBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PinnedBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("copies_in_flight", &self.in_flight.len())
+            .finish()
+    }
+}

@@ -1,0 +1,284 @@
+//! Device memory whose lifetime follows its streams: stream-ordered buffers, their copies and
+//! fills, the ordering of uses on other streams (a kernel reading a buffer that is freed
+//! meanwhile on its home stream sees its data; the raw control shows the reuse it is saved
+//! from), pinned copies that the host waits for, pools, captures, bad sizes.
+//!
+//! Ported peer tests, as this crate's model states them: PyTorch's `test_record_stream` (a
+//! block freed while a side stream still uses it is not handed out under that use),
+//! cuda.core's `Buffer`/`DeviceMemoryResource` stream tests (allocate, copy to and from, free
+//! on a stream) and CuPy's `MemoryAsyncPool` tests (allocations on streams, used and reserved
+//! figures, freeing back to the pool).
+
+use cuda_stream::sys;
+use cuda_stream::{DeviceBuffer, Error, MemPool, PinnedBuffer, ReusePolicy, Stream, StreamRef, capture};
+use cuda_stream_tests::non_blocking_stream as stream;
+use cuda_stream_tests::{gpu_or_skip, spin, spin_copy};
+use std::sync::Arc;
+use std::time::Duration;
+
+const PATTERN: u32 = 0x1234_5678;
+const CLOBBER: u8 = 0xAB;
+const N: usize = 1 << 16;
+
+#[test]
+fn a_buffer_round_trips_through_slices_on_its_home_stream() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let values: Vec<u32> = (0..N as u32).collect();
+    let mut buffer = DeviceBuffer::from_slice(&home, &values).unwrap();
+    assert_eq!(buffer.len(), N);
+    assert_eq!(buffer.to_vec().unwrap(), values);
+    let reversed: Vec<u32> = values.iter().rev().copied().collect();
+    buffer.copy_from_slice(&home, &reversed).unwrap();
+    let mut back = vec![0u32; N];
+    buffer.copy_to_slice(&home, &mut back).unwrap();
+    assert_eq!(back, reversed);
+    let zeroed = DeviceBuffer::<f64, _>::zeroed(&home, 1000).unwrap();
+    assert_eq!(zeroed.to_vec().unwrap(), vec![0.0; 1000]);
+}
+
+/// The test: a kernel on stream B reads a buffer that is dropped (freed on its home
+/// stream A) while the kernel still waits to read it; a new allocation on A, filled with other
+/// bytes, follows the free. The kernel sees the original data: the free waited for it.
+#[test]
+fn a_kernel_on_another_stream_reads_a_buffer_freed_meanwhile_on_its_home_stream() {
+    let device = gpu_or_skip!();
+    let (a, b) = (stream(device), stream(device));
+    let mut buffer = DeviceBuffer::from_slice(&a, &vec![PATTERN; N]).unwrap();
+    let mut seen = DeviceBuffer::<u32, _>::zeroed(&b, N).unwrap();
+    let seen_ptr = seen.as_mut_ptr();
+    buffer
+        .use_on(&b, |stream, ptr| {
+            // SAFETY: both addresses hold N u32s, ordered on `stream` (B is `seen`'s home,
+            // and `use_on` orders `buffer` both ways).
+            unsafe { spin_copy(stream, ptr, seen_ptr, N, Duration::from_millis(200)) }
+        })
+        .unwrap()
+        .unwrap();
+    let freed = buffer.as_ptr() as usize;
+    drop(buffer);
+    let mut next = DeviceBuffer::<u32, _>::new(&a, N).unwrap();
+    next.fill_bytes(&a, CLOBBER).unwrap();
+    assert_eq!(seen.to_vec().unwrap(), vec![PATTERN; N], "the kernel read the data, not the next allocation's");
+    // The pool did hand the memory on, after the kernel: the ordering mattered.
+    println!("next allocation reused the freed address: {}", next.as_ptr() as usize == freed);
+    assert_eq!(next.to_vec().unwrap(), vec![u32::from_ne_bytes([CLOBBER; 4]); N]);
+}
+
+/// The control, in raw FFI: the same program without the ordering. The next allocation on A
+/// gets the freed memory at once and the kernel on B reads the clobbered bytes.
+#[test]
+fn without_the_ordering_the_freed_memory_is_reused_under_the_kernel() {
+    let device = gpu_or_skip!();
+    let (a, b) = (stream(device), stream(device));
+    let bytes = N * size_of::<u32>();
+    let _current = device.make_current().unwrap();
+    let (mut buffer, mut seen, mut next) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    let ok = sys::cudaError::cudaSuccess;
+    // SAFETY: valid out-pointers and live streams; every address below is one of these
+    // allocations, used within its size; the host vector outlives the synchronous copy.
+    unsafe {
+        assert_eq!(sys::cudaMallocAsync(&mut buffer, bytes, a.as_raw()), ok);
+        assert_eq!(sys::cudaMallocAsync(&mut seen, bytes, b.as_raw()), ok);
+        let pattern = vec![PATTERN; N];
+        assert_eq!(
+            sys::cudaMemcpy(buffer, pattern.as_ptr().cast(), bytes, sys::cudaMemcpyKind::cudaMemcpyHostToDevice),
+            ok
+        );
+        assert_eq!(sys::cudaDeviceSynchronize(), ok);
+        spin_copy(&*b, buffer.cast(), seen.cast(), N, Duration::from_millis(200)).unwrap();
+        assert_eq!(sys::cudaFreeAsync(buffer, a.as_raw()), ok);
+        assert_eq!(sys::cudaMallocAsync(&mut next, bytes, a.as_raw()), ok);
+        assert_eq!(next, buffer, "the pool hands the freed block to the next allocation on the stream");
+        assert_eq!(sys::cudaMemsetAsync(next, i32::from(CLOBBER), bytes, a.as_raw()), ok);
+        assert_eq!(sys::cudaDeviceSynchronize(), ok);
+        let mut out = vec![0u32; N];
+        assert_eq!(
+            sys::cudaMemcpy(out.as_mut_ptr().cast(), seen, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost),
+            ok
+        );
+        assert!(out.iter().all(|&word| word == u32::from_ne_bytes([CLOBBER; 4])), "the kernel read reused memory");
+        assert_eq!(sys::cudaFreeAsync(next, a.as_raw()), ok);
+        assert_eq!(sys::cudaFreeAsync(seen, b.as_raw()), ok);
+        assert_eq!(sys::cudaDeviceSynchronize(), ok);
+    }
+}
+
+/// A copy on another stream waits for the home stream's work first (the fill behind a spin).
+#[test]
+fn a_copy_on_another_stream_comes_after_the_home_streams_work() {
+    let device = gpu_or_skip!();
+    let (home, other) = (stream(device), stream(device));
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    spin(&*home, Duration::from_millis(100)).unwrap();
+    buffer.fill_bytes(&home, 7).unwrap();
+    let mut seen = vec![0u32; N];
+    buffer.copy_to_slice(&other, &mut seen).unwrap();
+    assert!(seen.iter().all(|&word| word == 0x0707_0707), "the copy on the other stream ran before the fill");
+}
+
+/// A buffer held through an `Arc<Stream>` is `'static`, and moves to another thread with it.
+#[test]
+fn a_buffer_owning_its_stream_moves_to_another_thread() {
+    let device = gpu_or_skip!();
+    let home = Arc::new(stream(device));
+    let buffer = DeviceBuffer::from_slice(Arc::clone(&home), &[1u64, 2, 3]).unwrap();
+    let values = std::thread::spawn(move || buffer.to_vec().unwrap()).join().unwrap();
+    assert_eq!(values, [1, 2, 3]);
+}
+
+/// Pinned copies return before the stream has run them; the pinned buffer's host access waits.
+#[test]
+fn pinned_copies_are_asynchronous_and_the_host_waits_for_them() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let mut pinned = PinnedBuffer::from_slice(&vec![PATTERN; N]).unwrap();
+    let mut buffer = DeviceBuffer::<u32, _>::new(&home, N).unwrap();
+    spin(&*home, Duration::from_millis(200)).unwrap();
+    buffer.copy_from_pinned(&home, &mut pinned).unwrap();
+    assert!(!home.query().unwrap(), "the copy was enqueued behind the spin, not waited for");
+    let mut back = PinnedBuffer::<u32>::zeroed(N).unwrap();
+    buffer.copy_to_pinned(&home, &mut back).unwrap();
+    assert!(!home.query().unwrap());
+    assert!(back.as_slice().unwrap().iter().all(|&word| word == PATTERN), "as_slice waited for the copy");
+    pinned.as_mut_slice().unwrap().fill(0);
+    assert!(home.query().unwrap());
+}
+
+/// Dropping a pinned buffer with a copy in flight waits for the copy (no free under DMA).
+#[test]
+fn a_pinned_buffer_dropped_with_a_copy_in_flight_waits_for_it() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let mut pinned = PinnedBuffer::<u32>::zeroed(N).unwrap();
+    let buffer = DeviceBuffer::from_slice(&home, &vec![PATTERN; N]).unwrap();
+    spin(&*home, Duration::from_millis(200)).unwrap();
+    buffer.copy_to_pinned(&home, &mut pinned).unwrap();
+    assert!(!home.query().unwrap());
+    drop(pinned);
+    assert!(home.query().unwrap(), "the drop waited for the copy into it");
+}
+
+#[test]
+fn bad_sizes_are_refused_and_nothing_is_lost() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    assert!(matches!(DeviceBuffer::<u32, _>::new(&home, 0), Err(Error::Size(_))));
+    assert!(matches!(DeviceBuffer::<u64, _>::new(&home, usize::MAX / 4), Err(Error::Size(_))));
+    assert!(matches!(PinnedBuffer::<u8>::zeroed(0), Err(Error::Size(_))));
+    let mut buffer = DeviceBuffer::from_slice(&home, &[1u32, 2, 3, 4]).unwrap();
+    assert!(matches!(buffer.copy_from_slice(&home, &[9, 9, 9]), Err(Error::Size(_))));
+    let mut short = [0u32; 5];
+    assert!(matches!(buffer.copy_to_slice(&home, &mut short), Err(Error::Size(_))));
+    let other = DeviceBuffer::<u32, _>::zeroed(&home, 2).unwrap();
+    assert!(matches!(buffer.copy_from(&home, &other), Err(Error::Size(_))));
+    assert_eq!(buffer.to_vec().unwrap(), [1, 2, 3, 4], "a refused copy changed nothing");
+    // Out of memory: a typed CUDA error, and the pool still serves.
+    let huge = DeviceBuffer::<u8, _>::new(&home, 1 << 50);
+    match huge {
+        Err(Error::Cuda { api, code }) => {
+            assert_eq!(api, "cudaMallocAsync");
+            assert_eq!(code.0, sys::cudaError::cudaErrorMemoryAllocation.0 as i32);
+        }
+        other => panic!("a petabyte allocation must fail with cudaErrorMemoryAllocation: {other:?}"),
+    }
+    let after = DeviceBuffer::from_slice(&home, &[5u16; 100]).unwrap();
+    assert_eq!(after.to_vec().unwrap(), [5u16; 100]);
+    home.synchronize().unwrap();
+}
+
+#[test]
+fn a_pool_serves_streams_of_its_device_and_reports_its_usage() {
+    let device = gpu_or_skip!();
+    let (a, b) = (stream(device), stream(device));
+    let pool = MemPool::new(device).unwrap();
+    pool.set_release_threshold(u64::MAX).unwrap();
+    assert_eq!(pool.release_threshold().unwrap(), u64::MAX);
+    let strict = ReusePolicy {
+        follow_event_dependencies: false,
+        allow_opportunistic: false,
+        allow_internal_dependencies: false,
+    };
+    pool.set_reuse(strict).unwrap();
+    assert_eq!(pool.reuse().unwrap(), strict);
+    let bytes = 4 << 20;
+    let first = DeviceBuffer::<u8, _>::new_in(&pool, &a, bytes).unwrap();
+    let second = DeviceBuffer::<u8, _>::new_in(&pool, &b, bytes).unwrap();
+    let stats = pool.stats().unwrap();
+    assert!(stats.used_current >= 2 * bytes as u64, "{stats:?}");
+    assert!(stats.reserved_current >= stats.used_current);
+    drop((first, second));
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    let stats = pool.stats().unwrap();
+    assert_eq!(stats.used_current, 0, "{stats:?}");
+    assert!(stats.reserved_current >= 2 * bytes as u64, "the threshold keeps the memory reserved: {stats:?}");
+    assert!(stats.used_high >= 2 * bytes as u64);
+    pool.trim_to(0).unwrap();
+    assert_eq!(pool.stats().unwrap().reserved_current, 0, "trimmed");
+    pool.reset_peaks().unwrap();
+    assert_eq!(pool.stats().unwrap().used_high, 0);
+    // The default pool is the device's, and outlives every handle to it.
+    let default = MemPool::device_default(device).unwrap();
+    let from_default = DeviceBuffer::<u8, _>::new_in(&default, &a, 1024).unwrap();
+    drop(default);
+    assert_eq!(from_default.to_vec().unwrap().len(), 1024);
+}
+
+#[test]
+fn a_pool_dropped_before_its_buffers_keeps_them_valid() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let pool = MemPool::new(device).unwrap();
+    let buffer = DeviceBuffer::from_slice(&home, &[3u32; 64]).unwrap();
+    let from_pool = {
+        let mut from_pool = DeviceBuffer::<u32, _>::new_in(&pool, &home, 64).unwrap();
+        from_pool.copy_from(&home, &buffer).unwrap();
+        from_pool
+    };
+    drop(pool);
+    assert_eq!(from_pool.to_vec().unwrap(), [3u32; 64]);
+}
+
+#[test]
+fn allocations_copies_and_fills_are_refused_during_a_capture_and_it_survives() {
+    let device = gpu_or_skip!();
+    let (captured, home) = (stream(device), stream(device));
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, 16).unwrap();
+    home.synchronize().unwrap();
+    let capture = captured.begin_capture(capture::Relaxed).unwrap();
+    let misuse = |result: cuda_stream::Result<()>| matches!(result, Err(Error::CaptureMisuse(_)));
+    assert!(misuse(DeviceBuffer::<u32, _>::new(&captured, 16).map(drop)));
+    assert!(misuse(buffer.fill_bytes(&captured, 1)));
+    assert!(misuse(buffer.copy_from_slice(&captured, &[1; 16])));
+    assert!(misuse(buffer.use_on(&captured, |_, _| ())));
+    capture.end().unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), [0; 16]);
+}
+
+/// A buffer whose home stream is being captured when it drops is leaked, not freed into the
+/// graph (a replay would free it again).
+#[test]
+fn a_buffer_dropped_while_its_home_stream_captures_is_leaked_not_captured() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let pool = MemPool::new(device).unwrap();
+    let buffer = DeviceBuffer::<u8, _>::new_in(&pool, &home, 1 << 20).unwrap();
+    home.synchronize().unwrap();
+    let capture = home.begin_capture(capture::ThreadLocal).unwrap();
+    drop(buffer);
+    let graph = capture.end().unwrap();
+    let mut nodes = 0usize;
+    // SAFETY: a live graph; null asks only for the count.
+    let counted = unsafe { sys::cudaGraphGetNodes(graph.as_raw(), std::ptr::null_mut(), &mut nodes) };
+    assert_eq!(counted, sys::cudaError::cudaSuccess);
+    assert_eq!(nodes, 0, "no free node went into the graph");
+    home.synchronize().unwrap();
+    assert!(pool.stats().unwrap().used_current >= 1 << 20, "leaked, not freed");
+}
+
+fn _compile_checks(stream: &StreamRef, owned: Stream) {
+    // A buffer borrows `&Stream` (it cannot outlive it) or owns an `Arc<Stream>`.
+    let _borrowing: cuda_stream::Result<DeviceBuffer<u8, &StreamRef>> = DeviceBuffer::new(stream, 1);
+    let _owning: cuda_stream::Result<DeviceBuffer<u8, Arc<Stream>>> = DeviceBuffer::new(Arc::new(owned), 1);
+}
