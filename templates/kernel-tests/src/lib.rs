@@ -1,10 +1,33 @@
 //! Safe launchers for the kernels in `kernels/`, on cuda-stream's streams.
 
-use cuda_stream::{Result, StreamRef, check, sys};
+use cuda_stream::{AsStream, DeviceBuffer, Error, Result, StreamRef, check, sys};
 use std::time::Duration;
 
 unsafe extern "C" {
     fn kt_append_tag(stream: sys::cudaStream_t, log: *mut u32, tag: u32, spin_ns: u64) -> sys::cudaError_t;
+    fn kt_saxpy(stream: sys::cudaStream_t, a: f32, x: *const f32, y: *mut f32, n: u64) -> sys::cudaError_t;
+}
+
+/// `y = a * x + y` on `y`'s home stream (where `y` is allocated and will be freed); `x` is
+/// used there through [`DeviceBuffer::use_on`], which orders the use with `x`'s own stream.
+///
+/// # Errors
+/// [`Error::Size`] unless `x` and `y` have the same length; the launch's own error.
+pub fn saxpy<S: AsStream, T: AsStream>(
+    a: f32,
+    x: &mut DeviceBuffer<f32, S>,
+    y: &mut DeviceBuffer<f32, T>,
+) -> Result<()> {
+    if x.len() != y.len() {
+        return Err(Error::Size("saxpy needs x and y of one length"));
+    }
+    let (n, y_ptr) = (y.len() as u64, y.as_mut_ptr());
+    let home = y.stream();
+    x.use_on(&home, |stream, x_ptr| {
+        // SAFETY: both addresses hold `n` floats, used on `stream` only: `y`'s home, and `x`
+        // through `use_on`, which orders the use with `x`'s home stream.
+        stream.launch("kt_saxpy", |raw| unsafe { kt_saxpy(raw, a, x_ptr, y_ptr, n) })
+    })?
 }
 
 /// A log of tags in mapped, pinned host memory that kernels append to: `[count, tags...]`.

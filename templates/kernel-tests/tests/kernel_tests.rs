@@ -1,8 +1,8 @@
 //! GPU tests of the kernel in `kernels/tags.cu`. Without a GPU they say that they skipped; with
 //! `CUDA_STREAM_REQUIRE_GPU=1` a missing GPU fails them.
 
-use cuda_stream::{Stream, StreamOptions, gpu_or_skip};
-use kernel_tests::{TagLog, append_tag};
+use cuda_stream::{DeviceBuffer, PinnedBuffer, Stream, StreamOptions, gpu_or_skip};
+use kernel_tests::{TagLog, append_tag, saxpy};
 use std::time::Duration;
 
 fn stream(device: cuda_stream::Device) -> Stream {
@@ -51,4 +51,33 @@ fn wait_stream_orders_work_on_two_streams() {
 fn cuda_stream_build_makes_module_loading_eager_in_tests() {
     // Set before `main` by the constructor cuda-stream-build links into this package's tests.
     assert_eq!(std::env::var("CUDA_MODULE_LOADING").as_deref(), Ok("EAGER"));
+}
+
+#[test]
+fn saxpy_computes_a_x_plus_y_in_device_buffers() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let n = 100_000;
+    let x_values: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let mut x = DeviceBuffer::from_slice(&stream, &x_values).unwrap();
+    let mut y = DeviceBuffer::from_slice(&stream, &vec![1.0f32; n]).unwrap();
+    saxpy(2.0, &mut x, &mut y).unwrap();
+    let y_values = y.to_vec().unwrap();
+    assert!(y_values.iter().enumerate().all(|(i, &value)| value == 2.0 * i as f32 + 1.0));
+}
+
+#[test]
+fn saxpy_reads_x_from_another_stream_after_its_writes() {
+    let device = gpu_or_skip!();
+    let (x_home, y_home) = (stream(device), stream(device));
+    let mut x = DeviceBuffer::<f32, _>::zeroed(&x_home, 1024).unwrap();
+    // A slow kernel on x's stream, then x's new values there, copied asynchronously from
+    // pinned memory: saxpy on y's stream must see them.
+    let log = TagLog::new(1).unwrap();
+    append_tag(&x_home, &log, 1, Duration::from_millis(100)).unwrap();
+    let mut threes = PinnedBuffer::from_slice(&[3.0f32; 1024]).unwrap();
+    x.copy_from_pinned(&x_home, &mut threes).unwrap();
+    let mut y = DeviceBuffer::<f32, _>::zeroed(&y_home, 1024).unwrap();
+    saxpy(1.0, &mut x, &mut y).unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![3.0; 1024]);
 }
