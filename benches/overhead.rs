@@ -6,7 +6,9 @@
 //! min..max of 7 repetitions) and writes it as JSON to `$BENCH_OUT/bench-overhead.json`
 //! (default `target/`). `--quick` runs fewer operations, for smoke tests.
 
-use cuda_stream::{Device, Event, EventFlags, Stream, StreamOptions, StreamPool, capture, check, sys};
+use cuda_stream::{
+    Device, DeviceBuffer, Event, EventFlags, PinnedBuffer, Stream, StreamOptions, StreamPool, capture, check, sys,
+};
 use cuda_stream_tests::Stats;
 use cuda_stream_tests::bench::{time, write_json};
 use std::ffi::c_void;
@@ -46,7 +48,13 @@ enum FloorOp {
     GraphReplay100 = 13,
     DirectLaunch100 = 14,
     EventSynchronize = 15,
+    AllocFree = 16,
+    PinnedCopy = 17,
 }
+
+/// The bytes of one allocation and of one pinned copy, as in `kernels/bench_floor.cu`.
+const ALLOC_BYTES: usize = 4096;
+const PINNED_COPY_BYTES: usize = 64 << 20;
 
 const REPETITIONS: usize = 7;
 
@@ -122,6 +130,10 @@ fn main() {
     };
     graph_exec.upload(&a).unwrap();
     a.synchronize().unwrap();
+    // The buffers of the memory rows.
+    let mut used_elsewhere = DeviceBuffer::<u8, _>::new(&a, ALLOC_BYTES).unwrap();
+    let mut pinned = PinnedBuffer::<u8>::zeroed(PINNED_COPY_BYTES).unwrap();
+    let mut pinned_target = DeviceBuffer::<u8, _>::new(&a, PINNED_COPY_BYTES).unwrap();
 
     let mut ops: Vec<Op<'_>> = vec![
         Op {
@@ -443,6 +455,46 @@ fn main() {
                 })
             }),
             per_iter: 100.0,
+        },
+        Op {
+            name: "buffer alloc+free 4 KiB (stream-ordered)",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::AllocFree)),
+            driver: None,
+            ffi: None,
+            safe: Box::new(|n| {
+                let t = time(n, || drop(black_box(DeviceBuffer::<u8, _>::new(&a, ALLOC_BYTES).unwrap())));
+                device.synchronize().unwrap();
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "buffer use on a 2nd stream (vs record+wait)",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::RecordWaitEvent)),
+            driver: driver_floor(FloorOp::RecordWaitEvent),
+            ffi: None,
+            safe: Box::new(|n| {
+                let t = time(n, || used_elsewhere.use_on(&b, |_, _| ()).unwrap());
+                device.synchronize().unwrap();
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "pinned H2D 64 MiB + wait",
+            iters: 100,
+            cpp: Some(floor(FloorOp::PinnedCopy)),
+            driver: None,
+            ffi: None,
+            safe: Box::new(|n| {
+                time(n, || {
+                    pinned_target.copy_from_pinned(&a, &mut pinned).unwrap();
+                    pinned.as_slice().unwrap();
+                })
+            }),
+            per_iter: 1.0,
         },
     ];
 

@@ -35,7 +35,13 @@ enum FloorOp {
   GraphReplay100 = 13,
   DirectLaunch100 = 14,
   EventSynchronize = 15,
+  AllocFree = 16,
+  PinnedCopy = 17,
 };
+
+// The bytes of one stream-ordered allocation (AllocFree) and of one pinned copy (PinnedCopy).
+static const size_t kAllocBytes = 4096;
+static const size_t kPinnedCopyBytes = 64u << 20;
 
 namespace {
 // The graph of 100 empty kernels that the replay rows launch, instantiated and uploaded on `a`;
@@ -63,6 +69,13 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
   };
   cudaGraphExec_t exec = nullptr;
   if (op == GraphReplay100 && !(exec = replay_graph(a))) return -1.0;
+  void* pinned = nullptr;
+  void* device = nullptr;
+  if (op == PinnedCopy) {
+    ok(cudaMallocHost(&pinned, kPinnedCopyBytes));
+    ok(cudaMalloc(&device, kPinnedCopyBytes));
+    if (failed != cudaSuccess) return -1.0;
+  }
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
     switch (op) {
@@ -126,11 +139,23 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
         ok(cudaGetLastError());
         ok(cudaStreamSynchronize(a));
         break;
+      case AllocFree: {
+        void* p;
+        ok(cudaMallocAsync(&p, kAllocBytes, a));
+        ok(cudaFreeAsync(p, a));
+        break;
+      }
+      case PinnedCopy:
+        ok(cudaMemcpyAsync(device, pinned, kPinnedCopyBytes, cudaMemcpyHostToDevice, a));
+        ok(cudaStreamSynchronize(a));
+        break;
     }
   }
-  if (op == LaunchEmpty || op == EventRecord || op == RecordWaitEvent) ok(cudaDeviceSynchronize());
+  if (op == LaunchEmpty || op == EventRecord || op == RecordWaitEvent || op == AllocFree) ok(cudaDeviceSynchronize());
   auto end = std::chrono::steady_clock::now();
   if (exec) ok(cudaGraphExecDestroy(exec));
+  if (pinned) ok(cudaFreeHost(pinned));
+  if (device) ok(cudaFree(device));
   if (failed != cudaSuccess) return -1.0;
   return std::chrono::duration<double, std::nano>(end - start).count() / iters;
 }
