@@ -18,6 +18,10 @@ cudaError_t cs_launch_wait_flag(cudaStream_t s, const uint32_t* f, uint64_t ns, 
   (void)s; (void)f; (void)ns; (void)o;
   return cudaErrorNotSupported;
 }
+cudaError_t cs_launch_spin_copy(cudaStream_t s, const uint32_t* src, uint32_t* dst, uint64_t n, uint64_t ns) {
+  (void)s; (void)src; (void)dst; (void)n; (void)ns;
+  return cudaErrorNotSupported;
+}
 cudaError_t cs_launch_empty(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
 cudaError_t cs_launch_fault(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
 cudaError_t cs_preload_kernels(void) { return cudaErrorNotSupported; }

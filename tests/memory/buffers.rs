@@ -166,6 +166,7 @@ fn bad_sizes_are_refused_and_nothing_is_lost() {
     assert!(matches!(DeviceBuffer::<u32, _>::new(&home, 0), Err(Error::Size(_))));
     assert!(matches!(DeviceBuffer::<u64, _>::new(&home, usize::MAX / 4), Err(Error::Size(_))));
     assert!(matches!(PinnedBuffer::<u8>::zeroed(0), Err(Error::Size(_))));
+    assert!(matches!(DeviceBuffer::<[u8; 0], _>::new(&home, 4), Err(Error::Size(_))), "zero-sized elements");
     let mut buffer = DeviceBuffer::from_slice(&home, &[1u32, 2, 3, 4]).unwrap();
     assert!(matches!(buffer.copy_from_slice(&home, &[9, 9, 9]), Err(Error::Size(_))));
     let mut short = [0u32; 5];
@@ -254,6 +255,48 @@ fn allocations_copies_and_fills_are_refused_during_a_capture_and_it_survives() {
     assert!(misuse(buffer.use_on(&captured, |_, _| ())));
     capture.end().unwrap();
     assert_eq!(buffer.to_vec().unwrap(), [0; 16]);
+
+    // The home stream captured, the use on another stream: refused too (waiting on the home
+    // stream would pull the other stream into the capture, and the copy with it).
+    let capture = home.begin_capture(capture::Relaxed).unwrap();
+    assert!(misuse(buffer.fill_bytes(&captured, 1)));
+    assert!(misuse(buffer.use_on(&captured, |_, _| ())));
+    let graph = capture.end().unwrap();
+    let mut nodes = 0usize;
+    // SAFETY: a live graph; null asks only for the count.
+    assert_eq!(
+        unsafe { sys::cudaGraphGetNodes(graph.as_raw(), std::ptr::null_mut(), &mut nodes) },
+        sys::cudaError::cudaSuccess
+    );
+    assert_eq!(nodes, 0, "nothing of the refused uses went into the graph");
+    assert_eq!(buffer.to_vec().unwrap(), [0; 16]);
+}
+
+/// An `AsStream` that lends another stream than the one the buffer was allocated on: every
+/// later use is refused, and the buffer is leaked rather than freed on a stream its uses were
+/// not ordered with.
+#[test]
+fn a_home_that_changes_its_stream_is_refused_and_the_buffer_leaked() {
+    struct Fickle {
+        streams: [Stream; 2],
+        second: std::sync::atomic::AtomicBool,
+    }
+    impl cuda_stream::AsStream for Fickle {
+        fn as_stream(&self) -> cuda_stream::BorrowedStream<'_> {
+            let index = usize::from(self.second.load(std::sync::atomic::Ordering::Relaxed));
+            self.streams[index].as_stream()
+        }
+    }
+    let device = gpu_or_skip!();
+    let pool = MemPool::new(device).unwrap();
+    let fickle = Fickle { streams: [stream(device), stream(device)], second: false.into() };
+    let buffer = DeviceBuffer::<u32, _>::new_in(&pool, &fickle, 1024).unwrap();
+    fickle.second.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(matches!(buffer.to_vec(), Err(Error::HomeStreamChanged)));
+    drop(buffer);
+    fickle.streams[0].synchronize().unwrap();
+    fickle.streams[1].synchronize().unwrap();
+    assert!(pool.stats().unwrap().used_current >= 4096, "leaked, not freed on the wrong stream");
 }
 
 /// A buffer whose home stream is being captured when it drops is leaked, not freed into the

@@ -278,6 +278,12 @@ impl Event {
         crate::ffi::driver::event_synchronize(self.raw)
     }
 
+    /// Blocks until the work before the last record has completed, after the caller made the
+    /// checks of [`Event::synchronize`] itself, before it recorded the event.
+    pub(crate) fn synchronize_checked_earlier(&self) -> Result<()> {
+        crate::ffi::driver::event_synchronize(self.raw)
+    }
+
     /// The GPU time from `start` to this event, or `None` while either has not completed
     /// ([`cudaEventElapsedTime`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     ///

@@ -228,6 +228,11 @@ pub enum Error {
     /// where handle 0x2 would silently mean that thread's own, different stream.
     #[error("the per-thread default stream of one thread was used on another thread")]
     WrongThread,
+    /// What holds a [`DeviceBuffer`](crate::DeviceBuffer)'s home stream now lends another
+    /// stream than the one the buffer was allocated on (an `AsStream` that changes its
+    /// answer): no use can be ordered with the allocation, and the buffer will be leaked.
+    #[error("the value holding a device buffer's home stream now lends another stream")]
+    HomeStreamChanged,
     /// `elapsed` on an event created without timing.
     #[error("elapsed time needs both events created with timing enabled (EventFlags::timing)")]
     TimingDisabled,

@@ -4,8 +4,9 @@
 use super::pinned::PinnedBuffer;
 use super::pool::MemPool;
 use super::{DeviceCopy, byte_size, same_length};
-use crate::call::live_captures;
+use crate::call::live_captures::{self, no_capture_transitions};
 use crate::device::{Device, same_device};
+use crate::event::Event;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::capture_status::CaptureStatus;
@@ -15,6 +16,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::RwLockReadGuard;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `len` elements of `T` in device memory, allocated on a stream (its *home*) and freed on it
@@ -80,7 +82,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// As [`DeviceBuffer::new`].
     pub fn zeroed(stream: S, len: usize) -> Result<Self> {
         let buffer = Self::new(stream, len)?;
-        buffer.fill_bytes_on(&buffer.home.as_stream(), 0)?;
+        buffer.fill_bytes_on(&*buffer.home()?, 0)?;
         Ok(buffer)
     }
 
@@ -91,7 +93,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// As [`DeviceBuffer::new`] and [`DeviceBuffer::copy_from_slice`].
     pub fn from_slice(stream: S, source: &[T]) -> Result<Self> {
         let buffer = Self::new(stream, source.len())?;
-        buffer.copy_from_slice_on(&buffer.home.as_stream(), source)?;
+        buffer.copy_from_slice_on(&*buffer.home()?, source)?;
         Ok(buffer)
     }
 
@@ -99,6 +101,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         const { assert!(align_of::<T>() <= 256, "CUDA's allocations are aligned to 256 bytes") };
         let bytes = byte_size::<T>(len)?;
         let stream = home.as_stream();
+        // No capture of this crate begins between the check and the allocation (CUDA would
+        // make it a graph's allocation).
+        let _transitions = no_capture_transitions();
         refuse_capture(&stream)?;
         if let Some(pool) = pool {
             same_device("a memory pool serves streams of its own device", pool.device(), stream.device())?;
@@ -163,25 +168,31 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::CaptureMisuse`]
-    /// while `stream` is being captured; the errors of [`StreamRef::wait_stream`]. If the home
-    /// stream cannot be made to wait after `launch`, the error is returned and the buffer will
-    /// be leaked rather than freed before the use.
+    /// while `stream` or the home stream is being captured; [`Error::HomeStreamChanged`];
+    /// the errors of [`StreamRef::wait_stream`]. If the home stream cannot be made to wait
+    /// after `launch` (it began a capture meanwhile, or the wait failed), the error is
+    /// returned and the buffer will be leaked rather than freed before the use.
     pub fn use_on<R>(&mut self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *mut T) -> R) -> Result<R> {
         let stream = stream.as_stream();
-        let ptr = self.ptr.as_ptr();
-        self.on_stream(&stream, || Ok(launch(&stream, ptr)))
+        same_device("device memory is used on streams of its own device", self.device, stream.device())?;
+        let (home, ptr) = (self.home()?, self.ptr.as_ptr());
+        // Your launch is not held under the capture-transition lock (it may make calls that
+        // take it): a capture that begins on `stream` meanwhile takes your launch, your
+        // `unsafe` contract; one that begins on the home stream makes the buffer leak.
+        ordered_use(&stream, &[(&home, &self.leak)], Hold::ChecksAndWaits, || Ok(launch(&stream, ptr)))
     }
 
-    /// Copies `source` into the buffer on `stream`, and returns once the copy has completed
-    /// (it waits for `stream`): a Rust slice is pageable memory as far as the types know, and
-    /// CUDA copies page-locked memory asynchronously, so returning earlier could free or
-    /// change the slice under the copy. For an asynchronous copy, use a [`PinnedBuffer`]
+    /// Copies `source` into the buffer on `stream`, and returns once the copy has completed:
+    /// a Rust slice is pageable memory as far as the types know, and CUDA copies page-locked
+    /// memory asynchronously, so returning earlier could free or change the slice under the
+    /// copy. For an asynchronous copy, use a [`PinnedBuffer`]
     /// ([`cudaMemcpyAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
     ///
     /// # Errors
     /// [`Error::Size`] unless `source` has the buffer's length; the errors of
-    /// [`DeviceBuffer::use_on`] and of [`StreamRef::synchronize`] (whose capture refusals are
-    /// checked before the copy is enqueued).
+    /// [`DeviceBuffer::use_on`]; [`Error::CaptureMisuse`] where a capture of this crate
+    /// forbids waiting ([the rules](crate::capture#calls-refused-during-a-capture)), checked
+    /// before the copy is enqueued. Once enqueued, the copy is always waited for.
     pub fn copy_from_slice(&mut self, stream: impl AsStream, source: &[T]) -> Result<()> {
         self.copy_from_slice_on(&stream.as_stream(), source)
     }
@@ -193,10 +204,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// As [`DeviceBuffer::copy_from_slice`].
     pub fn copy_to_slice(&self, stream: impl AsStream, destination: &mut [T]) -> Result<()> {
         same_length(destination.len(), self.len)?;
-        let stream = stream.as_stream();
-        let bytes = self.bytes();
         let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.ptr.as_ptr().cast::<c_void>().cast_const());
-        self.blocking_copy(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+        self.blocking_copy(&stream.as_stream(), to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
     }
 
     /// The buffer's contents, copied on the home stream after its work so far (blocking, as
@@ -206,10 +215,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// As [`DeviceBuffer::copy_to_slice`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let mut values = Vec::<T>::with_capacity(self.len);
-        let stream = self.home.as_stream();
-        let bytes = self.bytes();
         let (to, from) = (values.as_mut_ptr().cast::<c_void>(), self.ptr.as_ptr().cast::<c_void>().cast_const());
-        self.blocking_copy(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
+        self.blocking_copy(&*self.home()?, to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
         // SAFETY: the copy above completed and wrote all `len` elements; any bytes are a valid
         // `T` (`DeviceCopy`).
         unsafe { values.set_len(self.len) };
@@ -223,12 +230,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// [`Error::Size`] unless the lengths match; the errors of [`DeviceBuffer::use_on`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut PinnedBuffer<T>) -> Result<()> {
         same_length(self.len, source.len())?;
-        let stream = stream.as_stream();
         let (to, from) = (self.ptr.as_ptr().cast::<c_void>(), source.as_ptr().cast::<c_void>());
-        self.on_stream(&stream, || {
-            copy_async(&stream, to, from, self.bytes(), sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
-        })?;
-        source.in_flight_on(&stream)
+        self.pinned_copy(&stream.as_stream(), source, to, from, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
     }
 
     /// Copies the buffer into `destination` (pinned host memory) on `stream`, asynchronously:
@@ -238,12 +241,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// As [`DeviceBuffer::copy_from_pinned`].
     pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut PinnedBuffer<T>) -> Result<()> {
         same_length(destination.len(), self.len)?;
-        let stream = stream.as_stream();
         let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.ptr.as_ptr().cast::<c_void>().cast_const());
-        self.on_stream(&stream, || {
-            copy_async(&stream, to, from, self.bytes(), sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
-        })?;
-        destination.in_flight_on(&stream)
+        self.pinned_copy(&stream.as_stream(), destination, to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
     }
 
     /// Copies another device buffer into this one on `stream`, asynchronously, ordered with
@@ -267,26 +266,19 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
                 found: stream.device().ordinal(),
             });
         }
-        self.on_any_stream(&stream, || {
-            source.on_any_stream(&stream, || {
-                if to_device == from_device {
-                    return copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
-                }
-                let _current = stream.enter_runtime()?;
-                // SAFETY: two live allocations of `bytes` on their devices, the ordinals of
-                // those devices; a live stream of one of them.
-                let code = unsafe {
-                    sys::cudaMemcpyPeerAsync(
-                        to,
-                        to_device.ordinal(),
-                        from,
-                        from_device.ordinal(),
-                        bytes,
-                        stream.as_raw(),
-                    )
-                };
-                check(code, "cudaMemcpyPeerAsync")
-            })
+        let (to_home, from_home) = (self.home()?, source.home()?);
+        let homes = [(&*to_home, &self.leak), (&*from_home, &source.leak)];
+        ordered_use(&stream, &homes, Hold::Throughout, || {
+            if to_device == from_device {
+                return copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
+            }
+            let _current = stream.enter_runtime()?;
+            // SAFETY: two live allocations of `bytes` on their devices, the ordinals of those
+            // devices; a live stream of one of them.
+            let code = unsafe {
+                sys::cudaMemcpyPeerAsync(to, to_device.ordinal(), from, from_device.ordinal(), bytes, stream.as_raw())
+            };
+            check(code, "cudaMemcpyPeerAsync")
         })
     }
 
@@ -300,7 +292,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
-        self.on_stream(stream, || {
+        self.ordered(stream, || {
             let _current = stream.enter_runtime()?;
             // SAFETY: a live allocation of `bytes()` bytes; a live stream of its device.
             let code = unsafe {
@@ -313,82 +305,183 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     fn copy_from_slice_on(&self, stream: &StreamRef, source: &[T]) -> Result<()> {
         same_length(self.len, source.len())?;
         let (to, from) = (self.ptr.as_ptr().cast::<c_void>(), source.as_ptr().cast::<c_void>());
-        self.blocking_copy(stream, to, from, self.bytes(), sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        self.blocking_copy(stream, to, from, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
     }
 
     fn bytes(&self) -> usize {
         self.len * size_of::<T>()
     }
 
-    /// A copy between the buffer and host memory the caller borrows only for this call: the
-    /// checks a synchronize makes come first (so that none can refuse it once the copy is in
-    /// flight), then the copy, ordered with the home stream, then the wait for it.
+    /// The home stream, while `S` still lends the stream the buffer was allocated on.
+    fn home(&self) -> Result<BorrowedStream<'_>> {
+        let home = self.home.as_stream();
+        if home.as_raw() == self.home_raw && home.device() == self.device {
+            Ok(home)
+        } else {
+            self.leak.store(true, Ordering::Relaxed);
+            Err(Error::HomeStreamChanged)
+        }
+    }
+
+    /// Runs `enqueue` (CUDA work on `stream` that uses the buffer), ordered both ways with the
+    /// home stream, with no capture of this crate beginning or ending from the checks to the
+    /// last wait: CUDA captures allocations, copies and fills rather than refusing them.
+    fn ordered<R>(&self, stream: &StreamRef, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
+        same_device("device memory is used on streams of its own device", self.device, stream.device())?;
+        let home = self.home()?;
+        ordered_use(stream, &[(&home, &self.leak)], Hold::Throughout, enqueue)
+    }
+
+    /// A copy between the buffer and host memory the caller lends only for this call: the
+    /// checks a wait makes come first, then the copy (ordered with the home stream) and an
+    /// event recorded after it, then the wait for that event, which nothing can refuse once
+    /// the copy is enqueued.
     fn blocking_copy(
         &self,
         stream: &StreamRef,
         to: *mut c_void,
         from: *const c_void,
-        bytes: usize,
         kind: sys::cudaMemcpyKind,
     ) -> Result<()> {
-        if let Some(_transitions) = live_captures::unsafe_call_hold()? {
-            refuse_capturing_stream(stream)?;
+        let done = Event::internal(stream.device())?;
+        let bytes = self.bytes();
+        let mut enqueued = false;
+        let ordered = self.ordered(stream, || {
+            if live_captures::any() {
+                // This thread's own capture would be invalidated by the wait below.
+                live_captures::refuse_unsafe_call()?;
+            }
+            copy_async(stream, to, from, bytes, kind)?;
+            enqueued = true;
+            // Under the capture-transition lock, on a stream checked not capturing: a plain
+            // record (the crate's record would take the lock again).
+            stream.record_raw(done.as_raw(), 0)
+        });
+        if enqueued {
+            // Recorded or not (a record fails only when the context is broken, and then no
+            // copy runs), the copy is waited for before the host memory goes back.
+            let waited = match &ordered {
+                Ok(()) => done.synchronize_checked_earlier(),
+                Err(_) => stream.synchronize_checked_earlier(),
+            };
+            ordered?;
+            return waited;
         }
-        self.on_stream(stream, || copy_async(stream, to, from, bytes, kind))?;
-        stream.synchronize_checked_earlier()
+        ordered
     }
 
-    /// Runs `enqueue` (work on `stream` that uses the buffer), ordered both ways with the home
-    /// stream, on a stream of the buffer's device.
-    fn on_stream<R>(&self, stream: &StreamRef, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
-        same_device("device memory is used on streams of its own device", self.device, stream.device())?;
-        self.on_any_stream(stream, enqueue)
-    }
-
-    /// [`DeviceBuffer::on_stream`] on a stream of any device (a peer copy).
-    fn on_any_stream<R>(&self, stream: &StreamRef, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
-        refuse_capture(stream)?;
-        if stream.as_raw() == self.home_raw && stream.device() == self.device {
-            return enqueue();
+    /// A copy between the buffer and pinned memory: ordered with the home stream, and noted in
+    /// the pinned buffer as in flight (an event recorded after it) whenever it was enqueued.
+    fn pinned_copy(
+        &self,
+        stream: &StreamRef,
+        pinned: &mut PinnedBuffer<T>,
+        to: *mut c_void,
+        from: *const c_void,
+        kind: sys::cudaMemcpyKind,
+    ) -> Result<()> {
+        let done = Event::internal(stream.device())?;
+        let bytes = self.bytes();
+        let mut enqueued = false;
+        let mut recorded = false;
+        let ordered = self.ordered(stream, || {
+            copy_async(stream, to, from, bytes, kind)?;
+            enqueued = true;
+            stream.record_raw(done.as_raw(), 0)?;
+            recorded = true;
+            Ok(())
+        });
+        if enqueued {
+            pinned.in_flight(stream, done, recorded);
         }
-        let home = self.home.as_stream();
-        // The allocation, and everything the home stream did with the memory, come first.
-        stream.wait_stream(&*home)?;
-        // Then the home stream, and so the free, waits for the use: also if `enqueue` panics.
-        let after = HomeWaits { home: &home, stream, leak: &self.leak };
-        let result = enqueue();
-        after.finish()?;
-        result
+        ordered
     }
 }
 
-/// Makes the home stream wait for the work enqueued on another stream: at `finish`, or, if
-/// that is never reached (a panic), when dropped. A wait that fails marks the buffer leaked.
-struct HomeWaits<'a> {
-    home: &'a StreamRef,
+/// How much of [`ordered_use`] holds the capture-transition lock.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Hold {
+    /// From the checks to the last wait, the enqueue included (this crate's own CUDA calls).
+    Throughout,
+    /// The checks and the waits before, then the checks and the waits after, each under it;
+    /// not the enqueue (a caller's closure, which may take the lock itself).
+    ChecksAndWaits,
+}
+
+/// Runs `enqueue` (work on `stream` that uses buffers whose home streams are `homes`), with
+/// each use ordered both ways: `stream` first waits for each home stream, and each home stream
+/// then waits for `stream`, also when `enqueue` panics. A home stream that cannot be made to
+/// wait after the use (a capture began on it, the wait failed) marks its buffer leaked.
+fn ordered_use<R>(
+    stream: &StreamRef,
+    homes: &[(&StreamRef, &AtomicBool)],
+    hold: Hold,
+    enqueue: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    let transitions = no_capture_transitions();
+    refuse_capture(stream)?;
+    for (home, _) in homes {
+        refuse_capture(home)?;
+    }
+    for (home, _) in homes {
+        if *home != stream {
+            // The allocation, and everything the home stream did with the memory, come first.
+            stream.wait_stream_now(home)?;
+        }
+    }
+    let held = match hold {
+        Hold::Throughout => Some(transitions),
+        Hold::ChecksAndWaits => {
+            drop(transitions);
+            None
+        }
+    };
+    let after = HomesWait { homes, stream, held };
+    let result = enqueue();
+    after.finish()?;
+    result
+}
+
+/// The waits after a use: each home stream waits for `stream`, at `finish` or, if that is never
+/// reached (a panic), when dropped, under the capture-transition lock (`held`, or taken now).
+struct HomesWait<'a, 'b> {
+    homes: &'b [(&'a StreamRef, &'a AtomicBool)],
     stream: &'a StreamRef,
-    leak: &'a AtomicBool,
+    held: Option<RwLockReadGuard<'static, ()>>,
 }
 
-impl HomeWaits<'_> {
-    fn finish(self) -> Result<()> {
+impl HomesWait<'_, '_> {
+    fn finish(mut self) -> Result<()> {
         let waited = self.wait();
-        std::mem::forget(self);
+        self.homes = &[];
         waited
     }
 
-    fn wait(&self) -> Result<()> {
-        let waited = self.home.wait_stream(self.stream);
-        if waited.is_err() {
-            self.leak.store(true, Ordering::Relaxed);
+    fn wait(&mut self) -> Result<()> {
+        let _transitions = match self.held.take() {
+            Some(held) => held,
+            None => no_capture_transitions(),
+        };
+        let mut waited = Ok(());
+        for (home, leak) in self.homes {
+            if *home == self.stream {
+                continue;
+            }
+            let this = refuse_capture(home).and_then(|()| home.wait_stream_now(self.stream));
+            if this.is_err() {
+                leak.store(true, Ordering::Relaxed);
+                waited = waited.and(this);
+            }
         }
         waited
     }
 }
 
-impl Drop for HomeWaits<'_> {
+impl Drop for HomesWait<'_, '_> {
     fn drop(&mut self) {
-        let _ = self.wait();
+        if !self.homes.is_empty() {
+            let _ = self.wait();
+        }
     }
 }
 
@@ -396,15 +489,11 @@ impl Drop for HomeWaits<'_> {
 /// outlive the buffer. One load while no capture can be in progress.
 fn refuse_capture(stream: &StreamRef) -> Result<()> {
     if stream.may_be_captured_now() {
-        refuse_capturing_stream(stream)?;
+        stream.refuse_capturing(
+            "device memory is not allocated, copied, filled or freed during a capture (a replay would outlive it)",
+        )?;
     }
     Ok(())
-}
-
-fn refuse_capturing_stream(stream: &StreamRef) -> Result<()> {
-    stream.refuse_capturing(
-        "device memory is not allocated, copied or filled during a capture (a replay would outlive it)",
-    )
 }
 
 /// `cudaMemcpyAsync` on `stream`, its device current.
@@ -432,10 +521,9 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
         if *self.leak.get_mut() || refuse_inside_host_fn().is_err() {
             return;
         }
-        let home = self.home.as_stream();
-        if home.as_raw() != self.home_raw || home.device() != self.device {
-            return;
-        }
+        let Ok(home) = self.home() else { return };
+        // No capture of this crate begins between the check and the free.
+        let _transitions = no_capture_transitions();
         if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
             return;
         }

@@ -73,6 +73,9 @@ fn byte_size<T>(len: usize) -> Result<usize> {
     if len == 0 {
         return Err(Error::Size("a buffer of zero elements (CUDA has no empty allocation)"));
     }
+    if size_of::<T>() == 0 {
+        return Err(Error::Size("a buffer of zero-sized elements (CUDA has no empty allocation)"));
+    }
     len.checked_mul(size_of::<T>())
         .filter(|&bytes| bytes <= isize::MAX as usize)
         .ok_or(Error::Size("the byte size of the buffer overflows"))

@@ -2,9 +2,11 @@
 //! waits for those copies before the host may touch or free it.
 
 use super::{DeviceCopy, byte_size};
+use crate::call::live_captures;
 use crate::device::Device;
 use crate::event::Event;
-use crate::ffi::error::{Result, check};
+use crate::ffi::driver;
+use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
 use crate::sys;
@@ -60,6 +62,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
     }
 
     fn allocate(len: usize) -> Result<Self> {
+        const { assert!(align_of::<T>() <= 4096, "cudaHostAlloc aligns to a page") };
         let bytes = byte_size::<T>(len)?;
         refuse_inside_host_fn()?;
         // The runtime would bind device 0's primary context on a thread without one: make it
@@ -68,7 +71,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: a valid out-pointer; bytes > 0; a valid flag.
         check(unsafe { sys::cudaHostAlloc(&mut ptr, bytes, sys::cudaHostAllocPortable) }, "cudaHostAlloc")?;
-        let ptr = NonNull::new(ptr.cast::<T>()).ok_or(crate::Error::Size("CUDA returned no address"))?;
+        let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         Ok(PinnedBuffer { ptr, len, in_flight: Vec::new(), leak: false })
     }
 
@@ -111,32 +114,37 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         self.ptr.as_ptr()
     }
 
-    /// Notes a copy just enqueued on `stream` as in flight: an event recorded after it. If no
-    /// event can be recorded, waits for the stream instead; if that fails too, the memory is
-    /// leaked rather than freed under the copy.
-    pub(crate) fn in_flight_on(&mut self, stream: &StreamRef) -> Result<()> {
-        let recorded = Event::internal(stream.device()).and_then(|event| {
-            stream.record(&event)?;
-            Ok(event)
-        });
-        match recorded {
-            Ok(event) => {
-                self.in_flight.push(event);
-                Ok(())
+    /// Notes a copy just enqueued on `stream` as in flight: `done`, if it was `recorded`
+    /// after the copy. Otherwise the stream is waited for; if that fails too, the memory is
+    /// never handed out nor freed again. Completed events are pruned as they pile up.
+    pub(crate) fn in_flight(&mut self, stream: &StreamRef, done: Event, recorded: bool) {
+        if !recorded {
+            if stream.synchronize_checked_earlier().is_err() {
+                self.leak = true;
             }
-            Err(error) => {
-                if stream.synchronize_checked_earlier().is_err() {
-                    self.leak = true;
-                }
-                Err(error)
-            }
+            return;
         }
+        if self.in_flight.len() >= 16 {
+            self.in_flight.retain(|event| driver::event_query(event.as_raw()) != Ok(true));
+        }
+        self.in_flight.push(done);
     }
 
     /// Waits for every copy in flight.
     fn settle(&mut self) -> Result<()> {
+        if self.leak {
+            return Err(Error::Size(
+                "a copy into or out of this pinned buffer could not be tracked: it is never touched again",
+            ));
+        }
+        if self.in_flight.is_empty() {
+            return Ok(());
+        }
+        // Refused where a capture of this crate forbids waiting; the events themselves were
+        // recorded outside any capture.
+        drop(live_captures::unsafe_call_hold()?);
         while let Some(event) = self.in_flight.last() {
-            event.synchronize()?;
+            event.synchronize_checked_earlier()?;
             self.in_flight.pop();
         }
         Ok(())
@@ -151,6 +159,8 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
         if self.leak || refuse_inside_host_fn().is_err() || self.settle().is_err() {
             return;
         }
+        // The runtime would bind device 0's primary context on a thread without one.
+        let Ok(_current) = Device::new(0).and_then(Device::make_current) else { return };
         // SAFETY: memory this buffer allocated; no copy uses it any more.
         let _ = check(unsafe { sys::cudaFreeHost(self.ptr.as_ptr().cast()) }, "cudaFreeHost");
     }
