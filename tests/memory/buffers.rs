@@ -262,13 +262,7 @@ fn allocations_copies_and_fills_are_refused_during_a_capture_and_it_survives() {
     assert!(misuse(buffer.fill_bytes(&captured, 1)));
     assert!(misuse(buffer.use_on(&captured, |_, _| ())));
     let graph = capture.end().unwrap();
-    let mut nodes = 0usize;
-    // SAFETY: a live graph; null asks only for the count.
-    assert_eq!(
-        unsafe { sys::cudaGraphGetNodes(graph.as_raw(), std::ptr::null_mut(), &mut nodes) },
-        sys::cudaError::cudaSuccess
-    );
-    assert_eq!(nodes, 0, "nothing of the refused uses went into the graph");
+    assert_eq!(node_count(&graph), 0, "nothing of the refused uses went into the graph");
     assert_eq!(buffer.to_vec().unwrap(), [0; 16]);
 }
 
@@ -311,13 +305,18 @@ fn a_buffer_dropped_while_its_home_stream_captures_is_leaked_not_captured() {
     let capture = home.begin_capture(capture::ThreadLocal).unwrap();
     drop(buffer);
     let graph = capture.end().unwrap();
-    let mut nodes = 0usize;
-    // SAFETY: a live graph; null asks only for the count.
-    let counted = unsafe { sys::cudaGraphGetNodes(graph.as_raw(), std::ptr::null_mut(), &mut nodes) };
-    assert_eq!(counted, sys::cudaError::cudaSuccess);
-    assert_eq!(nodes, 0, "no free node went into the graph");
+    assert_eq!(node_count(&graph), 0, "no free node went into the graph");
     home.synchronize().unwrap();
     assert!(pool.stats().unwrap().used_current >= 1 << 20, "leaked, not freed");
+}
+
+/// How many nodes `graph` has.
+fn node_count(graph: &cuda_stream::Graph) -> usize {
+    let mut nodes = 0usize;
+    // SAFETY: a live graph; a null node array asks only for the count.
+    let code = unsafe { sys::cudaGraphGetNodes(graph.as_raw(), std::ptr::null_mut(), &mut nodes) };
+    assert_eq!(code, sys::cudaError::cudaSuccess);
+    nodes
 }
 
 fn _compile_checks(stream: &StreamRef, owned: Stream) {

@@ -22,11 +22,11 @@
 //!   buffer remembers the copies in flight, and its host access and its drop wait for them.
 //! * Elements are [`DeviceCopy`]: plain old data that any bit pattern, and a GPU, may write.
 //! * During a stream capture, allocations, copies and fills are refused
-//!   ([`Error::CaptureMisuse`](crate::Error::CaptureMisuse)): a graph replaying them would
+//!   ([`Error::CaptureMisuse`]): a graph replaying them would
 //!   outlive the buffer. A buffer whose home stream is being captured when it drops is leaked,
 //!   not freed into the graph.
 //! * Sizes are checked before CUDA sees them: a zero length, a byte size that overflows, and
-//!   copies between sides of different lengths are [`Error::Size`](crate::Error::Size); running
+//!   copies between sides of different lengths are [`Error::Size`]; running
 //!   out of memory is CUDA's `cudaErrorMemoryAllocation`, after which the pool still serves.
 //!
 //! What a drop cannot do safely it does not do: inside a host function, on a thread where the
