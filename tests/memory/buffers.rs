@@ -117,6 +117,42 @@ fn a_copy_on_another_stream_comes_after_the_home_streams_work() {
     assert!(seen.iter().all(|&word| word == 0x0707_0707), "the copy on the other stream ran before the fill");
 }
 
+/// Allocations go to the home stream's device and context whatever is current: on a fresh
+/// thread with no context, and under a non-primary context (cudarc's) that is destroyed while
+/// the buffer lives. Run in a child: memory of the destroyed context would crash the process.
+#[test]
+fn a_buffer_lives_in_its_streams_context_whatever_is_current() {
+    let _device = gpu_or_skip!();
+    cuda_stream_tests::child_test_prints("child_buffer_under_foreign_contexts", &["survived"]);
+}
+
+#[test]
+#[ignore = "run by a_buffer_lives_in_its_streams_context_whatever_is_current in a child"]
+fn child_buffer_under_foreign_contexts() {
+    let device = cuda_stream::Device::new(0).unwrap();
+    let home = Arc::new(stream(device));
+    let on_fresh_thread = {
+        let home = Arc::clone(&home);
+        std::thread::spawn(move || {
+            let buffer = DeviceBuffer::from_slice(home, &[5u32; 256]).unwrap();
+            buffer.to_vec().unwrap()
+        })
+        .join()
+        .unwrap()
+    };
+    assert_eq!(on_fresh_thread, [5u32; 256]);
+    let context = cudarc::driver::CudaContext::new_non_primary(0, 0).expect("a non-primary context");
+    let buffer = DeviceBuffer::from_slice(&*home, &[7u32; 256]).unwrap();
+    let mut filled = DeviceBuffer::<u32, _>::new(&*home, 256).unwrap();
+    filled.fill_bytes(&*home, 1).unwrap();
+    drop(context);
+    assert_eq!(buffer.to_vec().unwrap(), [7u32; 256]);
+    assert_eq!(filled.to_vec().unwrap(), [0x0101_0101u32; 256]);
+    drop((buffer, filled));
+    home.synchronize().unwrap();
+    println!("survived");
+}
+
 /// A buffer held through an `Arc<Stream>` is `'static`, and moves to another thread with it.
 #[test]
 fn a_buffer_owning_its_stream_moves_to_another_thread() {

@@ -57,6 +57,9 @@ type StreamAddCallback =
 type LaunchHostFunc = unsafe extern "C" fn(sys::cudaStream_t, sys::cudaHostFn_t, *mut c_void) -> c_int;
 type GraphLaunch = unsafe extern "C" fn(sys::cudaGraphExec_t, sys::cudaStream_t) -> c_int;
 type ThreadExchangeCaptureMode = unsafe extern "C" fn(*mut sys::cudaStreamCaptureMode) -> c_int;
+type MemAllocAsync = unsafe extern "C" fn(*mut u64, usize, sys::cudaStream_t) -> c_int;
+type MemAllocFromPoolAsync = unsafe extern "C" fn(*mut u64, usize, sys::cudaMemPool_t, sys::cudaStream_t) -> c_int;
+type MemFreeAsync = unsafe extern "C" fn(u64, sys::cudaStream_t) -> c_int;
 
 /// The entry points.
 struct Driver {
@@ -83,6 +86,9 @@ struct Driver {
     launch_host_func: LaunchHostFunc,
     graph_launch: GraphLaunch,
     thread_exchange_capture_mode: ThreadExchangeCaptureMode,
+    mem_alloc_async: MemAllocAsync,
+    mem_alloc_from_pool_async: MemAllocFromPoolAsync,
+    mem_free_async: MemFreeAsync,
 }
 
 /// Fetches one entry point as the function type `$ty`.
@@ -125,6 +131,9 @@ fn driver() -> Result<&'static Driver> {
                 thread_exchange_capture_mode: entry_point!(
                     c"cuThreadExchangeStreamCaptureMode" as ThreadExchangeCaptureMode
                 ),
+                mem_alloc_async: entry_point!(c"cuMemAllocAsync" as MemAllocAsync),
+                mem_alloc_from_pool_async: entry_point!(c"cuMemAllocFromPoolAsync" as MemAllocFromPoolAsync),
+                mem_free_async: entry_point!(c"cuMemFreeAsync" as MemFreeAsync),
             })
         })
         .as_ref()
@@ -353,6 +362,40 @@ pub(crate) fn thread_exchange_capture_mode(mode: sys::cudaStreamCaptureMode) -> 
     let code = unsafe { exchange(&mut mode) };
     check_driver(code, "cudaThreadExchangeStreamCaptureMode")?;
     Ok(mode)
+}
+
+/// `cuMemAllocAsync`, or `cuMemAllocFromPoolAsync` from `pool`, as `cudaMallocAsync` and
+/// `cudaMallocFromPoolAsync`: `bytes` on `stream`'s device, in its order.
+pub(crate) fn mem_alloc_async(
+    bytes: usize,
+    pool: Option<sys::cudaMemPool_t>,
+    stream: sys::cudaStream_t,
+) -> Result<*mut c_void> {
+    let driver = driver()?;
+    let mut address: u64 = 0;
+    // SAFETY: a valid out-pointer; the caller passes a live real stream (which carries its
+    // context) and a live pool of its device.
+    let (code, api) = unsafe {
+        match pool {
+            None => ((driver.mem_alloc_async)(&mut address, bytes, stream), "cudaMallocAsync"),
+            Some(pool) => {
+                ((driver.mem_alloc_from_pool_async)(&mut address, bytes, pool, stream), "cudaMallocFromPoolAsync")
+            }
+        }
+    };
+    check_driver(code, api)?;
+    Ok(address as *mut c_void)
+}
+
+/// `cuMemFreeAsync`, as `cudaFreeAsync`.
+///
+/// # Safety
+/// `address` must be a stream-ordered allocation nothing else frees, and every use of it must
+/// be ordered before this point of `stream`, a live real stream.
+pub(crate) unsafe fn mem_free_async(address: *mut c_void, stream: sys::cudaStream_t) -> Result<()> {
+    let free = driver()?.mem_free_async;
+    // SAFETY: the caller's contract.
+    check_driver(unsafe { free(address as u64, stream) }, "cudaFreeAsync")
 }
 
 /// `cuEventQuery`, as `cudaEventQuery`: `Ok(false)` while the recorded work is pending.

@@ -7,6 +7,7 @@ use super::{DeviceCopy, byte_size, same_length};
 use crate::call::live_captures::{self, no_capture_transitions};
 use crate::device::{Device, same_device};
 use crate::event::Event;
+use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::capture_status::CaptureStatus;
@@ -108,18 +109,25 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         if let Some(pool) = pool {
             same_device("a memory pool serves streams of its own device", pool.device(), stream.device())?;
         }
-        let _current = stream.enter_runtime()?;
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        let (code, api) = match pool {
-            // SAFETY: a valid out-pointer; a live stream of the current device; bytes > 0.
-            None => (unsafe { sys::cudaMallocAsync(&mut ptr, bytes, stream.as_raw()) }, "cudaMallocAsync"),
-            // SAFETY: as above, and a live pool of the stream's device.
-            Some(pool) => (
-                unsafe { sys::cudaMallocFromPoolAsync(&mut ptr, bytes, pool.as_raw(), stream.as_raw()) },
-                "cudaMallocFromPoolAsync",
-            ),
+        let ptr = match stream.enter()? {
+            // A real handle carries its context: the driver allocates on its device from any
+            // thread, with no context made current.
+            None => driver::mem_alloc_async(bytes, pool.map(MemPool::as_raw), stream.as_raw())?,
+            Some(_current) => {
+                let mut ptr: *mut c_void = std::ptr::null_mut();
+                let (code, api) = match pool {
+                    // SAFETY: a valid out-pointer; a special handle of the current device; bytes > 0.
+                    None => (unsafe { sys::cudaMallocAsync(&mut ptr, bytes, stream.as_raw()) }, "cudaMallocAsync"),
+                    // SAFETY: as above, and a live pool of the stream's device.
+                    Some(pool) => (
+                        unsafe { sys::cudaMallocFromPoolAsync(&mut ptr, bytes, pool.as_raw(), stream.as_raw()) },
+                        "cudaMallocFromPoolAsync",
+                    ),
+                };
+                check(code, api)?;
+                ptr
+            }
         };
-        check(code, api)?;
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         let (home_raw, device) = (stream.as_raw(), stream.device());
         Ok(DeviceBuffer { ptr, len, device, home_raw, home, leak: AtomicBool::new(false), _owns: PhantomData })
@@ -527,10 +535,16 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
         if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
             return;
         }
-        let Ok(_current) = home.enter_runtime() else { return };
-        // SAFETY: memory this buffer allocated and nothing else frees; every use this crate
-        // enqueued is ordered before this point of the home stream. On failure it is leaked.
-        let _ = check(unsafe { sys::cudaFreeAsync(self.ptr.as_ptr().cast(), home.as_raw()) }, "cudaFreeAsync");
+        let (address, raw) = (self.ptr.as_ptr().cast::<c_void>(), home.as_raw());
+        // Memory this buffer allocated and nothing else frees; every use this crate enqueued
+        // is ordered before this point of the home stream. On failure the memory is leaked.
+        let _ = match home.enter() {
+            // SAFETY: as above; a live real stream.
+            Ok(None) => unsafe { driver::mem_free_async(address, raw) },
+            // SAFETY: as above; a special handle of the current device.
+            Ok(Some(_current)) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
+            Err(_) => return,
+        };
     }
 }
 
