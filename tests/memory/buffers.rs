@@ -346,6 +346,47 @@ fn a_buffer_dropped_while_its_home_stream_captures_is_leaked_not_captured() {
     assert!(pool.stats().unwrap().used_current >= 1 << 20, "leaked, not freed");
 }
 
+/// Scratch memory a graph owns: allocated and freed inside the capture (memory nodes), used by
+/// the kernels between, at every launch of the executable.
+#[test]
+fn graph_scratch_memory_carries_data_between_kernels_at_every_launch() {
+    let device = gpu_or_skip!();
+    let (captured, buffers) = (stream(device), stream(device));
+    let values: Vec<u32> = (0..N as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let source = DeviceBuffer::from_slice(&buffers, &values).unwrap();
+    let mut target = DeviceBuffer::<u32, _>::zeroed(&buffers, N).unwrap();
+    buffers.synchronize().unwrap();
+    let (from, to) = (source.as_ptr(), target.as_mut_ptr());
+    let mut capture = captured.begin_capture(capture::ThreadLocal).unwrap();
+    capture
+        .scratch::<u32, _>(&captured, N, |stream, scratch| {
+            // SAFETY: `source` and `target` hold N u32s and outlive every launch below, which
+            // the host orders with their home stream by synchronizing; `scratch` holds N u32s
+            // between the graph's allocation and free around these two kernels.
+            unsafe {
+                spin_copy(stream, from, scratch, N, Duration::ZERO).unwrap();
+                spin_copy(stream, scratch, to, N, Duration::ZERO).unwrap();
+            }
+        })
+        .unwrap();
+    let graph = capture.end().unwrap();
+    assert_eq!(node_count(&graph), 4, "an allocation, two kernels, a free");
+    let exec = graph.instantiate().unwrap();
+    for _ in 0..2 {
+        target.fill_bytes(&buffers, 0).unwrap();
+        buffers.synchronize().unwrap();
+        exec.launch(&captured).unwrap();
+        captured.synchronize().unwrap();
+        assert_eq!(target.to_vec().unwrap(), values, "the data went through the graph's scratch memory");
+    }
+    // Not part of the capture: refused, the capture intact.
+    let mut capture = captured.begin_capture(capture::ThreadLocal).unwrap();
+    let refused = capture.scratch::<u32, _>(&buffers, 16, |_, _| ());
+    assert!(matches!(refused, Err(Error::CaptureMisuse(_))), "{refused:?}");
+    assert!(matches!(capture.scratch::<u8, _>(&captured, 0, |_, _| ()), Err(Error::Size(_))));
+    assert_eq!(node_count(&capture.end().unwrap()), 0);
+}
+
 /// How many nodes `graph` has.
 fn node_count(graph: &cuda_stream::Graph) -> usize {
     let mut nodes = 0usize;

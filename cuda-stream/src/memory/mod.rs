@@ -21,10 +21,11 @@
 //!   freed under the copy. Copies from and to a [`PinnedBuffer`] are asynchronous: the pinned
 //!   buffer remembers the copies in flight, and its host access and its drop wait for them.
 //! * Elements are [`DeviceCopy`]: plain old data that any bit pattern, and a GPU, may write.
-//! * During a stream capture, allocations, copies and fills are refused
-//!   ([`Error::CaptureMisuse`]): a graph replaying them would
-//!   outlive the buffer. A buffer whose home stream is being captured when it drops is leaked,
-//!   not freed into the graph.
+//! * During a stream capture, a [`DeviceBuffer`]'s allocation, copies and fills are refused
+//!   ([`Error::CaptureMisuse`]): a graph replaying them would outlive the buffer. A buffer
+//!   whose home stream is being captured when it drops is leaked, not freed into the graph.
+//!   Memory a graph owns comes from [`Capture::scratch`](crate::Capture::scratch): allocated
+//!   and freed inside the capture, as the graph's own memory nodes.
 //! * Sizes are checked before CUDA sees them: a zero length, a byte size that overflows, and
 //!   copies between sides of different lengths are [`Error::Size`]; running
 //!   out of memory is CUDA's `cudaErrorMemoryAllocation`, after which the pool still serves.
@@ -33,11 +34,12 @@
 //! home stream is another stream (the per-thread default stream), after a fault or during a
 //! capture, a buffer is leaked rather than freed while the driver may still use it.
 
-// Layer 10 of docs/architecture.md, memory. May use: ffi, call, device, event, stream.
+// Layer 10 of docs/architecture.md, memory. May use: ffi, call, device, event, stream, graph.
 
 mod buffer;
 mod pinned;
 mod pool;
+mod scratch;
 
 pub use buffer::DeviceBuffer;
 pub use pinned::PinnedBuffer;
