@@ -7,9 +7,9 @@
 //! Run: `cargo bench --bench memory_peers` (a GPU required; prints a table and writes JSON to
 //! `$BENCH_OUT/bench-memory-peers.json`).
 
-use cudarc::driver::{CudaContext, DevicePtr};
 use cuda_stream_tests::Stats;
 use cuda_stream_tests::bench::{time, write_json};
+use cudarc::driver::{CudaContext, DevicePtr};
 use std::hint::black_box;
 
 const ALLOC_BYTES: usize = 4096;
