@@ -445,12 +445,14 @@ fn async_pool_free_all_blocks_releases_only_unused_memory() {
 }
 
 /// CuPy `tests/cupy_tests/cuda_tests/test_memory.py::TestMemoryAsyncPool::test_free_all_blocks_large_chunk`
-/// (and `test_interaction_with_CuPy_default_pool`): memory freed into one pool stays there, so
-/// that another allocator cannot have it (an out-of-memory error) until the pool's blocks are
-/// freed, after which the same allocation works. Here: 60% of the free memory through a pool
-/// whose release threshold keeps it, then 60% through the device's default pool.
+/// (and `test_interaction_with_CuPy_default_pool`), as CUDA's pools behave: CuPy's own pool
+/// keeps freed memory from other allocators until `free_all_blocks`. CUDA's does not: memory an
+/// idle pool keeps reserved (a high release threshold) is released to serve another pool's
+/// allocation that needs it (observed on the H100, CUDA 13.0), and the first pool's reserve
+/// shrinks. Here: 60% of the free memory through a pool that keeps it, then 60% through the
+/// device's default pool.
 #[test]
-fn async_pool_free_all_blocks_large_chunk_hands_memory_to_the_default_pool() {
+fn memory_an_idle_pool_keeps_is_released_to_another_pool_that_needs_it() {
     let device = gpu_or_skip!();
     let home = stream(device);
     let pool = MemPool::new(device).unwrap();
@@ -462,12 +464,9 @@ fn async_pool_free_all_blocks_large_chunk_hands_memory_to_the_default_pool() {
     let held = pool.stats().unwrap();
     assert_eq!(held.used_current, 0, "{held:?}");
     assert!(held.reserved_current >= chunk as u64, "freed, but still reserved by the pool: {held:?}");
-    let elsewhere = DeviceBuffer::<u8, _>::new(&home, chunk);
-    assert!(is_out_of_memory(&elsewhere, "cudaMallocAsync"), "the pool still holds the memory: {elsewhere:?}");
-    drop(elsewhere);
-    pool.trim_to(0).unwrap();
-    assert_eq!(pool.stats().unwrap().reserved_current, 0);
-    let mut now = DeviceBuffer::<u8, _>::new(&home, chunk).unwrap();
+    let mut now = DeviceBuffer::<u8, _>::new(&home, chunk).expect("CUDA releases the idle pool's reserve");
+    let after = pool.stats().unwrap();
+    assert!(after.reserved_current < chunk as u64, "the idle pool gave its reserve up: {after:?}");
     now.fill_bytes(&home, 0x3C).unwrap();
     assert_eq!(read_words(&mut now, &home, chunk - PROBE * 4), vec![0x3C3C_3C3C; PROBE]);
     drop(now);
