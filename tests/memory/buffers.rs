@@ -153,6 +153,29 @@ fn child_buffer_under_foreign_contexts() {
     println!("survived");
 }
 
+/// Uses on streams other than the home stream see each other: a slow write on B, then a read
+/// on C, then a read on the home stream, each through the buffer, all see the write.
+#[test]
+fn uses_on_several_streams_are_ordered_through_the_buffer() {
+    let device = gpu_or_skip!();
+    let (home, b, c) = (stream(device), stream(device), stream(device));
+    let source = DeviceBuffer::from_slice(&b, &vec![PATTERN; N]).unwrap();
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    let from = source.as_ptr();
+    buffer
+        .use_on(&b, |stream, to| {
+            // SAFETY: both hold N u32s; `source`'s home is B, `buffer` is ordered by `use_on`.
+            unsafe { spin_copy(stream, from, to, N, Duration::from_millis(200)) }
+        })
+        .unwrap()
+        .unwrap();
+    let mut on_c = vec![0u32; N];
+    buffer.copy_to_slice(&c, &mut on_c).unwrap();
+    assert!(on_c.iter().all(|&word| word == PATTERN), "the read on C waited for the write on B");
+    buffer.use_on(&b, |_, _| ()).unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), vec![PATTERN; N], "the home stream waited for the uses elsewhere");
+}
+
 /// A buffer held through an `Arc<Stream>` is `'static`, and moves to another thread with it.
 #[test]
 fn a_buffer_owning_its_stream_moves_to_another_thread() {

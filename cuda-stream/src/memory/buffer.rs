@@ -3,6 +3,7 @@
 
 use super::pinned::PinnedBuffer;
 use super::pool::MemPool;
+use super::uses::{Hold, Touched, Uses, ordered_use, refuse_capture};
 use super::{DeviceCopy, byte_size, same_length};
 use crate::call::live_captures::{self, no_capture_transitions};
 use crate::device::{Device, same_device};
@@ -17,8 +18,6 @@ use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::RwLockReadGuard;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `len` elements of `T` in device memory, allocated on a stream (its *home*) and freed on it
 /// when dropped, after every use this crate ordered
@@ -27,8 +26,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// `S` is what keeps the home stream alive: `&Stream` (the buffer borrows the stream), or
 /// `Arc<Stream>`, or any [`AsStream`]. Work on another stream goes through
 /// [`use_on`](DeviceBuffer::use_on) and the copy methods, which order it after the home
-/// stream's work so far and order the home stream's later work, the free included, after it.
-/// See the [module docs](crate::memory).
+/// stream's work (the allocation first) and after the buffer's last use on every other
+/// stream, and leave an event behind it that later uses and the free wait for: every use
+/// through the buffer sees the ones before it, whatever stream each ran on. See the
+/// [module docs](crate::memory).
 ///
 /// The contents start uninitialized on the GPU; [`zeroed`](DeviceBuffer::zeroed) and
 /// [`from_slice`](DeviceBuffer::from_slice) give them values. Reading them back is always
@@ -41,8 +42,8 @@ pub struct DeviceBuffer<T: DeviceCopy, S: AsStream> {
     /// behind `home` leaks rather than frees on a stream the uses were not ordered with.
     home_raw: sys::cudaStream_t,
     home: S,
-    /// Set when a use could not be ordered before the free: the drop then leaks.
-    leak: AtomicBool,
+    /// The order of its uses across streams.
+    uses: Uses,
     _owns: PhantomData<T>,
 }
 
@@ -130,7 +131,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         };
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         let (home_raw, device) = (stream.as_raw(), stream.device());
-        Ok(DeviceBuffer { ptr, len, device, home_raw, home, leak: AtomicBool::new(false), _owns: PhantomData })
+        Ok(DeviceBuffer { ptr, len, device, home_raw, home, uses: Uses::default(), _owns: PhantomData })
     }
 
     /// The number of elements.
@@ -154,22 +155,28 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         self.home.as_stream()
     }
 
-    /// The device address, for kernels on the home stream (elsewhere, see
-    /// [`DeviceBuffer::use_on`]). Using it in a kernel is `unsafe`, like every launch.
+    /// The device address, for kernels on the home stream. Such work is ordered after the
+    /// allocation and before the free, and uses elsewhere that come later wait for it; to
+    /// order it also after the buffer's uses on other streams so far, enqueue it through
+    /// [`DeviceBuffer::use_on`] on the home stream. Using the address in a kernel is `unsafe`,
+    /// like every launch.
     pub fn as_ptr(&self) -> *const T {
+        self.uses.home_used();
         self.ptr.as_ptr()
     }
 
     /// The device address, for kernels on the home stream that write to the buffer.
     pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.uses.home_used();
         self.ptr.as_ptr()
     }
 
-    /// Runs `launch` with `stream` and the buffer's device address, with the use ordered both
-    /// ways: `stream` first waits for the home stream's work so far (the allocation included),
-    /// and the home stream then waits for what `launch` enqueued on `stream`, so the free
-    /// comes after it. On the home stream itself it costs nothing. The home stream waits also
-    /// when `launch` panics.
+    /// Runs `launch` with `stream` and the buffer's device address, with the use ordered:
+    /// `stream` first waits for the home stream's work (the allocation included) and for the
+    /// buffer's last use on every other stream, and an event recorded on `stream` after
+    /// `launch` makes later uses and the free wait for this one, also when `launch` panics.
+    /// On the home stream it waits only for uses elsewhere; a stream that uses the buffer
+    /// again costs one event record.
     ///
     /// `launch` typically calls [`StreamRef::launch`] with a kernel of yours; the kernel must
     /// use the address only on `stream`, and only through work enqueued inside `launch`.
@@ -177,8 +184,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::CaptureMisuse`]
     /// while `stream` or the home stream is being captured; [`Error::HomeStreamChanged`];
-    /// the errors of [`StreamRef::wait_stream`]. If the home stream cannot be made to wait
-    /// after `launch` (it began a capture meanwhile, or the wait failed), the error is
+    /// CUDA's errors recording and waiting for events. If the use cannot be noted after
+    /// `launch` (the home stream began a capture meanwhile, a record failed), the error is
     /// returned and the buffer will be leaked rather than freed before the use.
     pub fn use_on<R>(&mut self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *mut T) -> R) -> Result<R> {
         let stream = stream.as_stream();
@@ -187,7 +194,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         // Your launch is not held under the capture-transition lock (it may make calls that
         // take it): a capture that begins on `stream` meanwhile takes your launch, your
         // `unsafe` contract; one that begins on the home stream makes the buffer leak.
-        ordered_use(&stream, &[(&home, &self.leak)], Hold::ChecksAndWaits, || Ok(launch(&stream, ptr)))
+        ordered_use(&stream, &[Touched { home: &home, uses: &self.uses }], Hold::ChecksAndWaits, || {
+            Ok(launch(&stream, ptr))
+        })
     }
 
     /// Copies `source` into the buffer on `stream`, and returns once the copy has completed:
@@ -275,8 +284,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             });
         }
         let (to_home, from_home) = (self.home()?, source.home()?);
-        let homes = [(&*to_home, &self.leak), (&*from_home, &source.leak)];
-        ordered_use(&stream, &homes, Hold::Throughout, || {
+        let touched = [Touched { home: &to_home, uses: &self.uses }, Touched { home: &from_home, uses: &source.uses }];
+        ordered_use(&stream, &touched, Hold::Throughout, || {
             if to_device == from_device {
                 return copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
             }
@@ -326,7 +335,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         if home.as_raw() == self.home_raw && home.device() == self.device {
             Ok(home)
         } else {
-            self.leak.store(true, Ordering::Relaxed);
+            self.uses.mark_leaked();
             Err(Error::HomeStreamChanged)
         }
     }
@@ -337,7 +346,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     fn ordered<R>(&self, stream: &StreamRef, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let home = self.home()?;
-        ordered_use(stream, &[(&home, &self.leak)], Hold::Throughout, enqueue)
+        ordered_use(stream, &[Touched { home: &home, uses: &self.uses }], Hold::Throughout, enqueue)
     }
 
     /// A copy between the buffer and host memory the caller lends only for this call: the
@@ -406,104 +415,6 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 }
 
-/// How much of [`ordered_use`] holds the capture-transition lock.
-#[derive(Copy, Clone, PartialEq, Eq)]
-enum Hold {
-    /// From the checks to the last wait, the enqueue included (this crate's own CUDA calls).
-    Throughout,
-    /// The checks and the waits before, then the checks and the waits after, each under it;
-    /// not the enqueue (a caller's closure, which may take the lock itself).
-    ChecksAndWaits,
-}
-
-/// Runs `enqueue` (work on `stream` that uses buffers whose home streams are `homes`), with
-/// each use ordered both ways: `stream` first waits for each home stream, and each home stream
-/// then waits for `stream`, also when `enqueue` panics. A home stream that cannot be made to
-/// wait after the use (a capture began on it, the wait failed) marks its buffer leaked.
-fn ordered_use<R>(
-    stream: &StreamRef,
-    homes: &[(&StreamRef, &AtomicBool)],
-    hold: Hold,
-    enqueue: impl FnOnce() -> Result<R>,
-) -> Result<R> {
-    let transitions = no_capture_transitions();
-    refuse_capture(stream)?;
-    for (home, _) in homes {
-        refuse_capture(home)?;
-    }
-    for (home, _) in homes {
-        if *home != stream {
-            // The allocation, and everything the home stream did with the memory, come first.
-            stream.wait_stream_now(home)?;
-        }
-    }
-    let held = match hold {
-        Hold::Throughout => Some(transitions),
-        Hold::ChecksAndWaits => {
-            drop(transitions);
-            None
-        }
-    };
-    let after = HomesWait { homes, stream, held };
-    let result = enqueue();
-    after.finish()?;
-    result
-}
-
-/// The waits after a use: each home stream waits for `stream`, at `finish` or, if that is never
-/// reached (a panic), when dropped, under the capture-transition lock (`held`, or taken now).
-struct HomesWait<'a, 'b> {
-    homes: &'b [(&'a StreamRef, &'a AtomicBool)],
-    stream: &'a StreamRef,
-    held: Option<RwLockReadGuard<'static, ()>>,
-}
-
-impl HomesWait<'_, '_> {
-    fn finish(mut self) -> Result<()> {
-        let waited = self.wait();
-        self.homes = &[];
-        waited
-    }
-
-    fn wait(&mut self) -> Result<()> {
-        let _transitions = match self.held.take() {
-            Some(held) => held,
-            None => no_capture_transitions(),
-        };
-        let mut waited = Ok(());
-        for (home, leak) in self.homes {
-            if *home == self.stream {
-                continue;
-            }
-            let this = refuse_capture(home).and_then(|()| home.wait_stream_now(self.stream));
-            if this.is_err() {
-                leak.store(true, Ordering::Relaxed);
-                waited = waited.and(this);
-            }
-        }
-        waited
-    }
-}
-
-impl Drop for HomesWait<'_, '_> {
-    fn drop(&mut self) {
-        if !self.homes.is_empty() {
-            let _ = self.wait();
-        }
-    }
-}
-
-/// [`Error::CaptureMisuse`] while `stream` may be captured and is: graph replays would
-/// outlive the buffer. One load while no capture can be in progress.
-fn refuse_capture(stream: &StreamRef) -> Result<()> {
-    if stream.may_be_captured_now() {
-        stream.refuse_capturing(
-            "device memory is not allocated, copied, filled or freed during a capture (a replay would outlive it)",
-        )?;
-    }
-    Ok(())
-}
-
 /// `cudaMemcpyAsync` on `stream`, its device current.
 fn copy_async(
     stream: &StreamRef,
@@ -526,13 +437,17 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
     /// per-thread stream), while the home stream is being captured, after a failed ordering,
     /// and when CUDA refuses the free (a fault).
     fn drop(&mut self) {
-        if *self.leak.get_mut() || refuse_inside_host_fn().is_err() {
+        if self.uses.leaked() || refuse_inside_host_fn().is_err() {
             return;
         }
         let Ok(home) = self.home() else { return };
         // No capture of this crate begins between the check and the free.
         let _transitions = no_capture_transitions();
         if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
+            return;
+        }
+        // After the last use on every other stream.
+        if self.uses.home_waits_for_others(&home).is_err() {
             return;
         }
         let (address, raw) = (self.ptr.as_ptr().cast::<c_void>(), home.as_raw());

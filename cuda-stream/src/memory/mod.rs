@@ -7,12 +7,13 @@
 //!   (`cudaFreeAsync`): on one stream, the two raw calls and nothing else. It holds its home
 //!   stream (a `&Stream`, an `Arc<Stream>`, anything [`AsStream`](crate::AsStream)), so the
 //!   stream outlives it.
-//! * Work on another stream goes through the buffer, which orders it both ways: the other
-//!   stream first waits for the home stream (where the allocation happened), and the home
-//!   stream then waits for the other stream's work, so the free, later on the home stream,
-//!   comes after it. This is PyTorch's `record_stream` without an event per use or per
-//!   buffer: a record and a wait on each side, through the thread's marker event. The
-//!   buffer's copies and fills do it themselves; your own kernels get it through
+//! * Work on another stream goes through the buffer, which orders it: the other stream first
+//!   waits for the home stream's work (the allocation first) and for the buffer's last use on
+//!   every other stream, and an event recorded after the work makes later uses, and the free,
+//!   wait for it (PyTorch's `record_stream`, cudarc's read and write events). The events are
+//!   kept per stream and recorded again, never created per use, and a stream that already
+//!   waited for the home stream's work does not wait again: a repeated use elsewhere costs one
+//!   record. The buffer's copies and fills do it themselves; your own kernels get it through
 //!   [`DeviceBuffer::use_on`]. Launching a kernel stays `unsafe`: a raw pointer escapes every
 //!   safe wrapper.
 //! * Copies from and to Rust slices (pageable memory, as far as CUDA knows) **block** until
@@ -40,6 +41,7 @@ mod buffer;
 mod pinned;
 mod pool;
 mod scratch;
+mod uses;
 
 pub use buffer::DeviceBuffer;
 pub use pinned::PinnedBuffer;

@@ -216,6 +216,12 @@ impl StreamRef {
         self.read_id()
     }
 
+    /// CUDA's id where it was read when this crate created the stream (never reused), with no
+    /// CUDA call.
+    pub(crate) fn known_id(&self) -> Option<u64> {
+        self.id
+    }
+
     fn read_id(&self) -> Result<u64> {
         let _current = self.enter_runtime()?;
         let mut id: c_ulonglong = 0;
@@ -398,7 +404,7 @@ impl StreamRef {
     }
 
     /// The identity `Eq` and `Hash` use: device, the stream the handle stands for, thread.
-    fn identity(&self) -> (Device, usize, u64) {
+    pub(crate) fn identity(&self) -> (Device, usize, u64) {
         (self.device, self.unambiguous_raw() as usize, self.thread)
     }
 
