@@ -3,7 +3,12 @@
 as medians of 7 repetitions. Same sizes and counts as the overhead benchmark's memory rows.
 
     python3 scripts/bench-torch-memory.py        # a CUDA GPU and PyTorch required
+
+Writes its rows to $BENCH_OUT/bench-torch-memory.json (default target/) for
+scripts/plot-memory.py.
 """
+import json
+import os
 import statistics
 import time
 
@@ -48,6 +53,7 @@ def empty_loop(n):
 
 
 print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}, {REPETITIONS} repetitions, ns per operation")
+rows = []
 for name, body in [
     ("torch.empty + del, 4 KiB (caching allocator)", alloc_free),
     ("Tensor.record_stream on a 2nd stream", record_stream),
@@ -55,3 +61,9 @@ for name, body in [
 ]:
     median, low, high = measure(body)
     print(f"{name:<58} {median:>9.0f}   {low:.0f}..{high:.0f}")
+    rows.append({"op": name, "ns": {"median": median, "min": low, "max": high}})
+path = os.path.join(os.environ.get("BENCH_OUT", "target"), "bench-torch-memory.json")
+os.makedirs(os.path.dirname(path), exist_ok=True)
+with open(path, "w") as out:
+    json.dump({"rows": rows}, out)
+print(f"json: {path}")
