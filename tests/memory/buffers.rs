@@ -176,6 +176,47 @@ fn uses_on_several_streams_are_ordered_through_the_buffer() {
     assert_eq!(buffer.to_vec().unwrap(), vec![PATTERN; N], "the home stream waited for the uses elsewhere");
 }
 
+/// Work on the home stream through an address handed out earlier is seen by later uses
+/// elsewhere, also after a use elsewhere came in between.
+#[test]
+fn a_kernel_on_the_home_stream_through_a_handed_out_address_is_seen_elsewhere() {
+    let device = gpu_or_skip!();
+    let (home, other) = (stream(device), stream(device));
+    let source = DeviceBuffer::from_slice(&home, &vec![PATTERN; N]).unwrap();
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    let to = buffer.as_mut_ptr();
+    buffer.fill_bytes(&other, 0).unwrap();
+    // SAFETY: both hold N u32s; both buffers' home is `home`, where the kernel runs.
+    unsafe { spin_copy(&*home, source.as_ptr(), to, N, Duration::from_millis(200)) }.unwrap();
+    let mut seen = vec![0u32; N];
+    buffer.copy_to_slice(&other, &mut seen).unwrap();
+    assert!(seen.iter().all(|&word| word == PATTERN), "the copy elsewhere waited for the home stream's kernel");
+}
+
+/// A home that lends each thread's own per-thread stream: on another thread it is another
+/// stream, refused (the buffer leaks rather than being freed out of order).
+#[test]
+fn a_per_thread_home_lent_on_another_thread_is_refused() {
+    struct PerThread(cuda_stream::Device);
+    impl cuda_stream::AsStream for PerThread {
+        fn as_stream(&self) -> cuda_stream::BorrowedStream<'_> {
+            cuda_stream::BuiltinStream::per_thread(self.0).into()
+        }
+    }
+    let device = gpu_or_skip!();
+    let buffer = DeviceBuffer::from_slice(PerThread(device), &[1u32, 2, 3]).unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), [1, 2, 3]);
+    let elsewhere = std::thread::spawn(move || {
+        let result = buffer.to_vec();
+        drop(buffer);
+        result
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(elsewhere, Err(Error::HomeStreamChanged)), "{elsewhere:?}");
+    cuda_stream::BuiltinStream::per_thread(device).synchronize().unwrap();
+}
+
 /// A buffer held through an `Arc<Stream>` is `'static`, and moves to another thread with it.
 #[test]
 fn a_buffer_owning_its_stream_moves_to_another_thread() {

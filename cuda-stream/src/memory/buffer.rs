@@ -38,9 +38,12 @@ pub struct DeviceBuffer<T: DeviceCopy, S: AsStream> {
     ptr: NonNull<T>,
     len: usize,
     device: Device,
-    /// The home stream's handle when the buffer was allocated: a drop that finds another one
-    /// behind `home` leaks rather than frees on a stream the uses were not ordered with.
+    /// The home stream's handle when the buffer was allocated.
     home_raw: sys::cudaStream_t,
+    /// Its identity (device, handle, thread) and CUDA's id where known: every use checks that
+    /// `home` still lends this stream (a per-thread stream of another thread, or an `AsStream`
+    /// that changed its answer, would not be ordered with the allocation).
+    home_identity: ((Device, usize, u64), Option<u64>),
     home: S,
     /// The order of its uses across streams.
     uses: Uses,
@@ -131,7 +134,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         };
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         let (home_raw, device) = (stream.as_raw(), stream.device());
-        Ok(DeviceBuffer { ptr, len, device, home_raw, home, uses: Uses::default(), _owns: PhantomData })
+        let home_identity = (stream.identity(), stream.known_id());
+        Ok(DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses: Uses::default(), _owns: PhantomData })
     }
 
     /// The number of elements.
@@ -161,13 +165,13 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// [`DeviceBuffer::use_on`] on the home stream. Using the address in a kernel is `unsafe`,
     /// like every launch.
     pub fn as_ptr(&self) -> *const T {
-        self.uses.home_used();
+        self.uses.exported();
         self.ptr.as_ptr()
     }
 
     /// The device address, for kernels on the home stream that write to the buffer.
     pub fn as_mut_ptr(&mut self) -> *mut T {
-        self.uses.home_used();
+        self.uses.exported();
         self.ptr.as_ptr()
     }
 
@@ -332,7 +336,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// The home stream, while `S` still lends the stream the buffer was allocated on.
     fn home(&self) -> Result<BorrowedStream<'_>> {
         let home = self.home.as_stream();
-        if home.as_raw() == self.home_raw && home.device() == self.device {
+        if (home.identity(), home.known_id()) == self.home_identity {
             Ok(home)
         } else {
             self.uses.mark_leaked();
@@ -352,7 +356,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// A copy between the buffer and host memory the caller lends only for this call: the
     /// checks a wait makes come first, then the copy (ordered with the home stream) and an
     /// event recorded after it, then the wait for that event, which nothing can refuse once
-    /// the copy is enqueued.
+    /// the copy is enqueued. CUDA copies pageable memory synchronously (after the stream's
+    /// earlier work), and the copy is enqueued under the capture-transition lock: a capture of
+    /// this crate that another thread begins or ends meanwhile waits for it.
     fn blocking_copy(
         &self,
         stream: &StreamRef,
@@ -446,8 +452,11 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
         if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
             return;
         }
-        // After the last use on every other stream.
-        if self.uses.home_waits_for_others(&home).is_err() {
+        // After the last use on every other stream (recorded outside any capture, so the
+        // waits leave the home stream out of captures too; checked again all the same).
+        if self.uses.home_waits_for_others(&home).is_err()
+            || (home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None))
+        {
             return;
         }
         let (address, raw) = (self.ptr.as_ptr().cast::<c_void>(), home.as_raw());

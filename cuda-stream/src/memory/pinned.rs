@@ -132,6 +132,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
 
     /// Waits for every copy in flight.
     fn settle(&mut self) -> Result<()> {
+        refuse_inside_host_fn()?;
         if self.leak {
             return Err(Error::Size(
                 "a copy into or out of this pinned buffer could not be tracked: it is never touched again",

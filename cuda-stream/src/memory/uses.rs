@@ -6,10 +6,14 @@
 
 use crate::call::live_captures::no_capture_transitions;
 use crate::event::Event;
+use crate::ffi::driver;
 use crate::ffi::error::Result;
 use crate::stream::StreamRef;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLockReadGuard};
+
+/// How many streams' slots a buffer keeps before it drops those whose use has completed.
+const PRUNE_AT: usize = 8;
 
 /// A buffer's ordering state.
 #[derive(Debug, Default)]
@@ -20,6 +24,9 @@ pub(super) struct Uses {
     others_pending: AtomicBool,
     /// A use could not be ordered before the free: the drop leaks the memory.
     leak: AtomicBool,
+    /// The address was handed out for work on the home stream that the buffer does not see:
+    /// every use elsewhere records the home stream's event again.
+    exported: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -77,9 +84,10 @@ impl Uses {
         self.leak.store(true, Ordering::Release);
     }
 
-    /// The home stream may have used the buffer (its address was handed out for work there).
-    pub(super) fn home_used(&self) {
-        self.home_dirty.store(true, Ordering::Release);
+    /// The address was handed out for work on the home stream: from now on, every use
+    /// elsewhere waits for the home stream's work up to that use.
+    pub(super) fn exported(&self) {
+        self.exported.store(true, Ordering::Release);
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -96,7 +104,8 @@ impl Uses {
             return Ok(0);
         }
         let mut state = self.state();
-        if self.home_dirty.swap(false, Ordering::AcqRel) || state.home_event.is_none() {
+        let dirty = self.home_dirty.swap(false, Ordering::AcqRel);
+        if dirty || self.exported.load(Ordering::Acquire) || state.home_event.is_none() {
             let event = match state.home_event.take() {
                 Some(event) => event,
                 None => Event::internal(home.device())?,
@@ -144,6 +153,10 @@ impl Uses {
                 stream.record_raw(slot.event.as_raw(), 0)
             }
             None => Event::internal(stream.device()).and_then(|event| {
+                if state.others.len() >= PRUNE_AT {
+                    // Slots whose last use has completed order nothing any more.
+                    state.others.retain(|other| driver::event_query(other.event.as_raw()) != Ok(true));
+                }
                 stream.record_raw(event.as_raw(), 0)?;
                 state.others.push(OtherUse { stream: key, event, seen_home: generation });
                 Ok(())
@@ -160,6 +173,9 @@ impl Uses {
     /// before the free). On failure, the events not yet waited for are kept.
     pub(super) fn home_waits_for_others(&self, home: &StreamRef) -> Result<()> {
         let mut state = self.state();
+        // The home stream's work now includes what it waits for: a use elsewhere from here on
+        // records the home stream's event again (also if a wait below fails).
+        self.home_dirty.store(true, Ordering::Release);
         while let Some(other) = state.others.last() {
             home.wait_raw(other.event.as_raw(), 0)?;
             state.others.pop();
@@ -241,9 +257,11 @@ impl After<'_, '_> {
         };
         let mut noted = Ok(());
         for (buffer, &generation) in self.touched.iter().zip(&self.generations) {
-            // A capture of the home stream begun meanwhile would take the home stream's part.
-            let this =
-                refuse_capture(buffer.home).and_then(|()| buffer.uses.after(buffer.home, self.stream, generation));
+            // A capture of either stream begun meanwhile (during a caller's closure) would take
+            // the record: the use is then not noted, and the buffer leaks.
+            let this = refuse_capture(buffer.home)
+                .and_then(|()| refuse_capture(self.stream))
+                .and_then(|()| buffer.uses.after(buffer.home, self.stream, generation));
             if this.is_err() {
                 buffer.uses.mark_leaked();
                 noted = noted.and(this);
