@@ -50,6 +50,7 @@ enum FloorOp {
     EventSynchronize = 15,
     AllocFree = 16,
     PinnedCopy = 17,
+    PinnedCopyBack = 18,
 }
 
 /// The bytes of one allocation and of one pinned copy, as in `kernels/bench_floor.cu`.
@@ -134,6 +135,8 @@ fn main() {
     let mut used_elsewhere = DeviceBuffer::<u8, _>::new(&a, ALLOC_BYTES).unwrap();
     let mut pinned = PinnedBuffer::<u8>::zeroed(PINNED_COPY_BYTES).unwrap();
     let mut pinned_target = DeviceBuffer::<u8, _>::new(&a, PINNED_COPY_BYTES).unwrap();
+    let mut pinned_back = PinnedBuffer::<u8>::zeroed(PINNED_COPY_BYTES).unwrap();
+    let pinned_source = DeviceBuffer::<u8, _>::zeroed(&a, PINNED_COPY_BYTES).unwrap();
 
     let mut ops: Vec<Op<'_>> = vec![
         Op {
@@ -492,6 +495,20 @@ fn main() {
                 time(n, || {
                     pinned_target.copy_from_pinned(&a, &mut pinned).unwrap();
                     pinned.as_slice().unwrap();
+                })
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "pinned D2H 64 MiB + wait",
+            iters: 100,
+            cpp: Some(floor(FloorOp::PinnedCopyBack)),
+            driver: None,
+            ffi: None,
+            safe: Box::new(|n| {
+                time(n, || {
+                    pinned_source.copy_to_pinned(&a, &mut pinned_back).unwrap();
+                    pinned_back.as_slice().unwrap();
                 })
             }),
             per_iter: 1.0,

@@ -37,6 +37,7 @@ enum FloorOp {
   EventSynchronize = 15,
   AllocFree = 16,
   PinnedCopy = 17,
+  PinnedCopyBack = 18,
 };
 
 // The bytes of one stream-ordered allocation (AllocFree) and of one pinned copy (PinnedCopy).
@@ -71,7 +72,7 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
   if (op == GraphReplay100 && !(exec = replay_graph(a))) return -1.0;
   void* pinned = nullptr;
   void* device = nullptr;
-  if (op == PinnedCopy) {
+  if (op == PinnedCopy || op == PinnedCopyBack) {
     ok(cudaMallocHost(&pinned, kPinnedCopyBytes));
     ok(cudaMalloc(&device, kPinnedCopyBytes));
     if (failed != cudaSuccess) return -1.0;
@@ -147,6 +148,10 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
       }
       case PinnedCopy:
         ok(cudaMemcpyAsync(device, pinned, kPinnedCopyBytes, cudaMemcpyHostToDevice, a));
+        ok(cudaStreamSynchronize(a));
+        break;
+      case PinnedCopyBack:
+        ok(cudaMemcpyAsync(pinned, device, kPinnedCopyBytes, cudaMemcpyDeviceToHost, a));
         ok(cudaStreamSynchronize(a));
         break;
     }
