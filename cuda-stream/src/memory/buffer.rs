@@ -106,31 +106,26 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         const { assert!(align_of::<T>() <= 256, "CUDA's allocations are aligned to 256 bytes") };
         let bytes = byte_size::<T>(len)?;
         let stream = home.as_stream();
-        // No capture of this crate begins between the check and the allocation (CUDA would
-        // make it a graph's allocation).
-        let _transitions = no_capture_transitions();
-        refuse_capture(&stream)?;
         if let Some(pool) = pool {
             same_device("a memory pool serves streams of its own device", pool.device(), stream.device())?;
         }
-        let ptr = match stream.enter()? {
-            // A real handle carries its context: the driver allocates on its device from any
-            // thread, with no context made current.
-            None => driver::mem_alloc_async(bytes, pool.map(MemPool::as_raw), stream.as_raw())?,
-            Some(_current) => {
-                let mut ptr: *mut c_void = std::ptr::null_mut();
-                let (code, api) = match pool {
-                    // SAFETY: a valid out-pointer; a special handle of the current device; bytes > 0.
-                    None => (unsafe { sys::cudaMallocAsync(&mut ptr, bytes, stream.as_raw()) }, "cudaMallocAsync"),
-                    // SAFETY: as above, and a live pool of the stream's device.
-                    Some(pool) => (
-                        unsafe { sys::cudaMallocFromPoolAsync(&mut ptr, bytes, pool.as_raw(), stream.as_raw()) },
-                        "cudaMallocFromPoolAsync",
-                    ),
-                };
-                check(code, api)?;
-                ptr
+        let ptr = if stream.may_be_captured_now() {
+            // No capture of this crate begins between the check and the allocation (CUDA would
+            // make it a graph's allocation).
+            let _transitions = no_capture_transitions();
+            refuse_capture(&stream)?;
+            allocate_on(&stream, bytes, pool)?
+        } else {
+            let ptr = allocate_on(&stream, bytes, pool)?;
+            // No capture could be in progress at the check; one of this crate's counts itself
+            // before CUDA begins it, so if none is counted now, none began before the
+            // allocation returned. If one is, and the stream is capturing, the allocation may
+            // be the graph's or real: it is left to the one that owns it, never freed here.
+            if stream.may_be_captured_now() {
+                let _transitions = no_capture_transitions();
+                refuse_capture(&stream)?;
             }
+            ptr
         };
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         let (home_raw, device) = (stream.as_raw(), stream.device());
@@ -421,6 +416,29 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 }
 
+/// `bytes` on `stream`, from `pool` or the device's current pool, in the stream's order.
+fn allocate_on(stream: &StreamRef, bytes: usize, pool: Option<&MemPool>) -> Result<*mut c_void> {
+    match stream.enter()? {
+        // A real handle carries its context: the driver allocates on its device from any
+        // thread, with no context made current.
+        None => driver::mem_alloc_async(bytes, pool.map(MemPool::as_raw), stream.as_raw()),
+        Some(_current) => {
+            let mut ptr: *mut c_void = std::ptr::null_mut();
+            let (code, api) = match pool {
+                // SAFETY: a valid out-pointer; a special handle of the current device; bytes > 0.
+                None => (unsafe { sys::cudaMallocAsync(&mut ptr, bytes, stream.as_raw()) }, "cudaMallocAsync"),
+                // SAFETY: as above, and a live pool of the stream's device.
+                Some(pool) => (
+                    unsafe { sys::cudaMallocFromPoolAsync(&mut ptr, bytes, pool.as_raw(), stream.as_raw()) },
+                    "cudaMallocFromPoolAsync",
+                ),
+            };
+            check(code, api)?;
+            Ok(ptr)
+        }
+    }
+}
+
 /// `cudaMemcpyAsync` on `stream`, its device current.
 fn copy_async(
     stream: &StreamRef,
@@ -449,14 +467,12 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
         let Ok(home) = self.home() else { return };
         // No capture of this crate begins between the check and the free.
         let _transitions = no_capture_transitions();
+        // Not into a capture (a free node), and not making a capturing home stream wait.
         if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
             return;
         }
-        // After the last use on every other stream (recorded outside any capture, so the
-        // waits leave the home stream out of captures too; checked again all the same).
-        if self.uses.home_waits_for_others(&home).is_err()
-            || (home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None))
-        {
+        // After the last use on every other stream (recorded outside any capture).
+        if self.uses.home_waits_for_others(&home).is_err() {
             return;
         }
         let (address, raw) = (self.ptr.as_ptr().cast::<c_void>(), home.as_raw());

@@ -172,6 +172,9 @@ impl Uses {
     /// The home stream waits for the last use on every other stream (before work there, and
     /// before the free). On failure, the events not yet waited for are kept.
     pub(super) fn home_waits_for_others(&self, home: &StreamRef) -> Result<()> {
+        if !self.others_pending.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let mut state = self.state();
         // The home stream's work now includes what it waits for: a use elsewhere from here on
         // records the home stream's event again (also if a wait below fails).
