@@ -217,6 +217,129 @@ fn a_per_thread_home_lent_on_another_thread_is_refused() {
     cuda_stream::BuiltinStream::per_thread(device).synchronize().unwrap();
 }
 
+/// Racing owners: each thread owns buffers it uses on streams picked at random from a shared
+/// set, with fills, in-place copies that spin first (a write that a later use must wait for),
+/// reads, pinned round trips, drops and new allocations, while another thread begins and ends
+/// captures of its own stream in every mode. Every call answers `Ok` or, where a capture
+/// forbids it, `CaptureMisuse`; every read sees the owner's last fill, so each use waited for
+/// the ones before it on whatever stream they ran.
+#[test]
+fn racing_owners_streams_and_captures_keep_every_buffer_consistent() {
+    let device = gpu_or_skip!();
+    let streams: Vec<Arc<Stream>> = (0..4).map(|_| Arc::new(stream(device))).collect();
+    let rounds = cuda_stream_tests::scaled(300, 30);
+    let done = &std::sync::atomic::AtomicBool::new(false);
+    let words = 4096;
+    std::thread::scope(|scope| {
+        // A failed owner stops the capture thread too (the scope joins it before panicking).
+        let _stop = cuda_stream_tests::StopOnDrop(done);
+        let capturing = scope.spawn(move || {
+            let own = stream(device);
+            let mut captures = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let graph = match captures % 3 {
+                    0 => own.begin_capture(capture::Relaxed).and_then(|c| {
+                        cuda_stream_tests::empty(&own)?;
+                        c.end()
+                    }),
+                    1 => own.begin_capture(capture::ThreadLocal).and_then(|c| {
+                        cuda_stream_tests::empty(&own)?;
+                        c.end()
+                    }),
+                    _ => own.begin_capture(capture::Global).and_then(|c| {
+                        cuda_stream_tests::empty(&own)?;
+                        c.end()
+                    }),
+                };
+                graph.expect("the capture thread's own captures stay intact");
+                captures += 1;
+            }
+            captures
+        });
+        let owners: Vec<_> = (0..3u64)
+            .map(|owner| {
+                let streams = &streams;
+                scope.spawn(move || {
+                    let mut rng = cuda_stream_tests::Rng::new(0x5eed_0000 + owner);
+                    let pick = |rng: &mut cuda_stream_tests::Rng| Arc::clone(&streams[rng.below(streams.len())]);
+                    let mut buffer = DeviceBuffer::<u32, _>::zeroed(pick(&mut rng), words).unwrap();
+                    let mut expected = 0u32;
+                    let mut pinned = PinnedBuffer::<u32>::zeroed(words).unwrap();
+                    let allowed =
+                        |result: &cuda_stream::Result<()>| matches!(result, Ok(()) | Err(Error::CaptureMisuse(_)));
+                    for _ in 0..rounds {
+                        let on = pick(&mut rng);
+                        match rng.below(6) {
+                            0 => {
+                                let byte = rng.below(256) as u8;
+                                let filled = buffer.fill_bytes(&on, byte);
+                                assert!(allowed(&filled), "{filled:?}");
+                                if filled.is_ok() {
+                                    expected = u32::from_ne_bytes([byte; 4]);
+                                }
+                            }
+                            1 => {
+                                let mut seen = vec![0u32; words];
+                                let read = buffer.copy_to_slice(&on, &mut seen);
+                                assert!(allowed(&read), "{read:?}");
+                                if read.is_ok() {
+                                    assert!(seen.iter().all(|&word| word == expected), "a read missed a use before it");
+                                }
+                            }
+                            2 => {
+                                let used = buffer.use_on(&on, |stream, ptr| {
+                                    // SAFETY: `ptr` holds `words` u32s, used on `stream` inside
+                                    // `use_on`; an in-place copy writes back what it reads.
+                                    unsafe { spin_copy(stream, ptr, ptr, words, Duration::from_micros(300)) }
+                                });
+                                assert!(matches!(used, Ok(Ok(())) | Err(Error::CaptureMisuse(_))), "{used:?}");
+                            }
+                            3 => {
+                                let copied = buffer.copy_to_pinned(&on, &mut pinned);
+                                assert!(allowed(&copied), "{copied:?}");
+                                if copied.is_ok() {
+                                    match pinned.as_slice() {
+                                        Ok(values) => assert!(values.iter().all(|&word| word == expected)),
+                                        Err(error) => assert!(matches!(error, Error::CaptureMisuse(_)), "{error:?}"),
+                                    }
+                                }
+                            }
+                            4 => {
+                                let byte = rng.below(256) as u8;
+                                let fresh = DeviceBuffer::<u32, _>::new(Arc::clone(&on), words)
+                                    .and_then(|mut fresh| fresh.fill_bytes(&on, byte).map(|()| fresh));
+                                match fresh {
+                                    Ok(fresh) => {
+                                        buffer = fresh;
+                                        expected = u32::from_ne_bytes([byte; 4]);
+                                    }
+                                    Err(error) => assert!(matches!(error, Error::CaptureMisuse(_)), "{error:?}"),
+                                }
+                            }
+                            _ => spin(&*on, Duration::from_micros(200)).unwrap(),
+                        }
+                    }
+                    let last = loop {
+                        match buffer.to_vec() {
+                            Err(Error::CaptureMisuse(_)) => std::thread::yield_now(),
+                            other => break other.unwrap(),
+                        }
+                    };
+                    assert!(last.iter().all(|&word| word == expected), "the last read missed a use");
+                })
+            })
+            .collect();
+        for owner in owners {
+            owner.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        println!("captures meanwhile: {}", capturing.join().unwrap());
+    });
+    for stream in &streams {
+        stream.synchronize().unwrap();
+    }
+}
+
 /// A buffer held through an `Arc<Stream>` is `'static`, and moves to another thread with it.
 #[test]
 fn a_buffer_owning_its_stream_moves_to_another_thread() {

@@ -121,7 +121,7 @@ thread_local! {
     static THREAD_MODE: Cell<ThreadMode> = const { Cell::new(ThreadMode::Unknown) };
 }
 
-/// Before a "potentially unsafe" call (a query, a synchronize): makes sure another thread's
+/// Before a "potentially unsafe" call (a query, a synchronize, an allocation): makes sure another thread's
 /// [`Global`] capture does not forbid it. Once per thread, a thread still in CUDA's default
 /// mode, Global, is moved to [`ThreadLocal`], whose one difference is that captures of other
 /// threads no longer forbid this thread's calls (its own captures still do); a mode chosen by

@@ -5,6 +5,7 @@ use super::pinned::PinnedBuffer;
 use super::pool::MemPool;
 use super::uses::{Hold, Touched, Uses, ordered_use, refuse_capture};
 use super::{DeviceCopy, byte_size, same_length};
+use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures::{self, no_capture_transitions};
 use crate::device::{Device, same_device};
 use crate::event::Event;
@@ -105,6 +106,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     fn allocate(home: S, len: usize, pool: Option<&MemPool>) -> Result<Self> {
         const { assert!(align_of::<T>() <= 256, "CUDA's allocations are aligned to 256 bytes") };
         let bytes = byte_size::<T>(len)?;
+        // Another thread's Global capture must not forbid the allocation (see the capture docs).
+        ignore_other_threads_captures();
         let stream = home.as_stream();
         if let Some(pool) = pool {
             same_device("a memory pool serves streams of its own device", pool.device(), stream.device())?;
@@ -465,6 +468,7 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
             return;
         }
         let Ok(home) = self.home() else { return };
+        ignore_other_threads_captures();
         // No capture of this crate begins between the check and the free.
         let _transitions = no_capture_transitions();
         // Not into a capture (a free node), and not making a capturing home stream wait.

@@ -2,6 +2,7 @@
 //! waits for those copies before the host may touch or free it.
 
 use super::{DeviceCopy, byte_size};
+use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures;
 use crate::device::Device;
 use crate::event::Event;
@@ -65,6 +66,8 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         const { assert!(align_of::<T>() <= 4096, "cudaHostAlloc aligns to a page") };
         let bytes = byte_size::<T>(len)?;
         refuse_inside_host_fn()?;
+        // Another thread's Global capture must not forbid the allocation (see the capture docs).
+        ignore_other_threads_captures();
         // The runtime would bind device 0's primary context on a thread without one: make it
         // current for the call, and restore what was there.
         let _current = Device::new(0)?.make_current()?;
@@ -162,6 +165,7 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
         }
         // The runtime would bind device 0's primary context on a thread without one.
         let Ok(_current) = Device::new(0).and_then(Device::make_current) else { return };
+        ignore_other_threads_captures();
         // SAFETY: memory this buffer allocated; no copy uses it any more.
         let _ = check(unsafe { sys::cudaFreeHost(self.ptr.as_ptr().cast()) }, "cudaFreeHost");
     }

@@ -1,6 +1,7 @@
 //! [`MemPool`]: a pool of device memory that stream-ordered allocations draw from, with its
 //! release threshold, reuse policy, trimming and usage figures.
 
+use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::device::Device;
 use crate::ffi::error::{Result, check};
 use crate::ffi::inside_host_fn::call_outside_host_fn;
@@ -68,6 +69,7 @@ impl MemPool {
     /// without memory pools).
     pub fn new(device: Device) -> Result<MemPool> {
         let _current = device.make_current()?;
+        ignore_other_threads_captures();
         // SAFETY: all-zero is a valid `cudaMemPoolProps` (null pointers, zero sizes, CUDA's
         // zero enum values); the fields that matter are set below.
         let mut props: sys::cudaMemPoolProps = unsafe { std::mem::zeroed() };
@@ -165,6 +167,7 @@ impl MemPool {
     /// As [`MemPool::set_release_threshold`].
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
         let _current = self.inner.device.make_current()?;
+        ignore_other_threads_captures();
         // SAFETY: a live pool.
         check(unsafe { sys::cudaMemPoolTrimTo(self.inner.raw, keep_bytes) }, "cudaMemPoolTrimTo")
     }
