@@ -368,6 +368,23 @@ fn pinned_copies_are_asynchronous_and_the_host_waits_for_them() {
     assert!(home.query().unwrap());
 }
 
+/// Two copies into one pinned buffer, from two device buffers on two streams: the first held
+/// back by a spin, the second not. The pinned buffer shows the second: its copies land in the
+/// order they were made (found by the racing-owners test, where a later copy was overwritten by
+/// an earlier one still in flight).
+#[test]
+fn copies_into_one_pinned_buffer_land_in_the_order_they_were_made() {
+    let device = gpu_or_skip!();
+    let (slow, fast) = (stream(device), stream(device));
+    let first = DeviceBuffer::from_slice(&slow, &vec![1u32; N]).unwrap();
+    let second = DeviceBuffer::from_slice(&fast, &vec![2u32; N]).unwrap();
+    let mut pinned = PinnedBuffer::<u32>::zeroed(N).unwrap();
+    spin(&*slow, Duration::from_millis(200)).unwrap();
+    first.copy_to_pinned(&slow, &mut pinned).unwrap();
+    second.copy_to_pinned(&fast, &mut pinned).unwrap();
+    assert!(pinned.as_slice().unwrap().iter().all(|&word| word == 2), "the earlier copy landed last");
+}
+
 /// Dropping a pinned buffer with a copy in flight waits for the copy (no free under DMA).
 #[test]
 fn a_pinned_buffer_dropped_with_a_copy_in_flight_waits_for_it() {

@@ -406,6 +406,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let mut enqueued = false;
         let mut recorded = false;
         let ordered = self.ordered(stream, || {
+            // After the pinned buffer's copies still in flight, whatever their streams: two
+            // copies into one pinned buffer land in the order they were made.
+            pinned.order_after_in_flight(stream)?;
             copy_async(stream, to, from, bytes, kind)?;
             enqueued = true;
             stream.record_raw(done.as_raw(), 0)?;

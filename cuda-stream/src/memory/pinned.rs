@@ -22,6 +22,8 @@ use std::ptr::NonNull;
 /// copy in flight (an event recorded after it), and [`as_slice`](PinnedBuffer::as_slice),
 /// [`as_mut_slice`](PinnedBuffer::as_mut_slice) and the drop wait for them first, so the host
 /// never reads memory a copy is still writing, nor writes or frees memory a copy still reads.
+/// Copies into or out of one pinned buffer run in the order they were made, whatever their
+/// streams and device buffers: each waits for the ones still in flight.
 pub struct PinnedBuffer<T: DeviceCopy> {
     ptr: NonNull<T>,
     len: usize,
@@ -133,13 +135,22 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         self.in_flight.push(done);
     }
 
+    /// Makes `stream` wait for the copies in flight (on any stream) before what it does next.
+    pub(crate) fn order_after_in_flight(&self, stream: &StreamRef) -> Result<()> {
+        if self.leak {
+            return Err(Error::Size(UNTRACKED));
+        }
+        for event in &self.in_flight {
+            stream.wait_raw(event.as_raw(), 0)?;
+        }
+        Ok(())
+    }
+
     /// Waits for every copy in flight.
     fn settle(&mut self) -> Result<()> {
         refuse_inside_host_fn()?;
         if self.leak {
-            return Err(Error::Size(
-                "a copy into or out of this pinned buffer could not be tracked: it is never touched again",
-            ));
+            return Err(Error::Size(UNTRACKED));
         }
         if self.in_flight.is_empty() {
             return Ok(());
@@ -154,6 +165,9 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         Ok(())
     }
 }
+
+/// Why a pinned buffer whose copy could not be tracked refuses every use.
+const UNTRACKED: &str = "a copy into or out of this pinned buffer could not be tracked: it is never touched again";
 
 impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
     /// Waits for the copies in flight, then frees the memory (`cudaFreeHost`). Leaks it when
