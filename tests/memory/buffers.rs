@@ -382,7 +382,18 @@ fn copies_into_one_pinned_buffer_land_in_the_order_they_were_made() {
     spin(&*slow, Duration::from_millis(200)).unwrap();
     first.copy_to_pinned(&slow, &mut pinned).unwrap();
     second.copy_to_pinned(&fast, &mut pinned).unwrap();
+    assert!(!fast.query().unwrap(), "the order is the GPU's: the second copy waits for the first");
     assert!(pinned.as_slice().unwrap().iter().all(|&word| word == 2), "the earlier copy landed last");
+
+    // A read of the pinned buffer (H2D, held back) then a write into it (D2H): the write waits.
+    let mut uploaded = DeviceBuffer::<u32, _>::zeroed(&slow, N).unwrap();
+    let mut source = PinnedBuffer::from_slice(&vec![7u32; N]).unwrap();
+    spin(&*slow, Duration::from_millis(200)).unwrap();
+    uploaded.copy_from_pinned(&slow, &mut source).unwrap();
+    second.copy_to_pinned(&fast, &mut source).unwrap();
+    assert!(!fast.query().unwrap());
+    assert_eq!(uploaded.to_vec().unwrap(), vec![7u32; N], "the upload read the pinned data before it was overwritten");
+    assert!(source.as_slice().unwrap().iter().all(|&word| word == 2));
 }
 
 /// Dropping a pinned buffer with a copy in flight waits for the copy (no free under DMA).

@@ -246,7 +246,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// pinned buffer waits for the copy before its host memory can be touched or freed.
     ///
     /// # Errors
-    /// [`Error::Size`] unless the lengths match; the errors of [`DeviceBuffer::use_on`].
+    /// [`Error::Size`] unless the lengths match, or for a pinned buffer an earlier copy of
+    /// which could not be tracked; the errors of [`DeviceBuffer::use_on`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut PinnedBuffer<T>) -> Result<()> {
         same_length(self.len, source.len())?;
         let (to, from) = (self.ptr.as_ptr().cast::<c_void>(), source.as_ptr().cast::<c_void>());

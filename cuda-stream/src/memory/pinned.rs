@@ -129,7 +129,9 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
             }
             return;
         }
-        if self.in_flight.len() >= 16 {
+        // Queries only while no stream of the process can be capturing (a query would break a
+        // capture of this thread's).
+        if self.in_flight.len() >= 16 && !live_captures::may_capture() {
             self.in_flight.retain(|event| driver::event_query(event.as_raw()) != Ok(true));
         }
         self.in_flight.push(done);

@@ -4,7 +4,7 @@
 //! for. Events are kept per stream and recorded again, never created per use; a stream that
 //! already waited for the home stream's current event does not wait again.
 
-use crate::call::live_captures::no_capture_transitions;
+use crate::call::live_captures::{self, no_capture_transitions};
 use crate::event::Event;
 use crate::ffi::driver;
 use crate::ffi::error::Result;
@@ -153,7 +153,9 @@ impl Uses {
                 stream.record_raw(slot.event.as_raw(), 0)
             }
             None => Event::internal(stream.device()).and_then(|event| {
-                if state.others.len() >= PRUNE_AT {
+                // Queries only while no stream of the process can be capturing (a query would
+                // break a capture of this thread's).
+                if state.others.len() >= PRUNE_AT && !live_captures::may_capture() {
                     // Slots whose last use has completed order nothing any more.
                     state.others.retain(|other| driver::event_query(other.event.as_raw()) != Ok(true));
                 }
