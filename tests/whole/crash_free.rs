@@ -233,10 +233,7 @@ fn reads_of_a_borrowed_stream_leave_a_foreign_global_capture_intact() {
     // SAFETY: `owner` outlives the borrow; this thread alone begins and ends the capture.
     let borrowed = unsafe { BorrowedStream::borrow_raw(handle) }.unwrap();
     // What `torch.cuda.graph` does: a raw Global capture of a stream it hands us.
-    let global = sys::cudaStreamCaptureMode::cudaStreamCaptureModeGlobal;
-    // SAFETY: a live stream; a valid mode.
-    let begun = unsafe { sys::cudaStreamBeginCapture(handle, global) };
-    assert_eq!(begun, sys::cudaError::cudaSuccess);
+    begin_foreign_global_capture(&owner);
     assert!(is_capture_misuse(&borrowed.is_non_blocking()), "CUDA would invalidate the capture to answer");
     assert_eq!(owner.is_non_blocking(), Ok(true), "known since creation: no CUDA call");
     assert_eq!(borrowed.priority(), owner.priority(), "read by a call CUDA allows during capture");
@@ -247,12 +244,7 @@ fn reads_of_a_borrowed_stream_leave_a_foreign_global_capture_intact() {
     let (token, probe) = Token::new();
     assert!(is_capture_misuse(&borrowed.launch_host_fn(move || token.run())));
     assert!(probe.dropped() && probe.runs() == 0);
-    let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
-    // SAFETY: the stream's capture, begun above; a valid out-pointer.
-    let ended = unsafe { sys::cudaStreamEndCapture(handle, &mut graph) };
-    assert_eq!(ended, sys::cudaError::cudaSuccess, "the foreign capture survived every read");
-    // SAFETY: the graph the end returned, ours to destroy.
-    assert_eq!(unsafe { sys::cudaGraphDestroy(graph) }, sys::cudaError::cudaSuccess);
+    assert!(end_foreign_capture(&owner), "the foreign capture survived every read");
     owner.synchronize().unwrap();
 }
 

@@ -365,26 +365,21 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         from: *const c_void,
         kind: sys::cudaMemcpyKind,
     ) -> Result<()> {
-        let done = Event::internal(stream.device())?;
-        let bytes = self.bytes();
-        let mut enqueued = false;
-        let ordered = self.ordered(stream, || {
+        let (ordered, copied) = self.tracked_copy(stream, to, from, kind, || {
             if live_captures::any() {
                 // This thread's own capture would be invalidated by the wait below.
                 live_captures::refuse_unsafe_call()?;
             }
-            copy_async(stream, to, from, bytes, kind)?;
-            enqueued = true;
-            // Under the capture-transition lock, on a stream checked not capturing: a plain
-            // record (the crate's record would take the lock again).
-            stream.record_raw(done.as_raw(), 0)
-        });
-        if enqueued {
-            // Recorded or not (a record fails only when the context is broken, and then no
-            // copy runs), the copy is waited for before the host memory goes back.
-            let waited = match &ordered {
-                Ok(()) => done.synchronize_checked_earlier(),
-                Err(_) => stream.synchronize_checked_earlier(),
+            Ok(())
+        })?;
+        if copied.enqueued {
+            // The copy is waited for before the host memory goes back: through its event, or,
+            // if none was recorded (a record fails only when the context is broken, and then
+            // no copy runs), through the stream.
+            let waited = if copied.recorded {
+                copied.done.synchronize_checked_earlier()
+            } else {
+                stream.synchronize_checked_earlier()
             };
             ordered?;
             return waited;
@@ -392,8 +387,10 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         ordered
     }
 
-    /// A copy between the buffer and pinned memory: ordered with the home stream, and noted in
-    /// the pinned buffer as in flight (an event recorded after it) whenever it was enqueued.
+    /// A copy between the buffer and pinned memory: ordered with the home stream and after
+    /// the pinned buffer's copies still in flight (whatever their streams: two copies into one
+    /// pinned buffer land in the order they were made), and noted in the pinned buffer as in
+    /// flight whenever it was enqueued.
     fn pinned_copy(
         &self,
         stream: &StreamRef,
@@ -402,25 +399,46 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         from: *const c_void,
         kind: sys::cudaMemcpyKind,
     ) -> Result<()> {
+        let (ordered, copied) = self.tracked_copy(stream, to, from, kind, || pinned.order_after_in_flight(stream))?;
+        if copied.enqueued {
+            pinned.in_flight(stream, copied.done, copied.recorded);
+        }
+        ordered
+    }
+
+    /// `first`, then a copy of the whole buffer's bytes and an event recorded after it, on
+    /// `stream`, ordered with the home stream: the ordering's result, and how far the copy got
+    /// whatever that result (its host memory must outlive it).
+    fn tracked_copy(
+        &self,
+        stream: &StreamRef,
+        to: *mut c_void,
+        from: *const c_void,
+        kind: sys::cudaMemcpyKind,
+        first: impl FnOnce() -> Result<()>,
+    ) -> Result<(Result<()>, Copied)> {
         let done = Event::internal(stream.device())?;
         let bytes = self.bytes();
-        let mut enqueued = false;
-        let mut recorded = false;
+        let (mut enqueued, mut recorded) = (false, false);
         let ordered = self.ordered(stream, || {
-            // After the pinned buffer's copies still in flight, whatever their streams: two
-            // copies into one pinned buffer land in the order they were made.
-            pinned.order_after_in_flight(stream)?;
+            first()?;
             copy_async(stream, to, from, bytes, kind)?;
             enqueued = true;
+            // Under the capture-transition lock, on a stream checked not capturing: a plain
+            // record (the crate's record would take the lock again).
             stream.record_raw(done.as_raw(), 0)?;
             recorded = true;
             Ok(())
         });
-        if enqueued {
-            pinned.in_flight(stream, done, recorded);
-        }
-        ordered
+        Ok((ordered, Copied { done, enqueued, recorded }))
     }
+}
+
+/// How far a [`DeviceBuffer::tracked_copy`] got: enqueued, and `done` recorded after it.
+struct Copied {
+    done: Event,
+    enqueued: bool,
+    recorded: bool,
 }
 
 /// `bytes` on `stream`, from `pool` or the device's current pool, in the stream's order.
