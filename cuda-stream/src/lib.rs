@@ -203,7 +203,7 @@ pub use call::capture_mode::CaptureMode;
 pub use call::live::{live_events, live_streams};
 pub use completion::Completion;
 pub use device::{Device, DeviceGuard};
-pub use event::{Event, EventFlags, KnownEventFlags};
+pub use event::{Event, EventFlags, KnownEventFlags, SYNCHRONIZE_HOT_WINDOW};
 pub use ffi::error::{CudaCode, Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check};
 pub use ffi::installation::{GpuUnavailable, driver_version, runtime_version};
 pub use ffi::priority::{Priority, PriorityRange};

@@ -102,6 +102,52 @@ fn queries_racing_records_into_a_capture_never_invalidate_it() {
     assert!(answered > 0 && refused > 0, "the racers met both states: {answered} answered, {refused} refused");
 }
 
+/// `Event::synchronize` once waited inside CUDA, uncounted: a record of its event into a
+/// capture on another thread could reach CUDA while the wait was in it (a captured event
+/// synchronized). Now every poll is a counted query. Two threads synchronize the event while
+/// each round records it after a short kernel (so the waits are in progress) and then into a
+/// capture: every capture ends cleanly, and every wait ends with `Ok` or `CaptureMisuse`.
+#[test]
+fn synchronizes_racing_records_into_a_capture_never_invalidate_it() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let blocking = Event::new(device, EventFlags { blocking_sync: true, ..EventFlags::default() }).unwrap();
+    let spinning = Event::new(device, EventFlags::default()).unwrap();
+    let stop = AtomicBool::new(false);
+    let (waited, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|scope| {
+        let stopping = cuda_stream_tests::StopOnDrop(&stop);
+        for event in [&blocking, &spinning] {
+            let (stop, waited, refused) = (&stop, &waited, &refused);
+            scope.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match event.synchronize() {
+                        Ok(()) => waited.fetch_add(1, Ordering::Relaxed),
+                        Err(Error::CaptureMisuse(_)) => refused.fetch_add(1, Ordering::Relaxed),
+                        Err(other) => panic!("a racing synchronize gives Ok or CaptureMisuse: {other:?}"),
+                    };
+                }
+            });
+        }
+        for round in 0..cuda_stream_tests::scaled(2000, 200) {
+            cuda_stream_tests::spin(&*stream, Duration::from_micros(20)).unwrap();
+            blocking.record(&*stream).unwrap();
+            spinning.record(&*stream).unwrap();
+            std::thread::sleep(Duration::from_micros(5));
+            let capture = stream.begin_capture(capture::Relaxed).unwrap();
+            blocking.record(&*stream).unwrap();
+            spinning.record(&*stream).unwrap();
+            let graph = capture.end();
+            assert!(graph.is_ok(), "round {round}: a wait reached CUDA with the captured event: {graph:?}");
+        }
+        drop(stopping);
+    });
+    stream.synchronize().unwrap();
+    let (waited, refused) = (waited.into_inner(), refused.into_inner());
+    assert!(waited > 0 && refused > 0, "the waits met both states: {waited} waited, {refused} refused");
+}
+
 /// One event recorded from two threads at once, one record into a capture and one outside
 /// any: which one CUDA takes last cannot be known, so the event must stay refused rather than
 /// count as recorded outside (its queries would then reach CUDA with a captured event and

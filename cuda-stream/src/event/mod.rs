@@ -262,20 +262,29 @@ impl Event {
         crate::ffi::driver::event_query(self.raw)
     }
 
-    /// Blocks until the work before the last record has completed
-    /// ([`cudaEventSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
+    /// Blocks until the work before the last record has completed (what
+    /// [`cudaEventSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)
+    /// does), by polling [`Event::query`].
+    ///
+    /// A wait inside CUDA could not be counted (the work waited for may depend on a capture's
+    /// end, or on a host function that another thread releases), so a record of this event
+    /// into a capture on another thread could reach CUDA while the wait is in it: CUDA would
+    /// then see a captured event synchronized. Each poll is one counted query instead, which a
+    /// record into a capture waits for. How it waits between polls follows the event's flags:
+    /// it yields the thread between polls (CUDA's spinning default); an event made with
+    /// [`EventFlags::blocking_sync`], or borrowed with unknown flags, yields for
+    /// [`SYNCHRONIZE_HOT_WINDOW`], then naps from 20 µs, doubling to 200 µs, so a long wait
+    /// uses little CPU and is seen at most 200 µs late.
     ///
     /// # Errors
-    /// Errors of earlier asynchronous work; [`Error::CaptureMisuse`] as for [`Event::query`].
+    /// Errors of earlier asynchronous work; [`Error::CaptureMisuse`] as for [`Event::query`]
+    /// (also when the event is recorded into a capture while this waits).
     pub fn synchronize(&self) -> Result<()> {
-        refuse_inside_host_fn()?;
-        self.refuse_captured()?;
-        if let Some(_transitions) = live_captures::unsafe_call_hold()? {
-            // Checked with no capture of this crate beginning or ending, but not held while
-            // waiting: the work waited for may depend on a capture's end.
-            self.refuse_captured()?;
+        let mut nap = Nap::new(self.flags.blocking_sync != Some(false));
+        while !self.query()? {
+            nap.wait();
         }
-        crate::ffi::driver::event_synchronize(self.raw)
+        Ok(())
     }
 
     /// Blocks until the work before the last record has completed, after the caller made the
@@ -401,5 +410,34 @@ impl fmt::Debug for Event {
             .field("ownership", &self.ownership)
             .field("flags", &self.flags)
             .finish()
+    }
+}
+
+/// How long [`Event::synchronize`] of an event made with [`EventFlags::blocking_sync`] polls
+/// without sleeping before it starts to nap.
+pub const SYNCHRONIZE_HOT_WINDOW: Duration = Duration::from_micros(50);
+
+/// The pause between two polls of [`Event::synchronize`].
+struct Nap {
+    /// `None`: yield between polls, never sleep.
+    sleeping: Option<(std::time::Instant, Duration)>,
+}
+
+impl Nap {
+    const FIRST: Duration = Duration::from_micros(20);
+    const LONGEST: Duration = Duration::from_micros(200);
+
+    fn new(may_sleep: bool) -> Nap {
+        Nap { sleeping: may_sleep.then(|| (std::time::Instant::now(), Nap::FIRST)) }
+    }
+
+    fn wait(&mut self) {
+        match &mut self.sleeping {
+            Some((started, nap)) if started.elapsed() >= SYNCHRONIZE_HOT_WINDOW => {
+                std::thread::sleep(*nap);
+                *nap = (*nap * 2).min(Nap::LONGEST);
+            }
+            _ => std::thread::yield_now(),
+        }
     }
 }

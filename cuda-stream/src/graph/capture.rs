@@ -69,9 +69,10 @@
 //! * Two threads recording one event at once, one record perhaps into a capture: which one
 //!   CUDA takes last cannot be read back, so the event stays marked captured until a later
 //!   record settles it (a refusal, never a query of a captured event).
-//! * **Not closed:** [`Event::synchronize`](crate::Event::synchronize) racing a record of its
-//!   event into a capture: it checks, then waits outside the capture-transition lock (the work
-//!   may depend on a capture's end), so it is not counted and can reach CUDA after the record.
+//! * [`Event::synchronize`](crate::Event::synchronize) racing a record of its event into a
+//!   capture: it does not wait inside CUDA (a wait there could not be counted: the work may
+//!   depend on a capture's end) but polls with counted queries, so the record waits for the
+//!   poll in CUDA and the next poll is refused.
 //! * A call that passed its checks while no capture of this crate was in progress, then
 //!   stalled (preempted) across another thread's whole Global capture: its thread's
 //!   ThreadLocal mode keeps CUDA from refusing it for that capture's sake. If it names the
