@@ -7,7 +7,8 @@
 //! (default `target/`). `--quick` runs fewer operations, for smoke tests.
 
 use cuda_stream::{
-    Device, DeviceBuffer, Event, EventFlags, PinnedBuffer, Stream, StreamOptions, StreamPool, capture, check, sys,
+    Device, DeviceBuffer, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamOptions, StreamPool, capture,
+    check, sys,
 };
 use cuda_stream_tests::Stats;
 use cuda_stream_tests::bench::{time, write_json};
@@ -27,6 +28,11 @@ unsafe extern "C" {
     fn cs_floor_driver(op: i32, iters: i32, a: sys::cudaStream_t, b: sys::cudaStream_t, e: sys::cudaEvent_t) -> f64;
     fn cs_bench_launch_empty(stream: sys::cudaStream_t) -> sys::cudaError_t;
     fn cs_bench_noop_host_fn(data: *mut c_void);
+}
+
+cuda_stream::kernel! {
+    /// `cs_empty_ex` of `kernels/launch_kernels.cu`: the typed launch's rows.
+    static EMPTY = fn cs_empty_ex();
 }
 
 /// The numbers of `enum FloorOp` in `kernels/bench_floor.cu`.
@@ -51,6 +57,7 @@ enum FloorOp {
     AllocFree = 16,
     PinnedCopy = 17,
     PinnedCopyBack = 18,
+    LaunchEx = 19,
 }
 
 /// The bytes of one allocation and of one pinned copy, as in `kernels/bench_floor.cu`.
@@ -356,6 +363,52 @@ fn main() {
             safe: Box::new(|n| {
                 // SAFETY: see above.
                 let t = time(n, || check(unsafe { cs_bench_launch_empty(a.as_raw()) }, "launch").unwrap());
+                device.synchronize().unwrap();
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "typed launch, against cudaLaunchKernelEx",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::LaunchEx)),
+            driver: None,
+            ffi: Some(Box::new(|n| {
+                let t = time(n, || {
+                    let config = sys::cudaLaunchConfig_t {
+                        gridDim: sys::dim3 { x: 1, y: 1, z: 1 },
+                        blockDim: sys::dim3 { x: 1, y: 1, z: 1 },
+                        dynamicSmemBytes: 0,
+                        stream: ra,
+                        attrs: std::ptr::null_mut(),
+                        numAttrs: 0,
+                    };
+                    let mut args = [std::ptr::null_mut::<c_void>()];
+                    // SAFETY: see above; the empty kernel's stub takes no arguments.
+                    ok(unsafe { sys::cudaLaunchKernelExC(&config, EMPTY.as_host_stub(), args.as_mut_ptr()) })
+                });
+                device.synchronize().unwrap();
+                t
+            })),
+            safe: Box::new(|n| {
+                let config = LaunchConfig::new(1, 1);
+                // SAFETY: the empty kernel touches no memory.
+                let t = time(n, || unsafe { EMPTY.launch(&a, &config, ()) }.unwrap());
+                device.synchronize().unwrap();
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "typed launch, against <<<>>>",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::LaunchEmpty)),
+            driver: None,
+            ffi: None,
+            safe: Box::new(|n| {
+                let config = LaunchConfig::new(1, 1);
+                // SAFETY: the empty kernel touches no memory.
+                let t = time(n, || unsafe { EMPTY.launch(&a, &config, ()) }.unwrap());
                 device.synchronize().unwrap();
                 t
             }),

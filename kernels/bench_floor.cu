@@ -38,6 +38,7 @@ enum FloorOp {
   AllocFree = 16,
   PinnedCopy = 17,
   PinnedCopyBack = 18,
+  LaunchEx = 19,
 };
 
 // The bytes of one stream-ordered allocation (AllocFree) and of one pinned copy (PinnedCopy).
@@ -122,6 +123,14 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
         floor_empty_kernel<<<1, 1, 0, a>>>();
         ok(cudaGetLastError());
         break;
+      case LaunchEx: {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(1);
+        config.blockDim = dim3(1);
+        config.stream = a;
+        ok(cudaLaunchKernelEx(&config, floor_empty_kernel));
+        break;
+      }
       case LaunchSync:
         floor_empty_kernel<<<1, 1, 0, a>>>();
         ok(cudaGetLastError());
@@ -156,7 +165,7 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
         break;
     }
   }
-  if (op == LaunchEmpty || op == EventRecord || op == RecordWaitEvent || op == AllocFree) ok(cudaDeviceSynchronize());
+  if (op == LaunchEmpty || op == LaunchEx || op == EventRecord || op == RecordWaitEvent || op == AllocFree) ok(cudaDeviceSynchronize());
   auto end = std::chrono::steady_clock::now();
   if (exec) ok(cudaGraphExecDestroy(exec));
   if (pinned) ok(cudaFreeHost(pinned));

@@ -155,6 +155,31 @@ impl Device {
         Ok(value)
     }
 
+    /// The error for a launch on this device that returned `code`: a missing kernel image
+    /// (`cudaErrorNoKernelImageForDevice`) becomes [`Error::NoKernelImage`], which names the
+    /// device's architecture and what the kernels were built for (`built_for`, when known);
+    /// other codes are [`Error::Cuda`] under `api`.
+    #[cold]
+    pub(crate) fn launch_error(
+        self,
+        code: sys::cudaError_t,
+        api: &'static str,
+        kernel: &'static str,
+        built_for: Option<&'static str>,
+    ) -> Error {
+        if code != sys::cudaError::cudaErrorNoKernelImageForDevice {
+            return check(code, api).err().unwrap_or(Error::Cuda { api, code: crate::CudaCode(code.0 as i32) });
+        }
+        let capability = |attribute| self.attribute(attribute).unwrap_or(0);
+        Error::NoKernelImage {
+            kernel,
+            device: self.ordinal,
+            major: capability(sys::cudaDeviceAttr::cudaDevAttrComputeCapabilityMajor),
+            minor: capability(sys::cudaDeviceAttr::cudaDevAttrComputeCapabilityMinor),
+            built_for,
+        }
+    }
+
     /// How many hardware work queues (connections) the driver gives each context it creates
     /// in this process: `CUDA_DEVICE_MAX_CONNECTIONS` as NVIDIA documents it, 8 when unset, at
     /// most 32 ([CUDA environment variables](https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars)).

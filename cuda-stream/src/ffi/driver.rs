@@ -141,10 +141,16 @@ fn driver() -> Result<&'static Driver> {
 }
 
 fn entry(symbol: &CStr) -> Result<*mut c_void> {
+    entry_of_version(symbol, 12000)
+}
+
+/// The entry point `symbol` with its signature as of CUDA `version` (`12040` for 12.4).
+fn entry_of_version(symbol: &CStr, version: c_uint) -> Result<*mut c_void> {
     let mut function: *mut c_void = std::ptr::null_mut();
     let mut status = sys::cudaDriverEntryPointQueryResult::cudaDriverEntryPointSuccess;
     // SAFETY: `symbol` is NUL-terminated; both out-pointers are valid.
-    let code = unsafe { sys::cudaGetDriverEntryPointByVersion(symbol.as_ptr(), &mut function, 12000, 0, &mut status) };
+    let code =
+        unsafe { sys::cudaGetDriverEntryPointByVersion(symbol.as_ptr(), &mut function, version, 0, &mut status) };
     check(code, "cudaGetDriverEntryPointByVersion")?;
     if function.is_null() {
         return Err(Error::Cuda {
@@ -176,6 +182,37 @@ fn check_driver_ready(code: c_int, api: &'static str) -> Result<bool> {
     } else {
         check_driver(code, api).map(|()| true)
     }
+}
+
+type FuncGetParamInfo = unsafe extern "C" fn(sys::cudaFunction_t, usize, *mut usize, *mut usize) -> c_int;
+
+/// The byte size of each parameter of a kernel, in order (`cuFuncGetParamInfo`, CUDA 12.4 and
+/// later drivers); `None` where the driver has no such call.
+pub(crate) fn kernel_param_sizes(function: sys::cudaFunction_t) -> Result<Option<Vec<usize>>> {
+    static PARAM_INFO: OnceLock<Option<FuncGetParamInfo>> = OnceLock::new();
+    let Some(param_info) = *PARAM_INFO.get_or_init(|| {
+        entry_of_version(c"cuFuncGetParamInfo", 12040)
+            .ok()
+            // SAFETY: the symbol has this signature in cuda.h as of CUDA 12.4, the version
+            // asked for; both are function pointers.
+            .map(|entry| unsafe { std::mem::transmute::<*mut c_void, FuncGetParamInfo>(entry) })
+    }) else {
+        return Ok(None);
+    };
+    let mut sizes = Vec::new();
+    // A kernel's parameters fit in 32 KiB (CUDA 12.1 and later), so at most 32,768 of them.
+    while sizes.len() <= 32 * 1024 {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `function` is a loaded kernel (the caller's); the out-pointers are valid.
+        let code = unsafe { param_info(function, sizes.len(), &mut offset, &mut size) };
+        if runtime_code(code) == sys::cudaError::cudaErrorInvalidValue {
+            // Past the last parameter.
+            return Ok(Some(sizes));
+        }
+        check_driver(code, "cuFuncGetParamInfo")?;
+        sizes.push(size);
+    }
+    Ok(None)
 }
 
 /// The calling thread's current context (`cuCtxGetCurrent`), null when there is none.

@@ -331,6 +331,46 @@ pub enum Error {
         /// The device the context belongs to.
         device: i32,
     },
+    /// A launch found no kernel image for the device's architecture
+    /// (`cudaErrorNoKernelImageForDevice`, 209): the kernels were built for other GPUs, and
+    /// without PTX old enough for this one to compile at load time.
+    #[error(
+        "{kernel}: no kernel image for device {device}, compute capability {major}.{minor} (sm_{major}{minor}): \
+         the kernels were built for {}. Rebuild them for this GPU: build where `nvidia-smi` shows it, or set \
+         CUDA_COMPUTE_CAP={major}{minor} (or CUDA_STREAM_ARCHS), or name it in cuda_stream_build::Kernels::archs",
+        .built_for.unwrap_or("other architectures")
+    )]
+    NoKernelImage {
+        /// The kernel or launcher that was launched.
+        kernel: &'static str,
+        /// The device it was launched on.
+        device: i32,
+        /// The device's compute capability, major.
+        major: i32,
+        /// The device's compute capability, minor.
+        minor: i32,
+        /// What the kernels were built for (`sm_90,compute_75`), where the build said so
+        /// (`CUDA_STREAM_KERNEL_ARCHS`, embedded by [`kernel!`](crate::kernel!)).
+        built_for: Option<&'static str>,
+    },
+    /// Launch arguments that do not match the kernel's parameters in number or byte sizes, as
+    /// the loaded kernel reports them (`cuFuncGetParamInfo`): refused before CUDA reads them.
+    #[error(
+        "kernel {kernel} takes {} parameter(s) of {expected:?} bytes; the launch passes {} of {given:?} bytes",
+        .expected.len(),
+        .given.len()
+    )]
+    KernelArguments {
+        /// The kernel.
+        kernel: &'static str,
+        /// The byte size of each parameter the kernel takes.
+        expected: Vec<usize>,
+        /// The byte size of each argument passed.
+        given: Vec<usize>,
+    },
+    /// A launch configuration CUDA cannot run, refused before CUDA sees it.
+    #[error("invalid launch configuration: {0}")]
+    InvalidLaunch(&'static str),
 }
 
 impl Error {
@@ -340,6 +380,7 @@ impl Error {
             Error::Cuda { code, .. } | Error::GraphInstantiate { code, .. } | Error::GraphUpdate { code, .. } => {
                 Some(*code)
             }
+            Error::NoKernelImage { .. } => Some(CudaCode(sys::cudaError::cudaErrorNoKernelImageForDevice.0 as i32)),
             _ => None,
         }
     }

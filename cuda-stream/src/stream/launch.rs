@@ -5,7 +5,7 @@
 //! both: it makes the stream's device current for the call (and restores the previous one), and
 //! returns the error of this launch, not one that an earlier call left behind.
 
-use crate::ffi::error::{Result, check_code, take_last_error};
+use crate::ffi::error::{Result, take_last_error};
 use crate::stream::StreamRef;
 use crate::sys;
 
@@ -33,7 +33,8 @@ impl StreamRef {
     ///
     /// # Errors
     /// The launch error (`cudaErrorInvalidConfiguration`, `cudaErrorLaunchOutOfResources`, ...,
-    /// or a sticky error of earlier work); [`crate::Error::WrongThread`] for another thread's
+    /// or a sticky error of earlier work); [`crate::Error::NoKernelImage`] for kernels built
+    /// for other architectures; [`crate::Error::WrongThread`] for another thread's
     /// per-thread stream; refused inside a host function; the errors of making the device
     /// current.
     pub fn launch(
@@ -45,6 +46,9 @@ impl StreamRef {
         let _ = take_last_error();
         let returned = launcher(self.as_raw());
         let last = take_last_error();
-        check_code(if returned == sys::cudaError::cudaSuccess { last } else { returned }, launcher_name)
+        match if returned == sys::cudaError::cudaSuccess { last } else { returned } {
+            sys::cudaError::cudaSuccess => Ok(()),
+            code => Err(self.device().launch_error(code, launcher_name, launcher_name, None)),
+        }
     }
 }

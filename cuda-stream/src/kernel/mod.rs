@@ -1,0 +1,333 @@
+//! Typed launches of your own kernels: an `extern "C" __global__` kernel of your `.cu` files
+//! (built by `cuda-stream-build`), declared once with [`kernel!`](crate::kernel!), launched on
+//! any stream through
+//! [`cudaLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EXECUTION.html)
+//! with its launch attributes as values ([`LaunchConfig`]).
+//!
+//! ```no_run
+//! use cuda_stream::{DeviceBuffer, LaunchConfig, Stream, StreamOptions, Device};
+//!
+//! cuda_stream::kernel! {
+//!     /// `y[i] = a * x[i] + y[i]`, from `kernels/saxpy.cu`:
+//!     /// `extern "C" __global__ void saxpy(float a, const float* x, float* y, uint32_t n)`.
+//!     static SAXPY = fn saxpy(a: f32, x: *const f32, y: *mut f32, n: u32);
+//! }
+//!
+//! # fn main() -> cuda_stream::Result<()> {
+//! let stream = Stream::new(Device::new(0)?, StreamOptions::non_blocking())?;
+//! let x = DeviceBuffer::from_slice(&stream, &[1.0f32; 1024])?;
+//! let mut y = DeviceBuffer::from_slice(&stream, &[2.0f32; 1024])?;
+//! let config = LaunchConfig::new(1024u32.div_ceil(256), 256);
+//! // SAFETY: `x` and `y` hold 1024 floats on the stream's device, and live until the kernel
+//! // has run (their frees are ordered after it on their home stream, the launch stream).
+//! unsafe { SAXPY.launch(&stream, &config, (3.0, x.as_ptr(), y.as_mut_ptr(), 1024))? };
+//! assert_eq!(y.to_vec()?, vec![5.0; 1024]);
+//! # Ok(()) }
+//! ```
+//!
+//! # What is checked, and what cannot be
+//! * **Argument types**: the tuple's types are the ones [`kernel!`](crate::kernel!) declared,
+//!   checked by the compiler.
+//! * **Argument count and sizes**: on the first launch, against the loaded kernel's own
+//!   parameters ([`cuFuncGetParamInfo`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html),
+//!   drivers of CUDA 12.4 and later): a declaration that does not match the `.cu` file is
+//!   [`Error::KernelArguments`] before CUDA reads an argument. What no check can see: two
+//!   parameters of one size in the wrong order, or an `int` declared as `f32`; and with an
+//!   older driver, nothing about the parameters.
+//! * **What the kernel does with pointers** is the launch's `unsafe` contract.
+//! * **The configuration**: zero dimensions, a grid that is not a multiple of its cluster, a
+//!   priority outside the device's range, a completion event of another device or with timing
+//!   are refused before CUDA sees them; the rest is CUDA's to refuse
+//!   (`cudaErrorInvalidConfiguration`, `cudaErrorCooperativeLaunchTooLarge`, ...).
+//! * **Architectures**: a kernel without an image for the device is [`Error::NoKernelImage`],
+//!   which names the device's architecture, what the kernels were built for, and how to
+//!   rebuild them.
+//!
+//! A launch makes the stream's device current for the call (as [`StreamRef::launch`] does)
+//! and returns this launch's own error.
+
+// Layer 11 of docs/architecture.md, kernels. May use: every layer below (ffi to memory).
+
+mod args;
+mod config;
+
+pub use args::{KernelArg, KernelArgs};
+pub use config::{Dim3, LaunchConfig, MemSyncDomain};
+
+use crate::call::live_captures::no_capture_transitions;
+use crate::device::Device;
+use crate::ffi::driver;
+use crate::ffi::error::{Error, Result};
+use crate::stream::{AsStream, StreamRef};
+use crate::sys;
+use std::ffi::c_void;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Declares `extern "C" __global__` kernels of your `.cu` files as typed [`Kernel`] statics.
+///
+/// ```no_run
+/// cuda_stream::kernel! {
+///     /// Each declaration names the static, then the kernel's C name and its parameters,
+///     /// with the Rust types whose bytes the C++ parameters take.
+///     pub static FILL = fn fill(out: *mut u32, value: u32, n: u32);
+///     static EMPTY = fn empty();
+/// }
+/// ```
+///
+/// The kernel's host stub (the C symbol nvcc emits for an `extern "C" __global__` function) is
+/// declared with those parameters, never called: its address names the kernel to
+/// `cudaLaunchKernelEx`. The static also carries what the kernels were built for
+/// (`CUDA_STREAM_KERNEL_ARCHS`, set by `cuda-stream-build` for the crate that compiles them),
+/// for [`Error::NoKernelImage`].
+#[macro_export]
+macro_rules! kernel {
+    ($($(#[$meta:meta])* $vis:vis static $name:ident = fn $stub:ident($($param:ident : $ty:ty),* $(,)?);)+) => {$(
+        $(#[$meta])*
+        $vis static $name: $crate::Kernel<($($ty,)*)> = {
+            unsafe extern "C" {
+                fn $stub($($param: $ty),*);
+            }
+            // SAFETY: the address of the host stub of the `extern "C" __global__` kernel
+            // `$stub`, declared above with the parameters the caller wrote for it (their
+            // number and sizes are checked against the loaded kernel on the first launch).
+            unsafe {
+                $crate::Kernel::from_host_stub(
+                    $stub as *const ::core::ffi::c_void,
+                    ::core::stringify!($stub),
+                    ::core::option_env!("CUDA_STREAM_KERNEL_ARCHS"),
+                )
+            }
+        };
+    )+};
+}
+
+/// A kernel of your `.cu` files with its parameter types `A` (a tuple): made by
+/// [`kernel!`](crate::kernel!), launched with [`Kernel::launch`].
+pub struct Kernel<A: KernelArgs> {
+    stub: *const c_void,
+    name: &'static str,
+    built_for: Option<&'static str>,
+    /// [`UNCHECKED`], [`MATCHES`] or [`UNKNOWABLE`]: whether `A` matched the loaded kernel's
+    /// parameters.
+    signature: AtomicU8,
+    args: PhantomData<fn(A)>,
+}
+
+const UNCHECKED: u8 = 0;
+const MATCHES: u8 = 1;
+/// The driver cannot tell the parameters (older than CUDA 12.4).
+const UNKNOWABLE: u8 = 2;
+
+// SAFETY: the stub's address is a value (never dereferenced here), and CUDA lets any thread
+// launch a kernel; the signature state is atomic.
+unsafe impl<A: KernelArgs> Send for Kernel<A> {}
+// SAFETY: as above.
+unsafe impl<A: KernelArgs> Sync for Kernel<A> {}
+
+impl<A: KernelArgs> fmt::Debug for Kernel<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.name)
+            .field("parameter_sizes", &A::SIZES)
+            .field("built_for", &self.built_for)
+            .finish()
+    }
+}
+
+impl<A: KernelArgs> Kernel<A> {
+    /// A kernel from its host stub's address. [`kernel!`](crate::kernel!) is the way to make
+    /// one.
+    ///
+    /// # Safety
+    /// `stub` is the host stub of an `extern "C" __global__` kernel linked into this program,
+    /// whose parameters take the bytes of `A`'s elements, in order.
+    pub const unsafe fn from_host_stub(
+        stub: *const c_void,
+        name: &'static str,
+        built_for: Option<&'static str>,
+    ) -> Self {
+        Kernel { stub, name, built_for, signature: AtomicU8::new(UNCHECKED), args: PhantomData }
+    }
+
+    /// The kernel's C name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// What the kernels were built for, as their build said (`sm_90,compute_75`), if it did.
+    pub fn built_for(&self) -> Option<&'static str> {
+        self.built_for
+    }
+
+    /// The host stub's address, the kernel's name for the runtime API
+    /// (`cudaFuncGetAttributes`, `cudaLaunchKernel`, ...).
+    pub fn as_host_stub(&self) -> *const c_void {
+        self.stub
+    }
+
+    /// Launches the kernel on `stream` with `config` and `args`
+    /// ([`cudaLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EXECUTION.html)).
+    ///
+    /// # Safety
+    /// The kernel runs with these arguments: every pointer it reads or writes through must be
+    /// valid for those accesses on the stream's device until the kernel completes, and no
+    /// other work may access that memory concurrently in a way the kernel does not expect.
+    /// A kernel whose parameters differ from `A` in ways the size check cannot see (see the
+    /// [module docs](mod@crate::kernel)) reads garbage.
+    ///
+    /// # Errors
+    /// [`Error::KernelArguments`] when `A` does not match the kernel's parameters;
+    /// [`Error::InvalidLaunch`], [`Error::PriorityOutOfRange`] and
+    /// [`Error::DeviceMismatch`] for a configuration refused before CUDA sees it;
+    /// [`Error::NoKernelImage`] when the kernels were not built for the device; for a
+    /// completion event, [`Error::CaptureMisuse`] while the stream is being captured; the
+    /// errors of [`StreamRef::launch`]: CUDA's launch errors, [`Error::WrongThread`],
+    /// [`Error::InsideHostFn`].
+    #[inline]
+    pub unsafe fn launch(&self, stream: impl AsStream, config: &LaunchConfig<'_>, args: A) -> Result<()> {
+        let stream = stream.as_stream();
+        let _current = stream.enter_runtime()?;
+        if self.signature.load(Ordering::Acquire) == UNCHECKED {
+            self.check_signature(stream.device())?;
+        }
+        config.check(stream.device())?;
+        match config.launch_completion_event() {
+            None => self.launch_now(&stream, config, &args),
+            Some(event) => {
+                // No capture of this crate begins or ends around the launch: a capture would
+                // take the kernel with a node naming the event, which the graph does not keep.
+                let _transitions = no_capture_transitions();
+                if stream.may_be_capturing()? {
+                    return Err(Error::CaptureMisuse(
+                        "a launch with a completion event during a stream capture (the graph would not keep the event)",
+                    ));
+                }
+                let ticket = event.records().before_record();
+                self.launch_now(&stream, config, &args)?;
+                event.records().note_uncaptured_record(ticket);
+                Ok(())
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn launch_now(&self, stream: &StreamRef, config: &LaunchConfig<'_>, args: &A) -> Result<()> {
+        let code = config.with_raw(stream.as_raw(), |raw| {
+            // SAFETY: `raw` is a configuration with its attributes alive for the call, `stub`
+            // a kernel's host stub (`from_host_stub`), and `args` one pointer per parameter
+            // (`KernelArgs`); what the kernel does with them is the caller's contract.
+            args.with_pointers(|pointers| unsafe { sys::cudaLaunchKernelExC(raw, self.stub, pointers) })
+        });
+        if code == sys::cudaError::cudaSuccess {
+            Ok(())
+        } else {
+            Err(stream.device().launch_error(code, "cudaLaunchKernelEx", self.name, self.built_for))
+        }
+    }
+
+    /// Compares `A` with the loaded kernel's parameters, once; loads the kernel into the
+    /// device's context (the current one).
+    #[cold]
+    #[inline(never)]
+    fn check_signature(&self, device: Device) -> Result<()> {
+        let function = self.function(device)?;
+        let state = match driver::kernel_param_sizes(function)? {
+            None => UNKNOWABLE,
+            Some(expected) if expected == A::SIZES => MATCHES,
+            Some(expected) => {
+                return Err(Error::KernelArguments { kernel: self.name, expected, given: A::SIZES.to_vec() });
+            }
+        };
+        self.signature.store(state, Ordering::Release);
+        Ok(())
+    }
+
+    /// The kernel's driver handle in `device`'s context, which must be current; loads the
+    /// kernel (`cudaGetFuncBySymbol`).
+    fn function(&self, device: Device) -> Result<sys::cudaFunction_t> {
+        let mut function: sys::cudaFunction_t = std::ptr::null_mut();
+        // SAFETY: `stub` is a kernel's host stub (`from_host_stub`); a valid out-pointer.
+        let code = unsafe { sys::cudaGetFuncBySymbol(&mut function, self.stub) };
+        if code != sys::cudaError::cudaSuccess {
+            return Err(device.launch_error(code, "cudaGetFuncBySymbol", self.name, self.built_for));
+        }
+        Ok(function)
+    }
+
+    /// What the kernel is on `device` (loading it there now, which CUDA's lazy loading would
+    /// otherwise do at its first launch, possibly waiting for kernels already running)
+    /// ([`cudaFuncGetAttributes`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EXECUTION.html)).
+    ///
+    /// # Errors
+    /// [`Error::NoKernelImage`] when the kernels were not built for the device; CUDA's errors.
+    pub fn attributes(&self, device: Device) -> Result<KernelAttributes> {
+        let _current = device.make_current()?;
+        // SAFETY: plain integers; CUDA fills them.
+        let mut raw: sys::cudaFuncAttributes = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid out-pointer; `stub` is a kernel's host stub.
+        let code = unsafe { sys::cudaFuncGetAttributes(&mut raw, self.stub) };
+        if code != sys::cudaError::cudaSuccess {
+            return Err(device.launch_error(code, "cudaFuncGetAttributes", self.name, self.built_for));
+        }
+        Ok(KernelAttributes {
+            binary_version: raw.binaryVersion,
+            ptx_version: raw.ptxVersion,
+            max_threads_per_block: raw.maxThreadsPerBlock,
+            registers: raw.numRegs,
+            static_shared_bytes: raw.sharedSizeBytes,
+            local_bytes: raw.localSizeBytes,
+        })
+    }
+
+    /// How many blocks of `block_threads` threads with `shared_bytes` of dynamic shared memory
+    /// a cooperative launch of this kernel can have on `device`: blocks per SM at full
+    /// occupancy times the SMs
+    /// ([`cudaOccupancyMaxActiveBlocksPerMultiprocessor`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__OCCUPANCY.html)).
+    ///
+    /// # Errors
+    /// As [`Kernel::attributes`].
+    pub fn max_cooperative_blocks(&self, device: Device, block_threads: u32, shared_bytes: usize) -> Result<u32> {
+        let _current = device.make_current()?;
+        let mut per_sm = 0;
+        // SAFETY: a valid out-pointer; `stub` is a kernel's host stub.
+        let code = unsafe {
+            sys::cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut per_sm,
+                self.stub,
+                block_threads as i32,
+                shared_bytes,
+            )
+        };
+        if code != sys::cudaError::cudaSuccess {
+            return Err(device.launch_error(
+                code,
+                "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
+                self.name,
+                self.built_for,
+            ));
+        }
+        let sms = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMultiProcessorCount)?;
+        Ok((per_sm.max(0) as u32).saturating_mul(sms.max(0) as u32))
+    }
+}
+
+/// What a kernel is on a device ([`Kernel::attributes`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KernelAttributes {
+    /// The architecture of the binary that runs (`90` for sm_90): a PTX build compiled at load
+    /// time reports the device's own.
+    pub binary_version: i32,
+    /// The PTX version the kernel was compiled from (`75` for compute_75), 0 without PTX.
+    pub ptx_version: i32,
+    /// The most threads a block of this kernel can have.
+    pub max_threads_per_block: i32,
+    /// Registers per thread.
+    pub registers: i32,
+    /// Static shared memory per block, in bytes.
+    pub static_shared_bytes: usize,
+    /// Local memory per thread, in bytes.
+    pub local_bytes: usize,
+}

@@ -1,0 +1,411 @@
+//! Typed launches through `cudaLaunchKernelEx` (`cuda_stream::kernel!`, `Kernel::launch`): the
+//! arguments reach the kernel, a declaration that does not match the kernel is refused before
+//! CUDA, and each launch attribute is observed on the GPU, with a control launch without it:
+//! programmatic dependent launch and clusters (%globaltimer stamps, distributed shared memory),
+//! a per-launch priority (a kernel jumping a backlog), the completion event (fired while the
+//! kernel still runs), a cooperative launch (the driver's grid workspace, a grid-wide barrier),
+//! and the memory synchronization domain (read back from the captured kernel node).
+#![allow(clashing_extern_declarations)] // the mismatched declarations are the point
+
+use cuda_stream::sys;
+use cuda_stream::{
+    Device, DeviceBuffer, DeviceCopy, Error, Event, EventFlags, LaunchConfig, MemSyncDomain, Priority, Stream,
+    StreamOptions, capture,
+};
+use cuda_stream_tests::{gpu_or_skip, poll_until};
+use std::time::Duration;
+
+/// What one block saw (`cs_block_stamp` in `kernels/launch_kernels.cu`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+struct BlockStamp {
+    start_ns: u64,
+    end_ns: u64,
+    sm: u32,
+    value: u32,
+}
+// SAFETY: four integers, no padding.
+unsafe impl DeviceCopy for BlockStamp {}
+
+/// `cs_pair` in `kernels/launch_kernels.cu`, passed by value.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+struct Pair {
+    first: u32,
+    second: u32,
+}
+// SAFETY: two integers, no padding.
+unsafe impl DeviceCopy for Pair {}
+
+cuda_stream::kernel! {
+    static SAXPY = fn cs_saxpy(a: f32, x: *const f32, y: *mut f32, n: u32);
+    static MIXED = fn cs_mixed_args(small: u8, middle: u16, large: u64, pair: Pair, out: *mut u64);
+    static SM90_FEATURES = fn cs_sm90_features(out: *mut u32);
+    static STAMPED_SPIN = fn cs_stamped_spin(stamps: *mut BlockStamp, ns: u64, trigger_at_start: u32);
+    static DEPENDENT = fn cs_dependent_stamps(stamps: *mut BlockStamp, seen: *const u32);
+    static CLUSTER_SHAPE = fn cs_cluster_shape(out: *mut u32);
+    static GRID_EXCHANGE = fn cs_grid_exchange(slots: *mut u32, out: *mut u32);
+}
+
+// The same kernels declared wrongly: one parameter short, and a `u8` declared as `u32`.
+cuda_stream::kernel! {
+    static SAXPY_SHORT = fn cs_saxpy(a: f32, x: *const f32, y: *mut f32);
+    static MIXED_WIDE = fn cs_mixed_args(small: u32, middle: u16, large: u64, pair: Pair, out: *mut u64);
+}
+
+/// A stream of `device`, with this file's kernels loaded there first: a kernel's first launch
+/// would otherwise load it (CUDA's lazy loading), which can wait for kernels already running
+/// and hide the overlaps these tests look for.
+fn stream(device: Device) -> Stream {
+    SAXPY.attributes(device).unwrap();
+    MIXED.attributes(device).unwrap();
+    SM90_FEATURES.attributes(device).unwrap();
+    STAMPED_SPIN.attributes(device).unwrap();
+    DEPENDENT.attributes(device).unwrap();
+    CLUSTER_SHAPE.attributes(device).unwrap();
+    GRID_EXCHANGE.attributes(device).unwrap();
+    Stream::new(device, StreamOptions::non_blocking()).unwrap()
+}
+
+/// Whether the kernels were built with the sm_90 features (a PTX build for an older
+/// architecture runs them as no-ops), said plainly when not.
+fn has_sm90_features(stream: &Stream, test: &str) -> bool {
+    let mut out = DeviceBuffer::<u32, _>::zeroed(stream, 1).unwrap();
+    // SAFETY: one u32 on the stream's device.
+    unsafe { SM90_FEATURES.launch(stream, &LaunchConfig::new(1, 1), (out.as_mut_ptr(),)).unwrap() };
+    let built = out.to_vec().unwrap()[0] == 1;
+    if !built {
+        let attributes = SM90_FEATURES.attributes(stream.device()).unwrap();
+        println!("SKIPPED {test}: the kernels were built without the sm_90 features ({attributes:?})");
+    }
+    built
+}
+
+#[test]
+fn saxpy_gets_its_typed_arguments() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let n = 10_000u32;
+    let x = DeviceBuffer::from_slice(&stream, &(0..n).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    let mut y = DeviceBuffer::from_slice(&stream, &vec![1.0f32; n as usize]).unwrap();
+    let config = LaunchConfig::new(n.div_ceil(256), 256);
+    // SAFETY: `x` and `y` hold `n` floats on the stream's device; their home is this stream.
+    unsafe { SAXPY.launch(&stream, &config, (2.0, x.as_ptr(), y.as_mut_ptr(), n)).unwrap() };
+    let y = y.to_vec().unwrap();
+    assert!(y.iter().enumerate().all(|(i, &value)| value == 2.0 * i as f32 + 1.0), "y = 2x + 1");
+
+    let mut out = DeviceBuffer::<u64, _>::zeroed(&stream, 1).unwrap();
+    let pair = Pair { first: 1000, second: 20_000 };
+    // SAFETY: one u64 on the stream's device.
+    unsafe { MIXED.launch(&stream, &LaunchConfig::new(1, 1), (7, 300, 1 << 40, pair, out.as_mut_ptr())).unwrap() };
+    assert_eq!(out.to_vec().unwrap(), vec![7 + 300 + (1 << 40) + 21_000], "every size and the struct arrived");
+}
+
+#[test]
+fn arguments_that_do_not_match_the_kernel_are_refused_before_cuda() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let mut y = DeviceBuffer::<f32, _>::zeroed(&stream, 4).unwrap();
+    let mut out = DeviceBuffer::<u64, _>::zeroed(&stream, 1).unwrap();
+    let config = LaunchConfig::new(1, 4);
+    // SAFETY: refused before CUDA reads an argument (and they would be valid).
+    let short = unsafe { SAXPY_SHORT.launch(&stream, &config, (1.0, y.as_ptr(), y.as_mut_ptr())) };
+    match short {
+        Err(Error::KernelArguments { kernel: "cs_saxpy", expected, given }) => {
+            assert_eq!((expected, given), (vec![4, 8, 8, 4], vec![4, 8, 8]));
+        }
+        other => panic!("one argument short: {other:?}"),
+    }
+    let pair = Pair { first: 0, second: 0 };
+    // SAFETY: as above.
+    let wide = unsafe { MIXED_WIDE.launch(&stream, &config, (1, 2, 3, pair, out.as_mut_ptr())) };
+    match &wide {
+        Err(Error::KernelArguments { expected, given, .. }) => {
+            assert_eq!((expected.as_slice(), given.as_slice()), (&[1, 2, 8, 8, 8][..], &[4, 2, 8, 8, 8][..]));
+        }
+        other => panic!("a u8 declared as u32: {other:?}"),
+    }
+    let message = wide.unwrap_err().to_string();
+    assert!(message.contains("cs_mixed_args") && message.contains("[1, 2, 8, 8, 8]"), "{message}");
+    // Nothing ran, and nothing was left behind: the right declaration launches at once.
+    assert_eq!(out.to_vec().unwrap(), vec![0]);
+    // SAFETY: one u64 on the stream's device.
+    unsafe { MIXED.launch(&stream, &LaunchConfig::new(1, 1), (1, 2, 3, pair, out.as_mut_ptr())).unwrap() };
+    assert_eq!(out.to_vec().unwrap(), vec![6]);
+    // SAFETY: y holds 4 floats.
+    unsafe { SAXPY.launch(&stream, &config, (1.0, y.as_ptr(), y.as_mut_ptr(), 4)).unwrap() };
+    assert_eq!(y.to_vec().unwrap(), vec![0.0; 4]);
+}
+
+#[test]
+fn a_configuration_cuda_cannot_run_is_refused_or_reported() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let mut out = DeviceBuffer::<u32, _>::zeroed(&stream, 64).unwrap();
+    let launch = |config: &LaunchConfig<'_>, out: *mut u32| {
+        // SAFETY: 64 u32 slots; no configuration below has more than 21 blocks.
+        unsafe { CLUSTER_SHAPE.launch(&stream, config, (out,)) }
+    };
+    let ptr = out.as_mut_ptr();
+    assert!(matches!(launch(&LaunchConfig::new(0, 32), ptr), Err(Error::InvalidLaunch(_))), "an empty grid");
+    assert!(matches!(launch(&LaunchConfig::new(7, 32).cluster(2), ptr), Err(Error::InvalidLaunch(_))), "7 by 2");
+    let range = device.priority_range().unwrap();
+    let beyond = Priority(range.most_urgent().value() - 1);
+    assert!(matches!(launch(&LaunchConfig::new(1, 32).priority(beyond), ptr), Err(Error::PriorityOutOfRange { .. })));
+    let timed = Event::new(device, EventFlags::timing()).unwrap();
+    assert!(
+        matches!(launch(&LaunchConfig::new(1, 32).completion_event(&timed), ptr), Err(Error::InvalidLaunch(_))),
+        "CUDA requires a completion event without timing"
+    );
+    // CUDA's own refusal: more threads per block than any kernel may have. Not sticky.
+    let too_wide = launch(&LaunchConfig::new(1, 4096), ptr);
+    assert_eq!(
+        too_wide.unwrap_err().cuda_code().map(|code| code.0),
+        Some(sys::cudaError::cudaErrorInvalidConfiguration.0 as i32)
+    );
+    launch(&LaunchConfig::new(21, 32), ptr).unwrap();
+    let shapes = out.to_vec().unwrap();
+    assert!(shapes[..63].chunks(3).all(|block| block[0] == 1), "no clusters: {shapes:?}");
+}
+
+#[test]
+fn programmatic_dependent_launch_overlaps_the_prologue_and_its_sync_waits() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    if !has_sm90_features(&stream, "programmatic_dependent_launch_overlaps_the_prologue_and_its_sync_waits") {
+        return;
+    }
+    let blocks = 4u32;
+    let spin = Duration::from_millis(5).as_nanos() as u64;
+    let run = |programmatic: bool| -> (Vec<BlockStamp>, Vec<BlockStamp>) {
+        let mut primary = DeviceBuffer::<BlockStamp, _>::zeroed(&stream, blocks as usize).unwrap();
+        let mut dependent = DeviceBuffer::<BlockStamp, _>::zeroed(&stream, blocks as usize).unwrap();
+        // The low word of block 0's end stamp: nonzero once the primary wrote it.
+        let seen = primary.as_ptr().cast::<u32>().wrapping_add(2);
+        let mut config = LaunchConfig::new(blocks, 32);
+        if programmatic {
+            config = config.programmatic_dependent();
+        }
+        // SAFETY: `blocks` stamps in each buffer, on the stream's device; `seen` is inside
+        // `primary`.
+        unsafe {
+            STAMPED_SPIN.launch(&stream, &LaunchConfig::new(blocks, 32), (primary.as_mut_ptr(), spin, 1)).unwrap();
+            DEPENDENT.launch(&stream, &config, (dependent.as_mut_ptr(), seen)).unwrap();
+        }
+        (primary.to_vec().unwrap(), dependent.to_vec().unwrap())
+    };
+    let (primary, dependent) = run(true);
+    let primary_end = primary.iter().map(|stamp| stamp.end_ns).max().unwrap();
+    let primary_first_end = primary.iter().map(|stamp| stamp.end_ns).min().unwrap();
+    for stamp in &dependent {
+        assert!(
+            stamp.start_ns < primary_first_end,
+            "PDL: the prologue began while the primary ran: {primary:?} {dependent:?}"
+        );
+        assert!(stamp.end_ns >= primary_end, "after cudaGridDependencySynchronize the primary has completed");
+        assert_ne!(stamp.value, 0, "and its writes are visible");
+    }
+    let (primary, dependent) = run(false);
+    let primary_end = primary.iter().map(|stamp| stamp.end_ns).max().unwrap();
+    for stamp in &dependent {
+        assert!(stamp.start_ns >= primary_end, "without the attribute, no overlap: {primary:?} {dependent:?}");
+    }
+}
+
+#[test]
+fn clusters_group_blocks_that_read_each_others_shared_memory() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    if !has_sm90_features(&stream, "clusters_group_blocks_that_read_each_others_shared_memory") {
+        return;
+    }
+    let blocks = 16u32;
+    let shapes = |config: LaunchConfig<'_>| {
+        let mut out = DeviceBuffer::<u32, _>::zeroed(&stream, 3 * blocks as usize).unwrap();
+        // SAFETY: three u32 per block.
+        unsafe { CLUSTER_SHAPE.launch(&stream, &config, (out.as_mut_ptr(),)).unwrap() };
+        out.to_vec().unwrap()
+    };
+    for size in [2u32, 4] {
+        let out = shapes(LaunchConfig::new(blocks, 64).cluster(size));
+        for (block, shape) in out.chunks(3).enumerate() {
+            let rank = block as u32 % size;
+            assert_eq!(shape, [size, rank, (rank + 1) % size], "block {block} in clusters of {size}: {out:?}");
+        }
+    }
+    let out = shapes(LaunchConfig::new(blocks, 64));
+    assert!(out.chunks(3).all(|shape| shape == [1, 0, u32::MAX]), "without clusters: {out:?}");
+}
+
+#[test]
+fn a_per_launch_priority_jumps_the_backlog_of_its_stream_priority() {
+    let device = gpu_or_skip!();
+    if !cuda_stream_tests::concurrency_visible() {
+        return;
+    }
+    let range = device.priority_range().unwrap();
+    let backlog = Stream::new(device, StreamOptions::non_blocking().with_priority(range.least_urgent())).unwrap();
+    let waiting = Stream::new(device, StreamOptions::non_blocking().with_priority(range.least_urgent())).unwrap();
+    let sms = cuda_stream_tests::sm_count(device).unwrap();
+    let mut stamp = DeviceBuffer::<BlockStamp, _>::zeroed(&waiting, 1).unwrap();
+    let stamp_ptr = stamp.as_mut_ptr();
+    let latency = |config: LaunchConfig<'_>| {
+        // A backlog of 30 waves of 1 ms on every SM, at the least urgent priority.
+        cuda_stream_tests::spin_grid(&backlog, Duration::from_millis(1), sms * 2 * 30, 1024).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        // SAFETY: one stamp on the device, home `waiting`.
+        unsafe { STAMPED_SPIN.launch(&waiting, &config, (stamp_ptr, 0, 0)).unwrap() };
+        let latency = poll_until(Duration::from_secs(10), || waiting.query().unwrap()).expect("the kernel ran");
+        backlog.synchronize().unwrap();
+        latency
+    };
+    let at_stream_priority = latency(LaunchConfig::new(1, 32));
+    let at_launch_priority = latency(LaunchConfig::new(1, 32).priority(range.most_urgent()));
+    assert!(
+        at_launch_priority * 3 < at_stream_priority,
+        "the most urgent launch {at_launch_priority:?} is not well ahead of its stream's priority {at_stream_priority:?}"
+    );
+    assert_ne!(stamp.to_vec().unwrap()[0].end_ns, 0);
+}
+
+#[test]
+fn a_completion_event_fires_once_every_block_has_begun_while_the_kernel_runs() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let mut stamps = DeviceBuffer::<BlockStamp, _>::zeroed(&stream, 2).unwrap();
+    let (begun, done) =
+        (Event::new(device, EventFlags::default()).unwrap(), Event::new(device, EventFlags::default()).unwrap());
+    let spin = Duration::from_millis(200);
+    let config = LaunchConfig::new(2, 32).completion_event(&begun);
+    // SAFETY: two stamps on the stream's device.
+    unsafe { STAMPED_SPIN.launch(&stream, &config, (stamps.as_mut_ptr(), spin.as_nanos() as u64, 0)).unwrap() };
+    stream.record(&done).unwrap();
+    let fired = poll_until(Duration::from_secs(5), || begun.query().unwrap()).expect("the completion event fires");
+    assert!(fired < spin / 2, "it fired {fired:?} after the launch");
+    assert_eq!(done.query(), Ok(false), "an event recorded after the kernel waits for it to complete");
+    assert_eq!(stream.query(), Ok(false), "the kernel still runs");
+    begun.synchronize().unwrap();
+    done.synchronize().unwrap();
+    assert!(stamps.to_vec().unwrap().iter().all(|stamp| stamp.end_ns - stamp.start_ns >= spin.as_nanos() as u64));
+
+    // During a capture the launch is refused, and the capture goes on.
+    let capture = stream.begin_capture(capture::ThreadLocal).unwrap();
+    // SAFETY: as above (refused before CUDA).
+    let refused = unsafe { STAMPED_SPIN.launch(&stream, &config, (stamps.as_mut_ptr(), 0, 0)) };
+    assert!(matches!(refused, Err(Error::CaptureMisuse(_))), "{refused:?}");
+    cuda_stream_tests::empty(&stream).unwrap();
+    capture.end().expect("the capture was not disturbed");
+}
+
+#[test]
+fn a_cooperative_launch_gets_the_grid_workspace_and_syncs_its_grid() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let fit = GRID_EXCHANGE.max_cooperative_blocks(device, 64, 0).unwrap();
+    let blocks = fit.min(cuda_stream_tests::sm_count(device).unwrap() * 2);
+    assert!(blocks >= 2, "{fit} blocks fit");
+    let run = |config: LaunchConfig<'_>| {
+        let mut slots = DeviceBuffer::<u32, _>::zeroed(&stream, blocks as usize + 1).unwrap();
+        let mut out = DeviceBuffer::<u32, _>::zeroed(&stream, 2 * blocks as usize).unwrap();
+        // SAFETY: one slot per block and a counter; two outputs per block.
+        unsafe { GRID_EXCHANGE.launch(&stream, &config, (slots.as_mut_ptr(), out.as_mut_ptr())).unwrap() };
+        out.to_vec().unwrap()
+    };
+    let out = run(LaunchConfig::new(blocks, 64).cooperative());
+    for (block, seen) in out.chunks(2).enumerate() {
+        assert_eq!(seen, [1, (block as u32 + 1) % blocks], "block {block} of a cooperative grid");
+    }
+    let out = run(LaunchConfig::new(blocks, 64));
+    assert!(out.chunks(2).all(|seen| seen == [0, u32::MAX]), "not cooperative: {out:?}");
+    // More blocks than fit at once: CUDA refuses, and the stream goes on.
+    let mut slots = DeviceBuffer::<u32, _>::zeroed(&stream, 1).unwrap();
+    // SAFETY: refused by CUDA before the kernel runs.
+    let too_large = unsafe {
+        GRID_EXCHANGE.launch(
+            &stream,
+            &LaunchConfig::new(fit + 1, 64).cooperative(),
+            (slots.as_mut_ptr(), slots.as_mut_ptr()),
+        )
+    };
+    assert_eq!(
+        too_large.unwrap_err().cuda_code().map(|code| code.0),
+        Some(sys::cudaError::cudaErrorCooperativeLaunchTooLarge.0 as i32)
+    );
+    assert_eq!(run(LaunchConfig::new(blocks, 64).cooperative())[1], 1 % blocks);
+}
+
+/// The memory synchronization domain has no register a kernel could read: what CUDA recorded
+/// for the launch is read back from the kernel node a capture made of it, beside the priority.
+#[test]
+fn the_memory_sync_domain_and_priority_are_the_launchs_own() {
+    let device = gpu_or_skip!();
+    let stream = stream(device);
+    let urgent = device.priority_range().unwrap().most_urgent();
+    let mut out = DeviceBuffer::<u32, _>::zeroed(&stream, 3).unwrap();
+    let ptr = out.as_mut_ptr();
+    let config = LaunchConfig::new(1, 32).mem_sync_domain(MemSyncDomain::Remote).priority(urgent);
+    // SAFETY: three u32 for one block (every launch below).
+    unsafe { CLUSTER_SHAPE.launch(&stream, &config, (ptr,)).unwrap() };
+    assert_eq!(out.to_vec().unwrap(), vec![1, 0, u32::MAX], "the launch ran");
+    let capture = stream.begin_capture(capture::ThreadLocal).unwrap();
+    // SAFETY: as above.
+    unsafe { CLUSTER_SHAPE.launch(&stream, &config, (ptr,)).unwrap() };
+    let graph = capture.end().unwrap();
+    let mut nodes = [std::ptr::null_mut(); 4];
+    let mut count = nodes.len();
+    // SAFETY: a live graph; room for `count` nodes.
+    let code = unsafe { sys::cudaGraphGetNodes(graph.as_raw(), nodes.as_mut_ptr(), &mut count) };
+    assert_eq!((code, count), (sys::cudaError::cudaSuccess, 1));
+    let read = |node: sys::cudaGraphNode_t, id: sys::cudaLaunchAttributeID| {
+        // SAFETY: a C union of integers.
+        let mut value: sys::cudaLaunchAttributeValue = unsafe { std::mem::zeroed() };
+        // SAFETY: a kernel node of a live graph; a valid out-pointer.
+        let code = unsafe { sys::cudaGraphKernelNodeGetAttribute(node, id, &mut value) };
+        assert_eq!(code, sys::cudaError::cudaSuccess);
+        value
+    };
+    let domain = read(nodes[0], sys::cudaLaunchAttributeID::cudaLaunchAttributeMemSyncDomain);
+    let priority = read(nodes[0], sys::cudaLaunchAttributeID::cudaLaunchAttributePriority);
+    // SAFETY: the fields CUDA wrote for these ids.
+    let (domain, priority) = unsafe { (domain.memSyncDomain, priority.priority) };
+    assert_eq!(domain, sys::cudaLaunchMemSyncDomain::cudaLaunchMemSyncDomainRemote);
+    assert_eq!(priority, urgent.value());
+    let default = LaunchConfig::new(1, 32);
+    let capture = stream.begin_capture(capture::ThreadLocal).unwrap();
+    // SAFETY: as above.
+    unsafe { CLUSTER_SHAPE.launch(&stream, &default, (ptr,)).unwrap() };
+    let plain = capture.end().unwrap();
+    let mut count = nodes.len();
+    // SAFETY: as above.
+    let code = unsafe { sys::cudaGraphGetNodes(plain.as_raw(), nodes.as_mut_ptr(), &mut count) };
+    assert_eq!((code, count), (sys::cudaError::cudaSuccess, 1));
+    // SAFETY: the field CUDA wrote for this id.
+    let domain = unsafe { read(nodes[0], sys::cudaLaunchAttributeID::cudaLaunchAttributeMemSyncDomain).memSyncDomain };
+    assert_eq!(domain, sys::cudaLaunchMemSyncDomain::cudaLaunchMemSyncDomainDefault, "the control");
+    graph.instantiate().unwrap().launch(&*stream).unwrap();
+    stream.synchronize().unwrap();
+}
+
+#[test]
+fn kernel_attributes_name_the_binary_that_runs() {
+    let device = gpu_or_skip!();
+    let attributes = SAXPY.attributes(device).unwrap();
+    let major = device.attribute(sys::cudaDeviceAttr::cudaDevAttrComputeCapabilityMajor).unwrap();
+    let minor = device.attribute(sys::cudaDeviceAttr::cudaDevAttrComputeCapabilityMinor).unwrap();
+    assert_eq!(attributes.binary_version / 10, major, "{attributes:?} on {major}.{minor}");
+    assert!(attributes.max_threads_per_block >= 256 && attributes.registers > 0, "{attributes:?}");
+    println!("cs_saxpy on sm_{major}{minor}: {attributes:?}, built for {:?}", SAXPY.built_for());
+}
+
+#[test]
+fn a_missing_kernel_image_names_the_device_and_the_fix() {
+    // The message, without a GPU: what a user of an A100 sees for kernels built for sm_90.
+    let error = Error::NoKernelImage { kernel: "saxpy", device: 0, major: 8, minor: 0, built_for: Some("sm_90") };
+    let message = error.to_string();
+    for part in ["saxpy", "sm_80", "8.0", "built for sm_90", "CUDA_COMPUTE_CAP=80", "Kernels::archs"] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    assert_eq!(error.cuda_code().map(|code| code.0), Some(sys::cudaError::cudaErrorNoKernelImageForDevice.0 as i32));
+    let unknown = Error::NoKernelImage { kernel: "k", device: 1, major: 7, minor: 5, built_for: None };
+    assert!(unknown.to_string().contains("built for other architectures"), "{unknown}");
+}
