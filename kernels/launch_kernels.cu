@@ -1,7 +1,7 @@
 // Kernels launched from Rust through cuda-stream's typed launch (`cuda_stream::kernel!`): each
 // is `extern "C" __global__`, so its host stub has a C name that Rust declares and passes to
 // `cudaLaunchKernelEx`. They write what the launch attributes change where the host can read
-// it: %globaltimer timestamps, %smid, the cluster registers, cooperative groups' validity.
+// it: %globaltimer timestamps, %smid, the cluster registers.
 // The sm_90 features (programmatic dependent launch, clusters) are compiled only for sm_90 and
 // later; a build for older architectures (or PTX of one, JIT-compiled) reports them absent
 // through `cs_sm90_features`. No cooperative-groups header (it needs CCCL, which the pinned
@@ -113,31 +113,19 @@ __global__ void cs_cluster_shape(uint32_t* out) {
   }
 }
 
-// Whether this grid was launched cooperatively: the driver hands a cooperative launch the
-// address of its grid-barrier workspace in %envreg1/%envreg2 (what cooperative groups'
-// `grid.is_valid()` reads), and 0 otherwise. A cooperative grid then exchanges values through
-// a barrier of its own in `slots[0]` (every block is resident, so spinning on it cannot hang):
-// each block writes its index to slots[1 + block], and reads the next block's after the
-// barrier. out[2 * block ..]: cooperative (1 or 0), the next block's index as read
-// (0xffffffff when not cooperative).
+// A grid-wide exchange through a barrier of its own in `slots[0]`, for cooperative launches
+// only (every block resident at once, so spinning on the barrier cannot hang): each block
+// writes its index to slots[1 + block], waits for every block, then reads the next block's
+// into out[block].
 __global__ void cs_grid_exchange(uint32_t* slots, uint32_t* out) {
-  uint32_t lo, hi, next = 0xffffffffu;
-  asm volatile("mov.u32 %0, %%envreg1;" : "=r"(lo));
-  asm volatile("mov.u32 %0, %%envreg2;" : "=r"(hi));
-  uint32_t cooperative = (lo | hi) != 0;
-  if (cooperative && threadIdx.x == 0) {
-    ((volatile uint32_t*)slots)[1 + blockIdx.x] = blockIdx.x;
-    __threadfence();
-    atomicAdd(&slots[0], 1);
-    while (((volatile uint32_t*)slots)[0] < gridDim.x) {
-    }
-    __threadfence();
-    next = ((volatile uint32_t*)slots)[1 + (blockIdx.x + 1) % gridDim.x];
+  if (threadIdx.x != 0) return;
+  ((volatile uint32_t*)slots)[1 + blockIdx.x] = blockIdx.x;
+  __threadfence();
+  atomicAdd(&slots[0], 1);
+  while (((volatile uint32_t*)slots)[0] < gridDim.x) {
   }
-  if (threadIdx.x == 0) {
-    out[2 * blockIdx.x] = cooperative;
-    out[2 * blockIdx.x + 1] = next;
-  }
+  __threadfence();
+  out[blockIdx.x] = ((volatile uint32_t*)slots)[1 + (blockIdx.x + 1) % gridDim.x];
 }
 
 }  // extern "C"
