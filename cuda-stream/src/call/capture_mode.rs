@@ -145,10 +145,10 @@ fn settle_thread_mode() {
     THREAD_MODE.set(ThreadMode::Settled);
     // The driver's exchange binds no context. A failure (no driver) leaves the mode as it was;
     // the call that follows reports the driver's error itself.
-    if let Ok(previous) = driver::thread_exchange_capture_mode(ThreadLocal::RAW)
-        && previous != Global::RAW
-    {
-        // Relaxed (or ThreadLocal) was the owner's choice, and forbids no less: put it back.
-        let _ = driver::thread_exchange_capture_mode(previous);
+    if let Ok(previous) = driver::thread_exchange_capture_mode(ThreadLocal::RAW) {
+        if previous != Global::RAW {
+            // Relaxed (or ThreadLocal) was the owner's choice, and forbids no less: put it back.
+            let _ = driver::thread_exchange_capture_mode(previous);
+        }
     }
 }

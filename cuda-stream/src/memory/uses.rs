@@ -121,10 +121,10 @@ impl Uses {
         let key = StreamKey::of(stream);
         let generation = state.home_generation;
         let mine = state.others.iter().find(|other| other.stream.certainly_same(&key));
-        if mine.is_none_or(|mine| mine.seen_home != generation)
-            && let Some(home_event) = &state.home_event
-        {
-            stream.wait_raw(home_event.as_raw(), 0)?;
+        if mine.is_none_or(|mine| mine.seen_home != generation) {
+            if let Some(home_event) = &state.home_event {
+                stream.wait_raw(home_event.as_raw(), 0)?;
+            }
         }
         for other in &state.others {
             if !other.stream.certainly_same(&key) {
