@@ -13,6 +13,9 @@
 //! [`Error::ForeignContext`](crate::Error::ForeignContext), because cudarc destroys it when its
 //! last `Arc` drops, and this crate keeps no handle of a context it cannot keep alive. Your own
 //! dependency on cudarc picks its CUDA version feature, as for any cudarc user.
+//!
+//! The feature needs Rust 1.88, cudarc's own minimum (cudarc 0.19 depends on libloading 0.9);
+//! the crate without it needs 1.85.
 
 // Layer 9 of docs/architecture.md, cudarc interop. May use: every layer below.
 
@@ -45,6 +48,7 @@ impl<'a> BorrowedStream<'a> {
     /// # Errors
     /// [`Error::ForeignContext`](crate::Error::ForeignContext) for a stream of a non-primary
     /// context (see the module docs); the errors of [`Device::new`].
+    #[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
     pub unsafe fn from_cudarc(stream: &'a CudaStream) -> Result<BorrowedStream<'a>> {
         let device = primary_device_of(stream.context())?;
         let handle: crate::sys::cudaStream_t = stream.cu_stream().cast();
@@ -77,6 +81,7 @@ impl StreamRef {
     /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) if `context` is another
     /// device's; [`Error::ForeignContext`](crate::Error::ForeignContext) if it is not the
     /// device's primary context.
+    #[cfg_attr(docsrs, doc(cfg(feature = "cudarc")))]
     pub unsafe fn to_cudarc(&self, context: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
         let theirs = primary_device_of(context)?;
         same_device("a stream is lent to cudarc with its own device's context", self.device(), theirs)?;

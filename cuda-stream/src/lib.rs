@@ -175,10 +175,12 @@
 //! * `per-thread-default-stream`: handle 0 means the per-thread default stream.
 //! * `dynamic-linking`: link the shared `libcudart` instead of the static one.
 //! * `cudarc`: `BorrowedStream::from_cudarc` borrows cudarc's `CudaStream`;
-//!   `StreamRef::to_cudarc` lends ours (both `unsafe`, primary contexts only).
+//!   `StreamRef::to_cudarc` lends ours (both `unsafe`, primary contexts only). Needs Rust 1.88
+//!   (cudarc 0.19's dependency libloading 0.9 does), where the crate needs 1.85.
 //! * `testing`: `cuda_stream::testing`, the GPU gate for tests of your own kernels.
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use cuda_stream_sys as sys;
 
@@ -197,7 +199,30 @@ pub mod host_fn;
 pub mod memory;
 mod stream;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+// Without the feature, the GPU gates say what they need (rustc's own note names the feature
+// for the `testing` module, but not for an exported macro).
+#[cfg(not(feature = "testing"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! gpu_or_skip {
+    ($($any:tt)*) => {
+        ::core::compile_error!(
+            "`gpu_or_skip!` needs cuda-stream's `testing` feature: `cuda-stream = { version = \"0.1\", features = [\"testing\"] }` in [dev-dependencies]"
+        )
+    };
+}
+#[cfg(not(feature = "testing"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! gpus_or_skip {
+    ($($any:tt)*) => {
+        ::core::compile_error!(
+            "`gpus_or_skip!` needs cuda-stream's `testing` feature: `cuda-stream = { version = \"0.1\", features = [\"testing\"] }` in [dev-dependencies]"
+        )
+    };
+}
 
 pub use call::capture_mode::CaptureMode;
 pub use call::live::{live_events, live_streams};

@@ -17,9 +17,12 @@
 //! module loading in tests (a first launch that waits behind a kernel already running), build
 //! them with `cuda-stream-build`, which loads them eagerly in the package's tests.
 
-// Test support (docs/architecture.md). May use: device.
+// Test support (docs/architecture.md). May use: device, ffi.
 
 use crate::device::Device;
+use crate::ffi::error::Error;
+use crate::ffi::installation::{GpuUnavailable, driver_version, runtime_version};
+use crate::sys;
 use std::io::Write;
 
 /// Set to `1` on a GPU host: a missing GPU then fails a gated test instead of skipping it.
@@ -53,9 +56,34 @@ pub fn device_or_skip(test: &str) -> Option<Device> {
     match Device::count() {
         Ok(count) if count > 0 => return Some(Device::new(0).expect("device 0 exists when count > 0")),
         Ok(_) => skip(test, "no usable CUDA GPU (the driver reports 0 devices)"),
-        Err(error) => skip(test, &format!("no usable CUDA GPU ({error})")),
+        Err(error) => skip(test, &format!("no usable CUDA GPU: {}", unavailable(&error))),
     }
     None
+}
+
+/// Why `error` leaves no GPU to test on, in the words a person looks for: cudart reports a
+/// missing driver as "driver version is insufficient" (`cudaErrorInsufficientDriver`).
+fn unavailable(error: &Error) -> String {
+    let version = |v: i32| format!("{}.{}", v / 1000, v % 1000 / 10);
+    match error.gpu_unavailable() {
+        Some(GpuUnavailable::NoDriver)
+            if error.cuda_code().is_some_and(|code| code.raw() == sys::cudaError::cudaErrorStubLibrary) =>
+        {
+            "no NVIDIA driver: the libcuda.so found is the toolkit's stub".to_string()
+        }
+        Some(GpuUnavailable::NoDriver) => "no NVIDIA driver (libcuda.so.1 not found)".to_string(),
+        Some(GpuUnavailable::InsufficientDriver) => match (driver_version(), runtime_version()) {
+            (Ok(driver), Ok(runtime)) => {
+                format!(
+                    "the NVIDIA driver is too old: it supports CUDA {}, this binary's runtime is {}",
+                    version(driver),
+                    version(runtime)
+                )
+            }
+            _ => format!("the NVIDIA driver is too old ({error})"),
+        },
+        _ => error.to_string(),
+    }
 }
 
 /// The first `count` devices, or `None` after saying why the test `test` is skipped.
@@ -83,6 +111,7 @@ pub fn devices_or_skip(test: &str, count: i32) -> Option<Vec<Device>> {
 /// Starts a GPU test: evaluates to device 0, or returns from the test after a loud skip (see
 /// [`testing`](crate::testing)). Feature `testing`.
 #[macro_export]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 macro_rules! gpu_or_skip {
     () => {
         match $crate::testing::device_or_skip(::std::thread::current().name().unwrap_or(module_path!())) {
@@ -95,6 +124,7 @@ macro_rules! gpu_or_skip {
 /// Starts a test of `N` GPUs: evaluates to the first `N` devices, or returns from the test
 /// after a loud skip. Feature `testing`.
 #[macro_export]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 macro_rules! gpus_or_skip {
     ($count:expr) => {
         match $crate::testing::devices_or_skip(::std::thread::current().name().unwrap_or(module_path!()), $count) {
@@ -102,4 +132,18 @@ macro_rules! gpus_or_skip {
             None => return,
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_driver_is_named_as_such() {
+        // What cudart calls an insufficient driver, on a machine without one (CI).
+        let Err(error) = Device::count() else { return };
+        if driver_version() == Ok(0) && error.gpu_unavailable() == Some(GpuUnavailable::NoDriver) {
+            assert_eq!(unavailable(&error), "no NVIDIA driver (libcuda.so.1 not found)", "{error}");
+        }
+    }
 }
