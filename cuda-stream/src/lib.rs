@@ -196,6 +196,7 @@ mod event;
 mod ffi;
 mod graph;
 pub mod host_fn;
+pub mod kernel;
 pub mod memory;
 mod stream;
 #[cfg(feature = "testing")]
@@ -226,6 +227,7 @@ macro_rules! gpus_or_skip {
 
 pub use call::capture_mode::CaptureMode;
 pub use call::live::{live_events, live_streams};
+pub use call::sync_debug::{self, SyncDebugMode, set_sync_debug_mode, sync_debug_scope};
 pub use completion::Completion;
 pub use device::{Device, DeviceGuard};
 pub use event::{Event, EventFlags, KnownEventFlags, SYNCHRONIZE_HOT_WINDOW};
@@ -235,6 +237,7 @@ pub use ffi::priority::{Priority, PriorityRange};
 pub use graph::capture::{self, Capture};
 pub use graph::{Graph, GraphExec, InstantiateFlags, InstantiateOptions};
 pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
+pub use kernel::{Dim3, Kernel, KernelArg, KernelArgs, KernelAttributes, LaunchConfig, MemSyncDomain};
 pub use memory::{DeviceBuffer, DeviceCopy, MemPool, MemPoolStats, PinnedBuffer, ReusePolicy};
 pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};
 pub use stream::capture_status::{CaptureInfo, CaptureStatus};

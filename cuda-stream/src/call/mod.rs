@@ -3,8 +3,9 @@
 //! calls they forbid ([`live_captures`]: counted captures, the foreign-handle mark, the
 //! capture-transition lock), the capture modes and the thread's capture-interaction mode
 //! ([`capture_mode`]), the reactor's polling passes that a record into a capture waits out
-//! ([`reactor_passes`]), the calling thread's identity ([`thread`]), and the counts of live
-//! handles ([`live`]).
+//! ([`reactor_passes`]), the calling thread's identity ([`thread`]), the counts of live
+//! handles ([`live`]), and the sync-debug mode that calls waiting for the device consult
+//! ([`sync_debug`]).
 //!
 //! Uses only the floor. Knows devices by ordinal, streams and events not at all: each layer
 //! above asks here and decides.
@@ -13,4 +14,5 @@ pub(crate) mod capture_mode;
 pub(crate) mod live;
 pub(crate) mod live_captures;
 pub(crate) mod reactor_passes;
+pub mod sync_debug;
 pub(crate) mod thread;

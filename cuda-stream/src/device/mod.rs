@@ -6,6 +6,7 @@
 pub(crate) mod keep_alive;
 
 use crate::call::live_captures;
+use crate::call::sync_debug::{self, SyncKind};
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
@@ -86,6 +87,7 @@ impl Device {
         if live_captures::any() {
             live_captures::refuse_device_synchronize(self.ordinal())?;
         }
+        sync_debug::before_sync("cudaDeviceSynchronize", SyncKind::DeviceSynchronize)?;
         // SAFETY: no arguments; the device is current.
         check(unsafe { sys::cudaDeviceSynchronize() }, "cudaDeviceSynchronize")
     }

@@ -8,6 +8,7 @@ pub(crate) use self::record_state::RecordState;
 
 use crate::call::live;
 use crate::call::live_captures;
+use crate::call::sync_debug::{self, SyncKind};
 use crate::device::Device;
 use crate::device::same_device;
 use crate::ffi::error::{Error, Result, check, check_ready};
@@ -280,6 +281,7 @@ impl Event {
     /// Errors of earlier asynchronous work; [`Error::CaptureMisuse`] as for [`Event::query`]
     /// (also when the event is recorded into a capture while this waits).
     pub fn synchronize(&self) -> Result<()> {
+        sync_debug::before_sync("cudaEventSynchronize", SyncKind::EventSynchronize)?;
         let mut nap = Nap::new(self.flags.blocking_sync != Some(false));
         while !self.query()? {
             nap.wait();

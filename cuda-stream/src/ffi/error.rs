@@ -368,6 +368,14 @@ pub enum Error {
         /// The byte size of each argument passed.
         given: Vec<usize>,
     },
+    /// A call that would make the host wait for the device, refused by the sync-debug mode
+    /// ([`SyncDebugMode::Refuse`](crate::sync_debug::SyncDebugMode::Refuse)) before it waits or
+    /// enqueues.
+    #[error("{api} would make the host wait for the device (refused by the sync-debug mode)")]
+    SyncRefused {
+        /// The CUDA call it stands for, e.g. `cudaStreamSynchronize`.
+        api: &'static str,
+    },
     /// A launch configuration CUDA cannot run, refused before CUDA sees it.
     #[error("invalid launch configuration: {0}")]
     InvalidLaunch(&'static str),

@@ -7,6 +7,7 @@ use super::uses::{Hold, Touched, Uses, ordered_use, refuse_capture};
 use super::{DeviceCopy, byte_size, same_length};
 use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures::{self, no_capture_transitions};
+use crate::call::sync_debug::{self, SyncKind};
 use crate::device::{Device, same_device};
 use crate::event::Event;
 use crate::ffi::driver;
@@ -370,7 +371,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
                 // This thread's own capture would be invalidated by the wait below.
                 live_captures::refuse_unsafe_call()?;
             }
-            Ok(())
+            sync_debug::before_sync("cudaMemcpyAsync (pageable host memory)", SyncKind::PageableCopy)
         })?;
         if copied.enqueued {
             // The copy is waited for before the host memory goes back: through its event, or,
@@ -486,6 +487,15 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
     /// per-thread stream), while the home stream is being captured, after a failed ordering,
     /// and when CUDA refuses the free (a fault).
     fn drop(&mut self) {
+        // A wait or a free on the legacy stream is reported by the sync-debug mode, never
+        // refused: refused, the memory would leak.
+        sync_debug::reporting_only(|| self.order_and_free());
+    }
+}
+
+impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
+    /// The drop: the free, after every use, on the home stream; or nothing (a leak).
+    fn order_and_free(&mut self) {
         if self.uses.leaked() || refuse_inside_host_fn().is_err() {
             return;
         }

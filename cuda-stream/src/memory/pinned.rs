@@ -4,6 +4,7 @@
 use super::{DeviceCopy, byte_size};
 use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures;
+use crate::call::sync_debug::{self, SyncKind};
 use crate::device::Device;
 use crate::event::Event;
 use crate::ffi::driver;
@@ -160,6 +161,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         // Refused where a capture of this crate forbids waiting; the events themselves were
         // recorded outside any capture.
         drop(live_captures::unsafe_call_hold()?);
+        sync_debug::before_sync("cudaEventSynchronize (a pinned buffer's copies in flight)", SyncKind::PinnedWait)?;
         while let Some(event) = self.in_flight.last() {
             event.synchronize_checked_earlier()?;
             self.in_flight.pop();
@@ -176,7 +178,7 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
     /// they cannot be waited for (a fault, a capture that forbids the wait, inside a host
     /// function).
     fn drop(&mut self) {
-        if self.leak || refuse_inside_host_fn().is_err() || self.settle().is_err() {
+        if self.leak || refuse_inside_host_fn().is_err() || sync_debug::reporting_only(|| self.settle()).is_err() {
             return;
         }
         // The runtime would bind device 0's primary context on a thread without one.

@@ -53,7 +53,7 @@ impl StreamRef {
     /// Global mode.
     #[inline]
     pub fn capture_status(&self) -> Result<CaptureStatus> {
-        let status = match self.enter()? {
+        let status = match self.enter_to_read()? {
             None => driver::stream_is_capturing(self.as_raw())?,
             Some(_current) => {
                 let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;

@@ -25,6 +25,7 @@ pub use self::as_stream::AsStream;
 
 use crate::call::live;
 use crate::call::live_captures;
+use crate::call::sync_debug::{self, SyncKind};
 use crate::call::thread::thread_identity;
 use crate::device::same_device;
 use crate::device::{Device, DeviceGuard};
@@ -101,6 +102,14 @@ impl Builtin {
     pub(crate) fn is_legacy(self) -> bool {
         self.canonical() == Builtin::Legacy
     }
+}
+
+/// What a call does with a stream it enters: the sync-debug mode reports work enqueued on the
+/// legacy stream.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Use {
+    Enqueue,
+    Read,
 }
 
 /// How to create a stream: blocking or not, and at what priority.
@@ -238,20 +247,38 @@ impl StreamRef {
     /// device is current, so nothing is queried or switched (the multi-GPU tests prove it).
     #[inline(always)]
     pub(crate) fn enter(&self) -> Result<Option<DeviceGuard>> {
+        self.enter_as(Use::Enqueue)
+    }
+
+    /// As [`StreamRef::enter`], for a call that enqueues nothing (a query, a read, a
+    /// synchronize): work on the legacy stream is not reported to the sync-debug mode.
+    #[inline(always)]
+    pub(crate) fn enter_to_read(&self) -> Result<Option<DeviceGuard>> {
+        self.enter_as(Use::Read)
+    }
+
+    #[inline(always)]
+    fn enter_as(&self, usage: Use) -> Result<Option<DeviceGuard>> {
         if let Ownership::Builtin(_) = self.ownership {
-            self.enter_builtin().map(Some)
+            self.enter_builtin(usage).map(Some)
         } else {
             refuse_inside_host_fn().map(|()| None)
         }
     }
 
     #[inline(never)]
-    fn enter_builtin(&self) -> Result<DeviceGuard> {
+    fn enter_builtin(&self, usage: Use) -> Result<DeviceGuard> {
         if self.thread != 0 && self.thread != thread_identity() {
             return Err(Error::WrongThread);
         }
-        if live_captures::any() && self.builtin().is_some_and(Builtin::is_legacy) {
-            live_captures::refuse_legacy_stream(self.device.ordinal())?;
+        if self.builtin().is_some_and(Builtin::is_legacy) {
+            if live_captures::any() {
+                live_captures::refuse_legacy_stream(self.device.ordinal())?;
+            }
+            if usage == Use::Enqueue {
+                // Waits for every blocking stream of the device, and they for it.
+                sync_debug::before_sync("work on the legacy default stream", SyncKind::LegacyStream)?;
+            }
         }
         self.device.make_current()
     }
@@ -293,7 +320,7 @@ impl StreamRef {
     /// outside this crate are not counted).
     #[inline]
     pub fn query(&self) -> Result<bool> {
-        let current = self.enter()?;
+        let current = self.enter_to_read()?;
         // While captures of this crate are in progress, none begins or ends during the query
         // (CUDA 13.0 crashed when a query raced the end of a Global capture).
         let transitions = live_captures::unsafe_call_hold()?;
@@ -315,18 +342,19 @@ impl StreamRef {
     /// [`StreamRef::query`].
     #[inline]
     pub fn synchronize(&self) -> Result<()> {
-        let current = self.enter()?;
+        let current = self.enter_to_read()?;
         if let Some(_transitions) = live_captures::unsafe_call_hold()? {
             // Checked, not held while waiting: the work may depend on a capture's end.
             self.refuse_capturing_for_query()?;
         }
+        sync_debug::before_sync("cudaStreamSynchronize", SyncKind::StreamSynchronize)?;
         self.synchronize_entered(current)
     }
 
     /// Blocks until all work enqueued so far has completed, after the caller made the checks
     /// of [`StreamRef::synchronize`] itself (before it enqueued the work it waits for).
     pub(crate) fn synchronize_checked_earlier(&self) -> Result<()> {
-        self.synchronize_entered(self.enter()?)
+        self.synchronize_entered(self.enter_to_read()?)
     }
 
     #[inline(always)]
@@ -367,7 +395,7 @@ impl StreamRef {
     #[inline]
     pub fn priority(&self) -> Result<Priority> {
         // Both calls are allowed during any capture of the stream (probed on CUDA 13.0).
-        match (self.enter()?, self.priority) {
+        match (self.enter_to_read()?, self.priority) {
             (None, Some(known)) => Ok(Priority(known)),
             (None, None) => driver::stream_priority(self.raw).map(Priority),
             (Some(_current), _) => {
@@ -391,7 +419,7 @@ impl StreamRef {
     pub fn is_non_blocking(&self) -> Result<bool> {
         // The built-in streams' rules (their thread; the legacy stream during a capture) hold
         // even where no CUDA call is needed.
-        let _current = self.enter()?;
+        let _current = self.enter_to_read()?;
         if let Some(non_blocking) = self.non_blocking {
             return Ok(non_blocking);
         }
