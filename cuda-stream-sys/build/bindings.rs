@@ -16,6 +16,18 @@ const WRAPPER: &str = "#include <cuda_runtime_api.h>\n";
 
 /// Generates the bindings into `OUT_DIR/bindings.rs`.
 pub fn generate(toolkit: &Toolkit, per_thread: bool) {
+    // bindgen panics when it cannot load libclang; loaded here first (bindgen then uses it),
+    // a missing libclang gets one message that says how to install it.
+    if let Err(why) = clang_sys::load() {
+        eprintln!(
+            "\nerror: cuda-stream-sys needs libclang to generate the bindings of CUDA {} (the committed \
+             bindings are CUDA 13.0's), and none was found: {why}\n\
+             Fix: on Debian or Ubuntu `apt-get install libclang-dev`; or point LIBCLANG_PATH at the directory \
+             holding libclang.so; or build with a CUDA 13.0 toolkit, which needs no libclang.\n",
+            toolkit.version_string()
+        );
+        std::process::exit(1);
+    }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let mut builder = bindgen::Builder::default()
         .header_contents("cuda_stream_sys_wrapper.h", WRAPPER)
@@ -36,10 +48,8 @@ pub fn generate(toolkit: &Toolkit, per_thread: bool) {
     let bindings = builder.generate().unwrap_or_else(|error| {
         eprintln!(
             "\nerror: bindgen could not parse {}/cuda_runtime_api.h: {error}\n\
-             If libclang is missing: on Debian or Ubuntu `apt-get install libclang-dev`, or point \
-             LIBCLANG_PATH at the directory holding libclang.so. If a header is missing, the \
-             toolkit at {} is incomplete (NVIDIA's CUDA 12 wheels also need nvidia-cuda-nvcc-cu12 \
-             for the crt/ headers).\n",
+             If a header is missing, the toolkit at {} is incomplete (NVIDIA's CUDA 12 wheels also \
+             need nvidia-cuda-nvcc-cu12 for the crt/ headers).\n",
             toolkit.include().display(),
             toolkit.root.display()
         );

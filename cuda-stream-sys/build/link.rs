@@ -3,9 +3,11 @@
 //! `cudart_static` by default (then the binary needs only the driver, `libcuda.so`, which
 //! cudart loads at run time), the shared `libcudart` with the `dynamic-linking` feature.
 //! Metadata, read by dependents as `DEP_CUDART_*`: `ROOT`, `INCLUDE`, `VERSION`
-//! (`CUDART_VERSION`), `NVCC` (absent when the toolkit has none) and `PER_THREAD` (`1` when
+//! (`CUDART_VERSION`), `NVCC` (absent when the toolkit has none), `PER_THREAD` (`1` when
 //! handle 0 means the per-thread stream, so kernels must be built with
-//! `--default-stream per-thread`).
+//! `--default-stream per-thread`) and, with `dynamic-linking`, `RPATH`: the directory of the
+//! shared libcudart, which a dependent's binaries need at run time (its build script passes
+//! `-Wl,-rpath,<RPATH>`; Cargo does not pass this crate's link arguments on).
 
 use crate::env;
 use crate::toolkit::Toolkit;
@@ -18,12 +20,20 @@ pub fn emit(toolkit: &Toolkit, per_thread: bool) {
     }
     if env::feature("DYNAMIC_LINKING") {
         // NVIDIA's wheels ship only the versioned name, with no `libcudart.so` link.
+        let major = toolkit.version / 1000;
         let unversioned = lib_dirs.iter().any(|dir| dir.join("libcudart.so").exists());
         if unversioned {
             println!("cargo:rustc-link-lib=dylib=cudart");
         } else {
-            let major = toolkit.version / 1000;
             println!("cargo:rustc-link-lib=dylib:+verbatim=libcudart.so.{major}");
+        }
+        // Where binaries find it at run time without LD_LIBRARY_PATH: an rpath for this crate's
+        // own tests, and the `rpath` metadata for dependents (link arguments do not propagate).
+        let runtime = format!("libcudart.so.{major}");
+        if let Some(dir) = lib_dirs.iter().find(|dir| dir.join(&runtime).exists() || dir.join("libcudart.so").exists())
+        {
+            println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
+            println!("cargo:rpath={}", dir.display());
         }
     } else {
         println!("cargo:rustc-link-lib=static=cudart_static");

@@ -1,7 +1,8 @@
 //! Toolkit discovery. The first root that holds `include/cuda_runtime_api.h` wins, in this order:
 //!
 //! 1. `CUDA_PATH`, `CUDA_HOME`, `CUDA_ROOT`, `CUDA_TOOLKIT_ROOT_DIR`;
-//! 2. the directory above the `bin/` that holds `nvcc` on `PATH`;
+//! 2. the directory above the `bin/` that holds `nvcc` on `PATH` (that nvcc, not `PATH`, is
+//!    tracked for rebuilds: see `env::path`);
 //! 3. `/usr/local/cuda`, `/opt/cuda`;
 //! 4. NVIDIA's PyPI wheels in the site-packages of the active Python (`PYTHON`, else `python3`):
 //!    `nvidia/cu13` (one root for CUDA 13) and `nvidia/cuda_runtime` (the CUDA 12 runtime wheel).
@@ -83,10 +84,12 @@ pub fn find() -> Result<Toolkit, String> {
             None => tried.push(format!("${name}: not set")),
         }
     }
-    match env::var("PATH").and_then(|path| find_nvcc(&path)) {
+    match env::path().and_then(|path| find_nvcc(&path)) {
         Some(nvcc) => {
             let root = nvcc.parent().and_then(Path::parent).unwrap_or(Path::new("/"));
             if let Some(toolkit) = accept(root, format!("nvcc on PATH ({})", nvcc.display()), &mut tried) {
+                // PATH is not tracked (see `env::path`): the nvcc it led to is.
+                println!("cargo:rerun-if-changed={}", nvcc.display());
                 return Ok(toolkit);
             }
         }
@@ -115,7 +118,8 @@ pub fn find() -> Result<Toolkit, String> {
     Err(format!(
         "\nerror: cuda-stream-sys could not find a CUDA toolkit (a root holding include/cuda_runtime_api.h).\n\
          Places tried, in order:\n  - {}\n\
-         Fix: set CUDA_PATH to the toolkit root (the directory holding include/ and lib/), or install one:\n  {INSTALL_HINT}\n",
+         Fix: set CUDA_PATH to the toolkit root (the directory holding include/ and lib/), or install one:\n  {INSTALL_HINT}\n\
+         (For `cargo check` or `cargo doc` alone, the `prebuilt-bindings` feature needs no toolkit.)\n",
         tried.join("\n  - ")
     ))
 }
