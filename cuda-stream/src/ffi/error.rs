@@ -298,6 +298,12 @@ pub enum Error {
         /// of its rules).
         code: CudaCode,
     },
+    /// A graph built in a way CUDA forbids or this crate refuses, refused before CUDA sees it:
+    /// a node or a condition of another graph, a condition used twice, a switch of no case,
+    /// a second executable of a graph with conditional nodes, a graph whose body capture did
+    /// not end (graphs built node by node: `Graph::builder`).
+    #[error("graph misuse: {0}")]
+    GraphMisuse(&'static str),
     /// A [`StreamPool`](crate::StreamPool) asked for more streams than it can index
     /// ([`StreamPool::MAX_CAPACITY`](crate::StreamPool::MAX_CAPACITY)).
     #[error("a stream pool holds at most {max} streams, not {capacity}")]
