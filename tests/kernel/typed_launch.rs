@@ -343,8 +343,15 @@ fn a_cooperative_launch_begins_every_block_together_and_syncs_its_grid() {
     assert!(spread(&cooperative) < hold / 4, "cooperative blocks began {:?} apart", spread(&cooperative));
     assert!(cooperative.iter().all(|stamp| stamp.start_ns >= blockers_end), "after the blocking kernel");
     if cuda_stream_tests::concurrency_visible() {
-        let (plain, _) = starts(LaunchConfig::new(fit, 64));
-        assert!(spread(&plain) >= hold / 2, "plain blocks began {:?} apart", spread(&plain));
+        let (plain, blockers_end) = starts(LaunchConfig::new(fit, 64));
+        let early = plain.iter().filter(|stamp| stamp.start_ns < blockers_end).count();
+        let sms_used: std::collections::BTreeSet<_> = plain.iter().map(|stamp| stamp.sm).collect();
+        assert!(
+            early > 0 && spread(&plain) >= hold / 2,
+            "plain blocks began {:?} apart, {early} of {fit} before the holder ended, on {} SMs",
+            spread(&plain),
+            sms_used.len()
+        );
     }
 
     let blocks = fit.min(sms * 2);
