@@ -243,6 +243,7 @@ pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolic
 pub use stream::capture_status::{CaptureInfo, CaptureStatus};
 pub use stream::current::CurrentStream;
 pub use stream::pool::{StreamLease, StreamPool};
+pub use stream::partition::SmPartition;
 pub use stream::record::RecordFlags;
 pub use stream::{AsStream, BorrowedStream, Builtin, BuiltinStream, Ownership, Stream, StreamOptions, StreamRef};
 

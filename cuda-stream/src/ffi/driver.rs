@@ -215,6 +215,149 @@ pub(crate) fn kernel_param_sizes(function: sys::cudaFunction_t) -> Result<Option
     Ok(None)
 }
 
+/// A device resource (`CUdevResource`, resource ABI version 1 of CUDA 12.4 and later): its
+/// type, the driver's internal bytes, and the SM description of an SM resource.
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub(crate) struct DevResource {
+    kind: c_uint,
+    internal: [u8; 92],
+    /// For an SM resource: how many SMs, the smallest partition, the co-scheduling alignment.
+    pub(crate) sm: [c_uint; 3],
+    oversize: [u8; 48 - 12],
+}
+
+/// `CU_DEV_RESOURCE_TYPE_SM`.
+const RESOURCE_TYPE_SM: c_uint = 1;
+
+impl DevResource {
+    fn empty() -> DevResource {
+        DevResource { kind: 0, internal: [0; 92], sm: [0; 3], oversize: [0; 36] }
+    }
+}
+
+type DeviceGetDevResource = unsafe extern "C" fn(c_int, *mut DevResource, c_uint) -> c_int;
+type DevSmResourceSplitByCount =
+    unsafe extern "C" fn(*mut DevResource, *mut c_uint, *const DevResource, *mut DevResource, c_uint, c_uint) -> c_int;
+type DevResourceGenerateDesc = unsafe extern "C" fn(*mut *mut c_void, *mut DevResource, c_uint) -> c_int;
+type GreenCtxCreate = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_int, c_uint) -> c_int;
+type GreenCtxDestroy = unsafe extern "C" fn(*mut c_void) -> c_int;
+type GreenCtxStreamCreate = unsafe extern "C" fn(*mut sys::cudaStream_t, *mut c_void, c_uint, c_int) -> c_int;
+
+/// The green-context entry points (CUDA 12.4 and later drivers).
+struct GreenDriver {
+    device_get_dev_resource: DeviceGetDevResource,
+    split_by_count: DevSmResourceSplitByCount,
+    generate_desc: DevResourceGenerateDesc,
+    create: GreenCtxCreate,
+    destroy: GreenCtxDestroy,
+    stream_create: GreenCtxStreamCreate,
+}
+
+fn green_driver() -> Result<&'static GreenDriver> {
+    static GREEN: OnceLock<Option<GreenDriver>> = OnceLock::new();
+    macro_rules! green_entry {
+        ($symbol:literal as $ty:ty) => {
+            // SAFETY: the symbol has the signature of `$ty` in cuda.h as of CUDA 12.4, the
+            // version asked for; both are function pointers.
+            unsafe { std::mem::transmute::<*mut c_void, $ty>(entry_of_version($symbol, 12040).ok()?) }
+        };
+    }
+    GREEN
+        .get_or_init(|| {
+            Some(GreenDriver {
+                device_get_dev_resource: green_entry!(c"cuDeviceGetDevResource" as DeviceGetDevResource),
+                split_by_count: green_entry!(c"cuDevSmResourceSplitByCount" as DevSmResourceSplitByCount),
+                generate_desc: green_entry!(c"cuDevResourceGenerateDesc" as DevResourceGenerateDesc),
+                create: green_entry!(c"cuGreenCtxCreate" as GreenCtxCreate),
+                destroy: green_entry!(c"cuGreenCtxDestroy" as GreenCtxDestroy),
+                stream_create: green_entry!(c"cuGreenCtxStreamCreate" as GreenCtxStreamCreate),
+            })
+        })
+        .as_ref()
+        .ok_or(Error::Cuda {
+            api: "cuGreenCtxCreate",
+            code: crate::CudaCode(sys::cudaError::cudaErrorNotSupported.0 as i32),
+        })
+}
+
+/// The SMs of device `ordinal` as one resource (`cuDeviceGetDevResource`).
+pub(crate) fn device_sm_resource(ordinal: c_int) -> Result<DevResource> {
+    let green = green_driver()?;
+    let mut resource = DevResource::empty();
+    // SAFETY: a valid out-pointer of the driver's layout; a device ordinal is a `CUdevice`.
+    check_driver(
+        unsafe { (green.device_get_dev_resource)(ordinal, &mut resource, RESOURCE_TYPE_SM) },
+        "cuDeviceGetDevResource",
+    )?;
+    Ok(resource)
+}
+
+/// How many groups of at least `min_sms` SMs `all` splits into (`cuDevSmResourceSplitByCount`
+/// without results).
+pub(crate) fn sm_groups_possible(all: &DevResource, min_sms: c_uint) -> Result<c_uint> {
+    let green = green_driver()?;
+    let mut groups: c_uint = 0;
+    // SAFETY: a null result asks for the count; `all` is an SM resource of the driver's.
+    check_driver(
+        unsafe { (green.split_by_count)(std::ptr::null_mut(), &mut groups, all, std::ptr::null_mut(), 0, min_sms) },
+        "cuDevSmResourceSplitByCount",
+    )?;
+    Ok(groups)
+}
+
+/// `count` groups of at least `min_sms` SMs of `all` (`cuDevSmResourceSplitByCount`).
+pub(crate) fn split_sms(all: &DevResource, min_sms: c_uint, count: c_uint) -> Result<Vec<DevResource>> {
+    let green = green_driver()?;
+    let mut groups = vec![DevResource::empty(); count as usize];
+    let mut made = count;
+    // SAFETY: `groups` has room for `made` resources; `all` is an SM resource of the driver's.
+    check_driver(
+        unsafe { (green.split_by_count)(groups.as_mut_ptr(), &mut made, all, std::ptr::null_mut(), 0, min_sms) },
+        "cuDevSmResourceSplitByCount",
+    )?;
+    groups.truncate(made as usize);
+    Ok(groups)
+}
+
+/// A green context of device `ordinal` with the SMs of `group` (`cuDevResourceGenerateDesc`,
+/// then `cuGreenCtxCreate` with its required default stream). The caller destroys it with
+/// [`green_context_destroy`].
+pub(crate) fn green_context_create(ordinal: c_int, group: &DevResource) -> Result<*mut c_void> {
+    let green = green_driver()?;
+    let mut group = *group;
+    let mut desc: *mut c_void = std::ptr::null_mut();
+    // SAFETY: one resource of a split of this device; a valid out-pointer.
+    check_driver(unsafe { (green.generate_desc)(&mut desc, &mut group, 1) }, "cuDevResourceGenerateDesc")?;
+    let mut context: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a descriptor of this device's resources; `CU_GREEN_CTX_DEFAULT_STREAM` (1) is
+    // required; a valid out-pointer.
+    check_driver(unsafe { (green.create)(&mut context, desc, ordinal, 1) }, "cuGreenCtxCreate")?;
+    Ok(context)
+}
+
+/// Destroys a green context (`cuGreenCtxDestroy`).
+///
+/// # Safety
+/// `context` is a live green context that nothing uses after this: no stream of it is left.
+pub(crate) unsafe fn green_context_destroy(context: *mut c_void) -> Result<()> {
+    let green = green_driver()?;
+    // SAFETY: the caller's contract.
+    check_driver(unsafe { (green.destroy)(context) }, "cuGreenCtxDestroy")
+}
+
+/// A non-blocking stream of a green context (`cuGreenCtxStreamCreate`).
+///
+/// # Safety
+/// `context` is a live green context.
+pub(crate) unsafe fn green_stream_create(context: *mut c_void, priority: c_int) -> Result<sys::cudaStream_t> {
+    let green = green_driver()?;
+    let mut stream: sys::cudaStream_t = std::ptr::null_mut();
+    // SAFETY: a live green context (the caller's); `CU_STREAM_NON_BLOCKING` (1) is required.
+    check_driver(unsafe { (green.stream_create)(&mut stream, context, 1, priority) }, "cuGreenCtxStreamCreate")?;
+    Ok(stream)
+}
+
 /// The calling thread's current context (`cuCtxGetCurrent`), null when there is none.
 pub(crate) fn current_context() -> Result<Context> {
     let mut context: *mut c_void = std::ptr::null_mut();

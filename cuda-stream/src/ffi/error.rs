@@ -382,6 +382,24 @@ pub enum Error {
         /// The CUDA call it stands for, e.g. `cudaStreamSynchronize`.
         api: &'static str,
     },
+    /// A split of a device's SMs into partitions that the device cannot make
+    /// ([`Device::split_sms`](crate::Device::split_sms)).
+    #[error(
+        "device {device} cannot split its {sm_count} SMs into {count} partition(s) of at least {min_sms} SMs \
+         (it can make {possible})"
+    )]
+    SmSplit {
+        /// The device.
+        device: i32,
+        /// The SMs asked for per partition.
+        min_sms: u32,
+        /// The partitions asked for.
+        count: u32,
+        /// How many partitions of that size the device can make.
+        possible: u32,
+        /// The device's SMs.
+        sm_count: u32,
+    },
     /// A launch configuration CUDA cannot run, refused before CUDA sees it.
     #[error("invalid launch configuration: {0}")]
     InvalidLaunch(&'static str),

@@ -18,6 +18,7 @@ pub mod attributes;
 pub(crate) mod capture_status;
 pub(crate) mod current;
 mod launch;
+pub(crate) mod partition;
 pub(crate) mod pool;
 pub(crate) mod record;
 
@@ -475,6 +476,8 @@ impl fmt::Debug for StreamRef {
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Stream {
     stream: StreamRef,
+    /// The SM partition whose green context the stream belongs to, kept alive by it.
+    partition: Option<partition::SmPartition>,
 }
 
 impl Stream {
@@ -496,7 +499,7 @@ impl Stream {
         let code = unsafe { sys::cudaStreamCreateWithPriority(&mut raw, flags as c_uint, priority) };
         check(code, "cudaStreamCreateWithPriority")?;
         live::stream_created();
-        let mut stream = Stream { stream: StreamRef::new(raw, device, Ownership::Owned) };
+        let mut stream = Stream { stream: StreamRef::new(raw, device, Ownership::Owned), partition: None };
         // Nobody else has the handle yet, so nobody can be capturing it: reading the id is
         // safe now, and only now. If a read fails, the stream drops and is destroyed.
         stream.stream.id = Some(stream.read_id()?);
@@ -528,10 +531,12 @@ impl Stream {
         // Made elsewhere: whoever made it may have begun a capture of it.
         live_captures::foreign_handle_seen();
         live::stream_created();
-        Ok(Stream { stream: StreamRef::new(handle, device, Ownership::Owned) })
+        Ok(Stream { stream: StreamRef::new(handle, device, Ownership::Owned), partition: None })
     }
 
-    /// Gives up ownership: returns the handle without destroying it.
+    /// Gives up ownership: returns the handle without destroying it. A stream of an
+    /// [`SmPartition`](partition::SmPartition) keeps its partition alive for the rest of the
+    /// process.
     pub fn into_raw(self) -> sys::cudaStream_t {
         live::stream_released();
         ManuallyDrop::new(self).stream.raw
@@ -550,11 +555,16 @@ impl Stream {
     /// The first error of `cudaStreamQuery` and `cudaStreamDestroy`; [`Error::InsideHostFn`]
     /// inside a host function, where the stream is destroyed later, outside it.
     pub fn destroy(self) -> Result<()> {
-        let this = ManuallyDrop::new(self);
+        let mut this = ManuallyDrop::new(self);
         live::stream_released();
         let raw = this.stream.raw as usize;
+        // Let go of after the stream is destroyed.
+        let partition = this.partition.take();
         if refuse_inside_host_fn().is_err() {
-            crate::ffi::inside_host_fn::call_outside_host_fn(move || destroy_stream(raw));
+            crate::ffi::inside_host_fn::call_outside_host_fn(move || {
+                destroy_stream(raw);
+                drop(partition);
+            });
             return Err(Error::InsideHostFn);
         }
         let pending = match this.query() {
@@ -563,6 +573,7 @@ impl Stream {
         };
         // SAFETY: we own `raw`; ManuallyDrop keeps Drop from destroying it twice.
         let destroyed = check(unsafe { sys::cudaStreamDestroy(raw as sys::cudaStream_t) }, "cudaStreamDestroy");
+        drop(partition);
         pending.and(destroyed)
     }
 }
@@ -588,7 +599,12 @@ impl Drop for Stream {
         // `destroy` for those who ask. The handle belongs to its context, so no device switch
         // is needed. Dropped inside a host function, the destroy is made outside it.
         let raw = self.stream.raw as usize;
-        crate::ffi::inside_host_fn::call_outside_host_fn(move || destroy_stream(raw));
+        // A partition's green context outlives its stream.
+        let partition = self.partition.take();
+        crate::ffi::inside_host_fn::call_outside_host_fn(move || {
+            destroy_stream(raw);
+            drop(partition);
+        });
     }
 }
 
