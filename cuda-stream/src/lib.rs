@@ -235,6 +235,7 @@ pub use ffi::error::{CudaCode, Error, GraphExecUpdateResult, GraphInstantiateRes
 pub use ffi::installation::{GpuUnavailable, driver_version, runtime_version};
 pub use ffi::priority::{Priority, PriorityRange};
 pub use graph::capture::{self, Capture};
+pub use graph::conditional::{self, BuilderCapture, ConditionHandle, GraphBuilder, GraphCondition, GraphNode};
 pub use graph::{Graph, GraphExec, InstantiateFlags, InstantiateOptions};
 pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
 pub use kernel::{Dim3, Kernel, KernelArg, KernelArgs, KernelAttributes, LaunchConfig, MemSyncDomain};

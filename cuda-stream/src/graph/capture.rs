@@ -116,7 +116,7 @@
 pub use crate::call::capture_mode::{CaptureMode, Global, Relaxed, ThreadLocal, with_thread_mode};
 pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
 
-use super::Graph;
+use super::{Graph, leaves_of};
 use crate::call::live_captures::{self, capture_transition};
 use crate::device::keep_alive::keep_alive;
 use crate::device::same_device;
@@ -159,15 +159,18 @@ impl StreamRef {
     /// NVIDIA does not document what a failed capture leaves of a graph it was capturing into.
     ///
     /// # Errors
-    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) for a graph of another device; the errors of
-    /// [`StreamRef::begin_capture`]. On every error `graph` is dropped.
+    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) for a graph of another device;
+    /// [`Error::GraphMisuse`](crate::Error::GraphMisuse) for a graph that a capture leaked
+    /// with `mem::forget` still writes into (see [`GraphBuilder::capture`](super::GraphBuilder::capture));
+    /// the errors of [`StreamRef::begin_capture`]. On every error `graph` is dropped.
     pub fn begin_capture_into<M: CaptureMode>(&self, graph: Graph, _mode: M) -> Result<Capture<'_, M>> {
         same_device("a stream captures into a graph of its own device", self.device(), graph.device())?;
-        self.start_capture(Some(graph))
+        graph.tree().refuse_capturing()?;
+        self.start_capture(Some(Target::Owned(graph)))
     }
 
     /// Begins a capture into CUDA's own new graph, or into `into` after its leaf nodes.
-    fn start_capture<M: CaptureMode>(&self, into: Option<Graph>) -> Result<Capture<'_, M>> {
+    pub(super) fn start_capture<M: CaptureMode>(&self, into: Option<Target>) -> Result<Capture<'_, M>> {
         refuse_legacy(self, "the legacy default stream cannot be captured")?;
         if M::RAW == Relaxed::RAW && self.is_thread_bound() {
             // A Relaxed capture may end on another thread, where this handle is another stream.
@@ -176,7 +179,13 @@ impl StreamRef {
             ));
         }
         let _current = self.enter_runtime()?;
-        let leaves = into.as_ref().map(Graph::leaves).transpose()?.unwrap_or_default();
+        let leaves = match &into {
+            None => Vec::new(),
+            Some(Target::Owned(graph)) => graph.leaves()?,
+            // SAFETY: a live graph (the caller of `Target::Borrowed`'s contract) that nothing
+            // else uses meanwhile.
+            Some(Target::Borrowed(graph)) => unsafe { leaves_of(*graph as sys::cudaGraph_t)? },
+        };
         let transition = capture_transition();
         // Counted before CUDA begins it: a call that CUDA orders after the begin (a record that
         // goes into the capture) then sees the count (`live_captures::may_capture`).
@@ -184,15 +193,16 @@ impl StreamRef {
         let (code, api) = match &into {
             // SAFETY: a live stream; the mode is a valid constant.
             None => (unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture"),
-            Some(graph) => {
+            Some(target) => {
                 let dependencies = if leaves.is_empty() { std::ptr::null() } else { leaves.as_ptr() };
-                // SAFETY: a live stream; a live graph we own, used by nothing else; `leaves` are
-                // `leaves.len()` of its nodes (or null for none); no edge data means default
-                // edges; the mode is a valid constant.
+                // SAFETY: a live stream; a live graph that nothing else uses (one we own, or
+                // the caller of `Target::Borrowed`'s); `leaves` are `leaves.len()` of its nodes
+                // (or null for none); no edge data means default edges; the mode is a valid
+                // constant.
                 let code = unsafe {
                     sys::cudaStreamBeginCaptureToGraph(
                         self.as_raw(),
-                        graph.as_raw(),
+                        target.as_raw(),
                         dependencies,
                         std::ptr::null(),
                         leaves.len(),
@@ -208,7 +218,6 @@ impl StreamRef {
         }
         drop(transition);
         begun?;
-        let into = into.map(Target);
         let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
         capture.id = capture_state(self)?.info.id;
@@ -226,15 +235,33 @@ pub struct Capture<'a, M: CaptureMode> {
     /// This capture's entry in the captures in progress, uncounted when it ends.
     counted: live_captures::Entry,
     ended: bool,
-    /// The graph of [`StreamRef::begin_capture_into`]; `None` when CUDA captures into a graph
-    /// of its own.
+    /// The graph of [`StreamRef::begin_capture_into`], or a graph of a
+    /// [`GraphBuilder`](super::GraphBuilder); `None` when CUDA captures into a graph of its
+    /// own.
     into: Option<Target>,
     _mode: PhantomData<(M, M::Thread)>,
 }
 
-/// The graph a capture writes into, held only to be handed back by [`Capture::end`].
+/// The graph a capture writes into.
 #[derive(Debug)]
-struct Target(Graph);
+pub(super) enum Target {
+    /// A graph the capture owns, held only to be handed back by [`Capture::end`].
+    Owned(Graph),
+    /// The handle (as an address: it stays `Send`) of a graph that something else owns and
+    /// keeps alive, unused by anything else, until the capture has ended in CUDA (a level of a
+    /// [`GraphBuilder`](super::GraphBuilder), which the capture's wrapper borrows mutably).
+    /// Never destroyed here, on any path.
+    Borrowed(usize),
+}
+
+impl Target {
+    fn as_raw(&self) -> sys::cudaGraph_t {
+        match self {
+            Target::Owned(graph) => graph.as_raw(),
+            Target::Borrowed(graph) => *graph as sys::cudaGraph_t,
+        }
+    }
+}
 
 // SAFETY: no `&self` method of `Capture` makes a CUDA call on the graph (only `end`, by value,
 // and `drop` do; the derived `Debug` reads the handle's value and its device, no CUDA call), so
@@ -308,32 +335,54 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// if a forked stream was not joined back. A graph given to `begin_capture_into` is then
     /// leaked (see there).
     pub fn end(mut self) -> Result<Graph> {
-        self.finish()
+        match self.finish() {
+            Ended::Graph(graph) => graph,
+            // Captures into a borrowed graph are never handed out as a `Capture`.
+            Ended::Borrowed(_) | Ended::StillOpen(_) => {
+                Err(Error::CaptureMisuse("this capture wrote into a graph it does not own"))
+            }
+        }
     }
 
     /// Ends the capture in CUDA and uncounts it, exactly once (`end`, or else the drop). When
     /// the stream cannot be used here (inside a host function), CUDA's capture stays open: it
     /// stays counted, as a leaked capture does, and a graph it captures into is leaked with it.
-    fn finish(&mut self) -> Result<Graph> {
+    pub(super) fn finish(&mut self) -> Ended {
         self.ended = true;
-        let into = self.into.take().map(|target| target.0);
+        let into = self.into.take();
         let current = match self.stream.enter_runtime() {
             Ok(current) => current,
             Err(error) => {
                 std::mem::forget(into);
-                return Err(error);
+                return Ended::StillOpen(error);
             }
         };
-        let graph = end_capture(self.stream, into);
+        let ended = end_capture(self.stream, into);
         drop(current);
         live_captures::ended(self.counted);
-        graph
+        ended
+    }
+
+    /// Whether `end` or the drop has run (see [`Capture::finish`]).
+    pub(super) fn has_ended(&self) -> bool {
+        self.ended
     }
 }
 
-/// Ends the capture of `stream` and returns its graph: `into`, the graph it captured into, or
-/// CUDA's own new graph.
-fn end_capture(stream: &StreamRef, into: Option<Graph>) -> Result<Graph> {
+/// How [`Capture::finish`] went.
+pub(super) enum Ended {
+    /// The capture ended in CUDA; the graph it wrote into (its own, or the one it owned), or
+    /// why ending failed.
+    Graph(Result<Graph>),
+    /// The capture into a [`Target::Borrowed`] graph ended in CUDA; or why ending failed.
+    Borrowed(Result<()>),
+    /// The capture could not be ended here: it stays open in CUDA.
+    StillOpen(Error),
+}
+
+/// Ends the capture of `stream`: its graph is `into`, the graph it captured into, or CUDA's
+/// own new graph.
+fn end_capture(stream: &StreamRef, into: Option<Target>) -> Ended {
     // Until the capture has ended CUDA may still write to `into`: every failure leaks it.
     let into = ManuallyDrop::new(into);
     let mut raw: sys::cudaGraph_t = std::ptr::null_mut();
@@ -342,9 +391,11 @@ fn end_capture(stream: &StreamRef, into: Option<Graph>) -> Result<Graph> {
     let code = unsafe { sys::cudaStreamEndCapture(stream.as_raw(), &mut raw) };
     drop(transition);
     let ended = check(code, "cudaStreamEndCapture");
-    match (ManuallyDrop::into_inner(into), ended) {
-        (Some(graph), Ok(())) => Ok(graph),
-        (Some(graph), Err(error)) => {
+    Ended::Graph(match (ManuallyDrop::into_inner(into), ended) {
+        // `raw` is that same graph, never ours to destroy.
+        (Some(Target::Borrowed(_)), ended) => return Ended::Borrowed(ended),
+        (Some(Target::Owned(graph)), Ok(())) => Ok(graph),
+        (Some(Target::Owned(graph)), Err(error)) => {
             std::mem::forget(graph);
             Err(error)
         }
@@ -356,7 +407,7 @@ fn end_capture(stream: &StreamRef, into: Option<Graph>) -> Result<Graph> {
             }
             Err(error)
         }
-    }
+    })
 }
 
 impl<M: CaptureMode> Drop for Capture<'_, M> {

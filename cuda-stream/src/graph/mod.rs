@@ -8,11 +8,16 @@
 //! still uses.
 //! [`GraphExec::update`] keeps that promise by CUDA's documented rule for user objects, quoted
 //! there: no bookkeeping of our own is needed, and none is kept.
+//!
+//! Graphs can also be built node by node ([`Graph::new`], [`Graph::builder`]), with
+//! conditional nodes (if, if/else, while, switch) whose bodies are filled by capture or node by
+//! node: see [`conditional`].
 
 // Layer 7 of docs/architecture.md, capture and graphs. May use: every layer below (ffi to
 // host_fn).
 
 pub mod capture;
+pub mod conditional;
 
 use crate::call::capture_mode::{Relaxed, with_thread_mode};
 use crate::device::Device;
@@ -22,14 +27,83 @@ use crate::ffi::inside_host_fn::{call_outside_host_fn, refuse_inside_host_fn};
 use crate::stream::AsStream;
 use crate::stream::StreamRef;
 use crate::sys;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_ulonglong;
 use std::ops::BitOr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// A captured graph (`cudaGraph_t`), destroyed on drop.
+/// A graph (`cudaGraph_t`): captured ([`Capture::end`](capture::Capture::end)) or built
+/// ([`Graph::new`], [`Graph::builder`]); destroyed on drop.
 #[derive(Debug)]
 pub struct Graph {
     raw: sys::cudaGraph_t,
     device: Device,
+    /// What the builders of this graph and of its bodies share with it.
+    tree: Tree,
+    /// How many executables made from this graph are alive (a graph with conditional nodes
+    /// may have one at a time).
+    executables: Arc<AtomicUsize>,
+}
+
+/// What a graph's builders, the builders of its conditional bodies and their captures share
+/// with the graph: its level id, and what they did that instantiation and the drop must know.
+#[derive(Debug)]
+pub(crate) struct Tree {
+    /// The id of the graph's own level (see [`level_id`]).
+    pub(crate) level: u64,
+    /// The levels (the graph's own or a body's) with a capture begun into them and not ended
+    /// in CUDA, one entry per capture: one leaked with `mem::forget` stays listed for good.
+    /// While any is listed, the graph is never instantiated, updated from, or captured into
+    /// again, the listed levels get no nodes, and a drop leaks the graph instead of destroying
+    /// one CUDA may still capture into.
+    pub(crate) capturing: RefCell<Vec<u64>>,
+    /// Why the graph may no longer be instantiated: a capture into one of its levels failed,
+    /// or was dropped before it ended.
+    pub(crate) incomplete: Cell<Option<&'static str>>,
+    /// A capture into one of its levels failed to end: NVIDIA does not document what a failed
+    /// capture leaves of a graph it was capturing into, so the graph is leaked, not destroyed
+    /// (as [`StreamRef::begin_capture_into`] does with the graph it owns).
+    pub(crate) leak: Cell<bool>,
+    /// A conditional node was added to the graph or to one of its bodies: CUDA allows only
+    /// one executable of it at a time.
+    pub(crate) conditional: Cell<bool>,
+}
+
+impl Tree {
+    /// Whether a capture into one of the graph's levels is open.
+    pub(crate) fn is_capturing(&self) -> bool {
+        !self.capturing.borrow().is_empty()
+    }
+
+    /// [`Error::GraphMisuse`] while a capture into one of the graph's levels is open.
+    pub(crate) fn refuse_capturing(&self) -> Result<()> {
+        if self.is_capturing() {
+            return Err(Error::GraphMisuse(
+                "a capture into this graph or one of its bodies has not ended (a capture guard leaked with mem::forget keeps it open for good)",
+            ));
+        }
+        Ok(())
+    }
+
+    fn new() -> Tree {
+        Tree {
+            level: level_id(),
+            capturing: RefCell::new(Vec::new()),
+            incomplete: Cell::new(None),
+            leak: Cell::new(false),
+            conditional: Cell::new(false),
+        }
+    }
+}
+
+/// A new level id: unique in the process and never reused. The graph and each conditional
+/// body get one; nodes and conditions carry the id of the level they were made in, so that a
+/// node or a condition of another graph (or of a graph destroyed since, whose handle value
+/// CUDA may have reused) is refused before CUDA sees it.
+pub(crate) fn level_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 // SAFETY: a graph handle may be used from any thread, one call at a time.
@@ -40,22 +114,80 @@ unsafe impl Send for Graph {}
 
 impl Graph {
     pub(crate) fn from_captured(raw: sys::cudaGraph_t, device: Device) -> Graph {
-        Graph { raw, device }
+        Graph { raw, device, tree: Tree::new(), executables: Arc::new(AtomicUsize::new(0)) }
+    }
+
+    /// An empty graph of `device`, to build node by node ([`Graph::builder`]) or to capture
+    /// into ([`StreamRef::begin_capture_into`])
+    /// ([`cudaGraphCreate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+    ///
+    /// # Errors
+    /// [`Error::InsideHostFn`]; CUDA's errors.
+    pub fn new(device: Device) -> Result<Graph> {
+        let _current = device.make_current()?;
+        let mut raw: sys::cudaGraph_t = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; flags must be 0. Made in the Relaxed capture mode: it
+        // touches no stream, so no capture in progress may refuse it.
+        let code = with_thread_mode(Relaxed, || unsafe { sys::cudaGraphCreate(&mut raw, 0) })?;
+        check(code, "cudaGraphCreate")?;
+        Ok(Graph::from_captured(raw, device))
+    }
+
+    /// [`Error::GraphMisuse`] for a graph that may not be read as a whole now: a capture into
+    /// one of its levels is still open, or one failed or was dropped before it ended.
+    fn refuse_incomplete(&self) -> Result<()> {
+        self.tree.refuse_capturing()?;
+        match self.tree.incomplete.get() {
+            Some(why) => Err(Error::GraphMisuse(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// What may be instantiated now: not an incomplete graph (`refuse_incomplete`), and a
+    /// graph with conditional nodes only while no other executable of it is alive (CUDA:
+    /// "Only one instantiation of the graph may exist at any point in time"). Counts the
+    /// executable about to be made; `instantiated` uncounts it if CUDA refuses.
+    fn claim_executable(&self) -> Result<()> {
+        self.refuse_incomplete()?;
+        let before = self.executables.fetch_add(1, Ordering::AcqRel);
+        if self.tree.conditional.get() && before > 0 {
+            self.executables.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::GraphMisuse(
+                "a graph with conditional nodes has one executable at a time: drop the other one first",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The executable `raw` if CUDA made it (`made`), else the claim undone.
+    fn instantiated(&self, raw: sys::cudaGraphExec_t, made: Result<()>) -> Result<GraphExec> {
+        match made {
+            Ok(()) => Ok(GraphExec { raw, device: self.device, executables: Arc::clone(&self.executables) }),
+            Err(error) => {
+                self.executables.fetch_sub(1, Ordering::AcqRel);
+                Err(error)
+            }
+        }
     }
 
     /// Instantiates the graph for launching
     /// ([`cudaGraphInstantiate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
     /// The executable shares what the graph owns (host-function closures): both keep it alive.
+    /// A graph with conditional nodes needs no flag, but has one executable at a time.
     ///
     /// # Errors
-    /// CUDA's errors.
+    /// [`Error::GraphMisuse`] for a graph with conditional nodes whose other executable is
+    /// still alive, and for a graph whose body capture has not ended, failed, or was dropped
+    /// before `end`; CUDA's errors ([`Graph::instantiate_with`] reports CUDA's reason, e.g. a
+    /// [`GraphCondition`](conditional::GraphCondition) that no conditional node uses).
     pub fn instantiate(&self) -> Result<GraphExec> {
         let _current = self.device.make_current()?;
+        self.claim_executable()?;
         let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
-        // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type); `exec` is a
-        // valid out-pointer.
-        check(unsafe { sys::cudaGraphInstantiate(&mut exec, self.raw, 0) }, "cudaGraphInstantiate")?;
-        Ok(GraphExec { raw: exec, device: self.device })
+        // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type, and no
+        // capture into it is open: `claim_executable`); `exec` is a valid out-pointer.
+        let made = check(unsafe { sys::cudaGraphInstantiate(&mut exec, self.raw, 0) }, "cudaGraphInstantiate");
+        self.instantiated(exec, made)
     }
 
     /// Instantiates the graph with `options`: flags, and an upload into a stream
@@ -64,9 +196,11 @@ impl Graph {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for an upload stream of another device; [`Error::InsideHostFn`];
+    /// [`Error::GraphMisuse`] as for [`Graph::instantiate`];
     /// [`Error::GraphInstantiate`] with CUDA's [`GraphInstantiateResult`] when CUDA refuses,
     /// e.g. [`GraphInstantiateResult::NODE_OPERATION_NOT_SUPPORTED`] for a host node in a graph
-    /// instantiated for device launch.
+    /// instantiated for device launch, [`GraphInstantiateResult::CONDITIONAL_HANDLE_UNUSED`]
+    /// for a [`GraphCondition`](conditional::GraphCondition) that no conditional node uses.
     pub fn instantiate_with(&self, options: InstantiateOptions<'_>) -> Result<GraphExec> {
         refuse_inside_host_fn()?;
         let mut params = sys::cudaGraphInstantiateParams {
@@ -83,34 +217,27 @@ impl Graph {
             }
             None => self.device.make_current()?,
         };
+        self.claim_executable()?;
         let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
-        // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type); `exec` and
-        // `params` are valid pointers; the upload stream, if any, is live for this call.
+        // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type, and no
+        // capture into it is open: `claim_executable`); `exec` and `params` are valid
+        // pointers; the upload stream, if any, is live for this call.
         let code = unsafe { sys::cudaGraphInstantiateWithParams(&mut exec, self.raw, &mut params) };
-        if let Err(Error::Cuda { code, .. }) = check(code, "cudaGraphInstantiateWithParams") {
-            return Err(Error::GraphInstantiate { result: GraphInstantiateResult(params.result_out.0), code });
-        }
-        Ok(GraphExec { raw: exec, device: self.device })
+        let made = match check(code, "cudaGraphInstantiateWithParams") {
+            Err(Error::Cuda { code, .. }) => {
+                Err(Error::GraphInstantiate { result: GraphInstantiateResult(params.result_out.0), code })
+            }
+            other => other,
+        };
+        self.instantiated(exec, made)
     }
 
     /// The graph's leaf nodes: those no other node depends on
     /// ([`cudaGraphGetNodes`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html),
     /// `cudaGraphNodeGetDependentNodes`). Valid while the graph lives and is not changed.
     pub(crate) fn leaves(&self) -> Result<Vec<sys::cudaGraphNode_t>> {
-        let mut count = 0;
-        // SAFETY: a live graph used by this thread only; a null array asks for the count.
-        check(unsafe { sys::cudaGraphGetNodes(self.raw, std::ptr::null_mut(), &mut count) }, "cudaGraphGetNodes")?;
-        let mut nodes = vec![std::ptr::null_mut(); count];
-        // SAFETY: as above; `nodes` has room for `count` handles.
-        check(unsafe { sys::cudaGraphGetNodes(self.raw, nodes.as_mut_ptr(), &mut count) }, "cudaGraphGetNodes")?;
-        nodes.truncate(count);
-        let mut leaves = Vec::with_capacity(nodes.len());
-        for node in nodes {
-            if dependents(node)? == 0 {
-                leaves.push(node);
-            }
-        }
-        Ok(leaves)
+        // SAFETY: a live graph used by this thread only (`&self` of a !Sync type).
+        unsafe { leaves_of(self.raw) }
     }
 
     /// The raw handle.
@@ -118,10 +245,36 @@ impl Graph {
         self.raw
     }
 
-    /// The device the graph was captured on.
+    /// The device the graph was captured on (or made for).
     pub fn device(&self) -> Device {
         self.device
     }
+
+    /// What the graph's builders share with it.
+    pub(crate) fn tree(&self) -> &Tree {
+        &self.tree
+    }
+}
+
+/// The leaf nodes of `graph` (see [`Graph::leaves`]).
+///
+/// # Safety
+/// `graph` is a live graph that no other thread uses during the call.
+pub(crate) unsafe fn leaves_of(graph: sys::cudaGraph_t) -> Result<Vec<sys::cudaGraphNode_t>> {
+    let mut count = 0;
+    // SAFETY: the caller's contract; a null array asks for the count.
+    check(unsafe { sys::cudaGraphGetNodes(graph, std::ptr::null_mut(), &mut count) }, "cudaGraphGetNodes")?;
+    let mut nodes = vec![std::ptr::null_mut(); count];
+    // SAFETY: as above; `nodes` has room for `count` handles.
+    check(unsafe { sys::cudaGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count) }, "cudaGraphGetNodes")?;
+    nodes.truncate(count);
+    let mut leaves = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        if dependents(node)? == 0 {
+            leaves.push(node);
+        }
+    }
+    Ok(leaves)
 }
 
 /// How many nodes depend on `node`.
@@ -232,27 +385,33 @@ impl<'a> InstantiateOptions<'a> {
 
 impl Drop for Graph {
     fn drop(&mut self) {
+        if self.tree.is_capturing() || self.tree.leak.get() {
+            // CUDA may still capture into one of its levels (a capture leaked with
+            // `mem::forget`), or a capture into one failed: leaked, never destroyed.
+            return;
+        }
         let raw = self.raw as usize;
-        destroy_outside_captures(move || {
-            // SAFETY: we own the graph and destroy it once; executables made from it do not
-            // need it, and what its nodes use is owned by user objects CUDA releases.
-            let _ = check(unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) }, "cudaGraphDestroy");
+        call_outside_host_fn(move || {
+            destroy_relaxed(move || {
+                // SAFETY: we own the graph and destroy it once, bodies included (no capture
+                // into it is open); executables made from it do not need it, and what its
+                // nodes use is owned by user objects CUDA releases.
+                let _ = check(unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) }, "cudaGraphDestroy");
+            });
         });
     }
 }
 
-/// Runs `destroy` (of a graph or an executable) outside any host function (see
-/// `call_outside_host_fn`), in the Relaxed capture mode ([`with_thread_mode`]): destroying a
+/// Runs `destroy` (of a graph or an executable; called outside any host function, see
+/// `call_outside_host_fn`) in the Relaxed capture mode ([`with_thread_mode`]): destroying a
 /// graph or an executable is a "potentially unsafe" call that CUDA otherwise refuses,
 /// invalidating the capture, while another thread holds a Global capture (probed on CUDA 13.0).
 /// Nothing of ours is captured by it, so it is safe here. Should the mode not change, the
 /// destroy is made all the same.
-fn destroy_outside_captures(destroy: impl FnOnce() + Copy + Send + 'static) {
-    call_outside_host_fn(move || {
-        if with_thread_mode(Relaxed, destroy).is_err() {
-            destroy();
-        }
-    });
+fn destroy_relaxed(destroy: impl FnOnce() + Copy) {
+    if with_thread_mode(Relaxed, destroy).is_err() {
+        destroy();
+    }
 }
 
 /// An executable graph, launched on streams of its device; destroyed on drop (CUDA frees an
@@ -261,6 +420,8 @@ fn destroy_outside_captures(destroy: impl FnOnce() + Copy + Send + 'static) {
 pub struct GraphExec {
     raw: sys::cudaGraphExec_t,
     device: Device,
+    /// The live-executable count of the graph it was made from, uncounted once destroyed.
+    executables: Arc<AtomicUsize>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread, one call at a time.
@@ -313,14 +474,20 @@ impl GraphExec {
     /// previous launches are not synchronized, any references which would be released are held
     /// until the launches have finished executing."
     ///
+    /// Conditional nodes: CUDA does not change their parameters (handle, type, bodies), but
+    /// updates the nodes of their bodies by the rules above, and their handles' defaults.
+    ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a graph of another device; [`Error::InsideHostFn`];
+    /// [`Error::GraphMisuse`] for a graph whose body capture has not ended, failed, or was
+    /// dropped before `end`;
     /// [`Error::GraphUpdate`] with CUDA's [`GraphExecUpdateResult`] (e.g.
     /// [`GraphExecUpdateResult::TOPOLOGY_CHANGED`]) when CUDA refuses: the executable is then
     /// unchanged and still usable.
     pub fn update(&mut self, graph: &Graph) -> Result<()> {
         refuse_inside_host_fn()?;
         same_device("an executable graph is updated from a graph of its own device", self.device, graph.device)?;
+        graph.refuse_incomplete()?;
         let mut info = sys::cudaGraphExecUpdateResultInfo {
             result: sys::cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess,
             errorNode: std::ptr::null_mut(),
@@ -364,11 +531,17 @@ impl GraphExec {
 impl Drop for GraphExec {
     fn drop(&mut self) {
         let raw = self.raw as usize;
-        destroy_outside_captures(move || {
-            // SAFETY: we own the executable and destroy it once. CUDA frees it after launches
-            // in flight complete, and releases the user objects they use only then: no wait for
-            // the device is needed here, and nothing is freed early.
-            let _ = check(unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) }, "cudaGraphExecDestroy");
+        let executables = Arc::clone(&self.executables);
+        call_outside_host_fn(move || {
+            destroy_relaxed(move || {
+                // SAFETY: we own the executable and destroy it once. CUDA frees it after
+                // launches in flight complete, and releases the user objects they use only
+                // then: no wait for the device is needed here, and nothing is freed early.
+                let code = unsafe { sys::cudaGraphExecDestroy(raw as sys::cudaGraphExec_t) };
+                let _ = check(code, "cudaGraphExecDestroy");
+            });
+            // Only now may a graph with conditional nodes be instantiated again.
+            executables.fetch_sub(1, Ordering::AcqRel);
         });
     }
 }

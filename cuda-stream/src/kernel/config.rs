@@ -186,6 +186,11 @@ impl<'event> LaunchConfig<'event> {
         self.completion_event
     }
 
+    /// Whether the launch is a programmatic dependent launch.
+    pub(crate) fn is_programmatic(&self) -> bool {
+        self.programmatic
+    }
+
     /// The checks CUDA's answer would be unclear for, before CUDA sees the launch.
     pub(crate) fn check(&self, device: Device) -> Result<()> {
         if self.grid.count() == 0 || self.block.count() == 0 {

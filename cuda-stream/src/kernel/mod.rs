@@ -50,6 +50,7 @@
 
 mod args;
 mod config;
+mod graph_node;
 
 pub use args::{KernelArg, KernelArgs};
 pub use config::{Dim3, LaunchConfig, MemSyncDomain};
