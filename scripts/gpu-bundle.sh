@@ -2,8 +2,23 @@
 # Builds every test, example and benchmark binary in release mode into target/gpu-bundle/, with
 # run.sh, for a GPU host that has a driver but no Rust and no toolkit (cudart is linked
 # statically). Tests are built in both default-stream modes: bin/legacy/ and bin/per-thread/.
+# Kernels are built for sm_90 (the H100 and H200 hosts), unless CUDA_STREAM_ARCHS says otherwise.
+#   scripts/gpu-bundle.sh              the bundle
+#   scripts/gpu-bundle.sh --ptx-only   also bin/ptx/: the tests that build kernels (the
+#                                      workspace's and templates/kernel-tests') with PTX only
+#                                      (compute_75, no SASS), which every GPU from Turing on runs
+#                                      through the driver's JIT: `run.sh --only ptx/` on a GPU
+#                                      other than the one the bundle was built for
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ptx=0
+for argument in "$@"; do
+  case "$argument" in
+    --ptx-only) ptx=1 ;;
+    *) echo "unknown argument $argument" >&2; exit 2 ;;
+  esac
+done
+export CUDA_STREAM_ARCHS=${CUDA_STREAM_ARCHS:-90}
 bundle=target/gpu-bundle
 rm -rf "$bundle"
 mkdir -p "$bundle/bin/legacy" "$bundle/bin/per-thread" "$bundle/bin/cuda12" "$bundle/bin/examples" "$bundle/bin/benches"
@@ -46,6 +61,18 @@ if [ -n "${CUDA12_ROOT:-}" ]; then
   echo "building cuda-stream's own tests against CUDA 12 ($CUDA12_ROOT)..."
   CUDA_PATH="$CUDA12_ROOT" CARGO_TARGET_DIR=target/cuda12 cargo test -p cuda-stream -p cuda-stream-sys --release \
     --no-run --message-format=json --quiet | collect "$bundle/bin/cuda12" lib,test
+fi
+if [ $ptx = 1 ]; then
+  # Their own target directory: switching CUDA_STREAM_ARCHS back and forth in one would rebuild
+  # the kernel packages each time.
+  echo "building the kernel tests with PTX only (compute_75), for the driver's JIT..."
+  mkdir -p "$bundle/bin/ptx"
+  CUDA_STREAM_ARCHS=compute_75 CARGO_TARGET_DIR=target/ptx cargo test -p cuda-stream-tests --release --no-run \
+    --message-format=json --quiet | python3 scripts/kernel-archs.py --expect compute_75 --pass \
+    | collect "$bundle/bin/ptx" lib,test
+  (cd templates/kernel-tests && CUDA_STREAM_ARCHS=compute_75 CARGO_TARGET_DIR=../../target/ptx cargo test --release \
+    --no-run --message-format=json --quiet) | python3 scripts/kernel-archs.py --expect compute_75 --pass \
+    | collect "$bundle/bin/ptx" test
 fi
 echo "building examples and benchmarks..."
 cargo build --workspace --release --examples --message-format=json --quiet | collect "$bundle/bin/examples" example

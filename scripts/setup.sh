@@ -60,11 +60,6 @@ ensure_cuda12() {
   CUDA12_ROOT="$site/nvidia/cuda_runtime"
 }
 
-cuda_lib_dir() {
-  local root=${CUDA_PATH:-${CUDA_HOME:-${CUDA_ROOT:-${CUDA_TOOLKIT_ROOT_DIR:-/usr/local/cuda}}}}
-  if [ -d "$root/lib64" ]; then echo "$root/lib64"; else echo "$root/lib"; fi
-}
-
 ensure_all() {
   ensure_rust
   ensure_libclang

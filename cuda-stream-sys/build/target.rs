@@ -11,7 +11,7 @@ pub fn check() -> Result<(), String> {
     Err(format!(
         "\nerror: cuda-stream-sys builds for Linux only, and this build targets `{os}`: it links cudart \
          with librt, libdl and libpthread and finds the toolkit's bin/nvcc.\n\
-         For `cargo check` or `cargo doc` on another system, enable the `prebuilt-bindings` feature \
-         (the committed CUDA 13.0 bindings; nothing is linked).\n"
+         The `prebuilt-bindings` feature (the committed CUDA 13.0 bindings, no toolkit, nothing \
+         linked: for `cargo check` and `cargo doc`) skips this check.\n"
     ))
 }
