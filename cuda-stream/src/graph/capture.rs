@@ -161,7 +161,7 @@ impl StreamRef {
     /// # Errors
     /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) for a graph of another device;
     /// [`Error::GraphMisuse`](crate::Error::GraphMisuse) for a graph that a capture leaked
-    /// with `mem::forget` still writes into (see [`GraphBuilder::capture`](super::GraphBuilder::capture));
+    /// with `mem::forget` still writes into (see [`GraphBuilder::capture`](crate::GraphBuilder::capture));
     /// the errors of [`StreamRef::begin_capture`]. On every error `graph` is dropped.
     pub fn begin_capture_into<M: CaptureMode>(&self, graph: Graph, _mode: M) -> Result<Capture<'_, M>> {
         same_device("a stream captures into a graph of its own device", self.device(), graph.device())?;
@@ -236,7 +236,7 @@ pub struct Capture<'a, M: CaptureMode> {
     counted: live_captures::Entry,
     ended: bool,
     /// The graph of [`StreamRef::begin_capture_into`], or a graph of a
-    /// [`GraphBuilder`](super::GraphBuilder); `None` when CUDA captures into a graph of its
+    /// [`GraphBuilder`](crate::GraphBuilder); `None` when CUDA captures into a graph of its
     /// own.
     into: Option<Target>,
     _mode: PhantomData<(M, M::Thread)>,
@@ -249,7 +249,7 @@ pub(super) enum Target {
     Owned(Graph),
     /// The handle (as an address: it stays `Send`) of a graph that something else owns and
     /// keeps alive, unused by anything else, until the capture has ended in CUDA (a level of a
-    /// [`GraphBuilder`](super::GraphBuilder), which the capture's wrapper borrows mutably).
+    /// [`GraphBuilder`](crate::GraphBuilder), which the capture's wrapper borrows mutably).
     /// Never destroyed here, on any path.
     Borrowed(usize),
 }
