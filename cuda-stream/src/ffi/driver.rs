@@ -640,3 +640,250 @@ pub(crate) unsafe fn graph_launch(exec: sys::cudaGraphExec_t, stream: sys::cudaS
     // SAFETY: the caller's contract, and a real stream handle.
     check_driver(unsafe { (driver()?.graph_launch)(exec, stream) }, "cudaGraphLaunch")
 }
+
+// Stream memory operations
+// ([CUDA_MEMOP](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEMOP.html)): no
+// runtime equivalent, so errors carry the driver call's own name. Fetched by version 12000,
+// which gives the `_v2` entry points (`cuStreamWaitValue32_v2`, ...): these refuse the v1 flag
+// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER` (`CUDA_ERROR_INVALID_VALUE`, probed on driver 580),
+// and take the batch operation `CU_STREAM_MEM_OP_BARRIER`, which v1 lacks.
+
+type StreamWaitValue32 = unsafe extern "C" fn(sys::cudaStream_t, u64, u32, c_uint) -> c_int;
+type StreamWaitValue64 = unsafe extern "C" fn(sys::cudaStream_t, u64, u64, c_uint) -> c_int;
+type StreamBatchMemOp = unsafe extern "C" fn(sys::cudaStream_t, c_uint, *mut MemOpParams, c_uint) -> c_int;
+type DeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+
+/// `CU_STREAM_WAIT_VALUE_GEQ`: wait until `(int32_t)(*addr - value) >= 0` (cyclic).
+pub(crate) const WAIT_VALUE_GEQ: c_uint = 0x0;
+/// `CU_STREAM_WAIT_VALUE_EQ`: wait until `*addr == value`.
+pub(crate) const WAIT_VALUE_EQ: c_uint = 0x1;
+/// `CU_STREAM_WAIT_VALUE_AND`: wait until `(*addr & value) != 0`.
+pub(crate) const WAIT_VALUE_AND: c_uint = 0x2;
+/// `CU_STREAM_WAIT_VALUE_NOR`: wait until `~(*addr | value) != 0`.
+pub(crate) const WAIT_VALUE_NOR: c_uint = 0x3;
+/// `CU_STREAM_WAIT_VALUE_FLUSH`: follow the wait with a flush of remote writes.
+pub(crate) const WAIT_VALUE_FLUSH: c_uint = 1 << 30;
+/// `CU_STREAM_MEMORY_BARRIER_TYPE_SYS`.
+pub(crate) const MEMORY_BARRIER_SYS: c_uint = 0x0;
+/// `CU_STREAM_MEMORY_BARRIER_TYPE_GPU`.
+pub(crate) const MEMORY_BARRIER_GPU: c_uint = 0x1;
+/// `CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES`.
+pub(crate) const ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES: c_int = 98;
+/// `CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS`.
+pub(crate) const ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: c_int = 122;
+/// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR`.
+pub(crate) const ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: c_int = 123;
+/// The most operations one `cuStreamBatchMemOp` takes: the count "must be less than 256"
+/// (256 is `CUDA_ERROR_INVALID_VALUE`, probed on driver 580).
+pub(crate) const MAX_BATCH_MEM_OPS: usize = 255;
+
+/// `CUstreamBatchMemOpType`.
+const MEM_OP_WAIT_VALUE_32: u32 = 1;
+const MEM_OP_WRITE_VALUE_32: u32 = 2;
+const MEM_OP_FLUSH_REMOTE_WRITES: u32 = 3;
+const MEM_OP_WAIT_VALUE_64: u32 = 4;
+const MEM_OP_WRITE_VALUE_64: u32 = 5;
+const MEM_OP_BARRIER: u32 = 6;
+
+/// One operation of `cuStreamBatchMemOp`: `CUstreamBatchMemOpParams` of cuda.h, a union of 48
+/// bytes whose first word is the operation's type.
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub(crate) union MemOpParams {
+    value: ValueParams,
+    flags: FlagParams,
+    pad: [u64; 6],
+}
+
+/// `CUstreamMemOpWaitValueParams_st` and `CUstreamMemOpWriteValueParams_st` (the same layout).
+#[repr(C)]
+#[allow(dead_code)] // Read by the driver.
+#[derive(Copy, Clone)]
+struct ValueParams {
+    operation: u32,
+    address: u64,
+    value: Value,
+    flags: c_uint,
+    /// For the driver's internal use.
+    alias: u64,
+}
+
+/// The anonymous union of `value` (`cuuint32_t`) and `value64` (`cuuint64_t`).
+#[repr(C)]
+#[derive(Copy, Clone)]
+union Value {
+    value32: u32,
+    value64: u64,
+}
+
+/// `CUstreamMemOpFlushRemoteWritesParams_st` and `CUstreamMemOpMemoryBarrierParams_st`.
+#[repr(C)]
+#[allow(dead_code)] // Read by the driver.
+#[derive(Copy, Clone)]
+struct FlagParams {
+    operation: u32,
+    flags: c_uint,
+}
+
+// The layout of cuda.h (CUDA 12 and 13), checked on the GPU host by a C++ probe: 48 bytes, the
+// address at 8, the value at 16, the flags at 24, the alias at 32.
+const _: () = {
+    assert!(size_of::<MemOpParams>() == 48);
+    assert!(std::mem::offset_of!(ValueParams, address) == 8);
+    assert!(std::mem::offset_of!(ValueParams, value) == 16);
+    assert!(std::mem::offset_of!(ValueParams, flags) == 24);
+    assert!(std::mem::offset_of!(ValueParams, alias) == 32);
+};
+
+impl MemOpParams {
+    fn value_op(operation: u32, address: u64, value: Value, flags: c_uint) -> MemOpParams {
+        let mut params = MemOpParams { pad: [0; 6] };
+        params.value = ValueParams { operation, address, value, flags, alias: 0 };
+        params
+    }
+
+    fn flag_op(operation: u32, flags: c_uint) -> MemOpParams {
+        let mut params = MemOpParams { pad: [0; 6] };
+        params.flags = FlagParams { operation, flags };
+        params
+    }
+
+    /// A 32-bit wait at the device address `address` (`CU_STREAM_MEM_OP_WAIT_VALUE_32`).
+    pub(crate) fn wait32(address: u64, value: u32, flags: c_uint) -> MemOpParams {
+        Self::value_op(MEM_OP_WAIT_VALUE_32, address, Value { value32: value }, flags)
+    }
+
+    /// A 64-bit wait (`CU_STREAM_MEM_OP_WAIT_VALUE_64`).
+    pub(crate) fn wait64(address: u64, value: u64, flags: c_uint) -> MemOpParams {
+        Self::value_op(MEM_OP_WAIT_VALUE_64, address, Value { value64: value }, flags)
+    }
+
+    /// A 32-bit write (`CU_STREAM_MEM_OP_WRITE_VALUE_32`).
+    pub(crate) fn write32(address: u64, value: u32) -> MemOpParams {
+        Self::value_op(MEM_OP_WRITE_VALUE_32, address, Value { value32: value }, 0)
+    }
+
+    /// A 64-bit write (`CU_STREAM_MEM_OP_WRITE_VALUE_64`).
+    pub(crate) fn write64(address: u64, value: u64) -> MemOpParams {
+        Self::value_op(MEM_OP_WRITE_VALUE_64, address, Value { value64: value }, 0)
+    }
+
+    /// A memory barrier of the scope `flags` (`CU_STREAM_MEM_OP_BARRIER`, `_v2` only).
+    pub(crate) fn barrier(flags: c_uint) -> MemOpParams {
+        Self::flag_op(MEM_OP_BARRIER, flags)
+    }
+
+    /// A flush of remote writes (`CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES`).
+    pub(crate) fn flush_remote_writes() -> MemOpParams {
+        Self::flag_op(MEM_OP_FLUSH_REMOTE_WRITES, 0)
+    }
+}
+
+/// The stream memory operations' entry points.
+struct MemOps {
+    wait_value32: StreamWaitValue32,
+    wait_value64: StreamWaitValue64,
+    write_value32: StreamWaitValue32,
+    write_value64: StreamWaitValue64,
+    batch_mem_op: StreamBatchMemOp,
+    device_get_attribute: DeviceGetAttribute,
+}
+
+fn mem_ops() -> Result<&'static MemOps> {
+    static MEM_OPS: OnceLock<Result<MemOps>> = OnceLock::new();
+    MEM_OPS
+        .get_or_init(|| {
+            Ok(MemOps {
+                wait_value32: entry_point!(c"cuStreamWaitValue32" as StreamWaitValue32),
+                wait_value64: entry_point!(c"cuStreamWaitValue64" as StreamWaitValue64),
+                write_value32: entry_point!(c"cuStreamWriteValue32" as StreamWaitValue32),
+                write_value64: entry_point!(c"cuStreamWriteValue64" as StreamWaitValue64),
+                batch_mem_op: entry_point!(c"cuStreamBatchMemOp" as StreamBatchMemOp),
+                device_get_attribute: entry_point!(c"cuDeviceGetAttribute" as DeviceGetAttribute),
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// `cuStreamWaitValue32`: later work on `stream` waits until the 32-bit word at `address`
+/// meets the condition `flags` names against `value`.
+///
+/// # Safety
+/// `stream` is a live real handle, or a special handle (`CU_STREAM_LEGACY`,
+/// `CU_STREAM_PER_THREAD`) with its device's primary context current; `address` is the device
+/// address of a 4-byte-aligned word of device memory or mapped host memory that stays
+/// allocated until the wait has completed (for every launch, if it is captured).
+pub(crate) unsafe fn stream_wait_value32(
+    stream: sys::cudaStream_t,
+    address: u64,
+    value: u32,
+    flags: c_uint,
+) -> Result<()> {
+    let wait = mem_ops()?.wait_value32;
+    // SAFETY: the caller's contract.
+    check_driver(unsafe { wait(stream, address, value, flags) }, "cuStreamWaitValue32")
+}
+
+/// `cuStreamWaitValue64`, as [`stream_wait_value32`] for an 8-byte-aligned 64-bit word.
+///
+/// # Safety
+/// As [`stream_wait_value32`], 8-byte aligned.
+pub(crate) unsafe fn stream_wait_value64(
+    stream: sys::cudaStream_t,
+    address: u64,
+    value: u64,
+    flags: c_uint,
+) -> Result<()> {
+    let wait = mem_ops()?.wait_value64;
+    // SAFETY: the caller's contract.
+    check_driver(unsafe { wait(stream, address, value, flags) }, "cuStreamWaitValue64")
+}
+
+/// `cuStreamWriteValue32` (flags 0: a memory fence before the write, the only choice of the
+/// `_v2` call).
+///
+/// # Safety
+/// As [`stream_wait_value32`]; nothing else may own the word's value meanwhile (the GPU writes
+/// it).
+pub(crate) unsafe fn stream_write_value32(stream: sys::cudaStream_t, address: u64, value: u32) -> Result<()> {
+    let write = mem_ops()?.write_value32;
+    // SAFETY: the caller's contract.
+    check_driver(unsafe { write(stream, address, value, 0) }, "cuStreamWriteValue32")
+}
+
+/// `cuStreamWriteValue64`, as [`stream_write_value32`] for an 8-byte-aligned 64-bit word.
+///
+/// # Safety
+/// As [`stream_write_value32`], 8-byte aligned.
+pub(crate) unsafe fn stream_write_value64(stream: sys::cudaStream_t, address: u64, value: u64) -> Result<()> {
+    let write = mem_ops()?.write_value64;
+    // SAFETY: the caller's contract.
+    check_driver(unsafe { write(stream, address, value, 0) }, "cuStreamWriteValue64")
+}
+
+/// `cuStreamBatchMemOp`: `operations` enqueued on `stream` in order, in one call (at most
+/// [`MAX_BATCH_MEM_OPS`]; the driver may write the operations' `alias` fields).
+///
+/// # Safety
+/// As [`stream_wait_value32`] for every address the operations name.
+pub(crate) unsafe fn stream_batch_mem_op(stream: sys::cudaStream_t, operations: &mut [MemOpParams]) -> Result<()> {
+    let batch = mem_ops()?.batch_mem_op;
+    let count = c_uint::try_from(operations.len()).unwrap_or(c_uint::MAX);
+    // SAFETY: the caller's contract; `count` operations at a valid pointer; flags must be 0.
+    check_driver(unsafe { batch(stream, count, operations.as_mut_ptr(), 0) }, "cuStreamBatchMemOp")
+}
+
+/// A device attribute the runtime's enum does not name (`cuDeviceGetAttribute`), for the
+/// device of runtime ordinal `ordinal`.
+pub(crate) fn device_attribute(ordinal: i32, attribute: c_int) -> Result<c_int> {
+    let get = mem_ops()?.device_get_attribute;
+    let mut device: c_int = 0;
+    // SAFETY: a valid out-pointer; an invalid ordinal is reported as an error.
+    check_driver(unsafe { (driver()?.device_get)(&mut device, ordinal) }, "cuDeviceGet")?;
+    let mut value: c_int = 0;
+    // SAFETY: a valid out-pointer; `device` came from cuDeviceGet; an unknown attribute is
+    // reported as an error.
+    check_driver(unsafe { get(&mut value, attribute, device) }, "cuDeviceGetAttribute")?;
+    Ok(value)
+}

@@ -403,6 +403,27 @@ pub enum Error {
     /// A launch configuration CUDA cannot run, refused before CUDA sees it.
     #[error("invalid launch configuration: {0}")]
     InvalidLaunch(&'static str),
+    /// A word index past the end of its words
+    /// ([`MappedWords`](crate::MappedWords), [`DeviceWords`](crate::DeviceWords)), refused
+    /// before CUDA sees it.
+    #[error("word index {index} is out of range for {len} words")]
+    WordOutOfRange {
+        /// The index asked for.
+        index: usize,
+        /// How many words there are.
+        len: usize,
+    },
+    /// A raw address for a stream memory operation
+    /// ([`StreamRef::wait_value_raw`](crate::StreamRef::wait_value_raw)) that is null or not
+    /// aligned to its word's size (CUDA requires 4 bytes for 32-bit words, 8 for 64-bit ones),
+    /// refused before CUDA sees it.
+    #[error("address {address:#x} is null or not aligned to its {align}-byte word")]
+    MisalignedWord {
+        /// The address.
+        address: usize,
+        /// The word's size and required alignment.
+        align: usize,
+    },
 }
 
 impl Error {

@@ -31,6 +31,12 @@
 //!   copies between sides of different lengths are [`Error::Size`]; running
 //!   out of memory is CUDA's `cudaErrorMemoryAllocation`, after which the pool still serves.
 //!
+//! * Stream memory operations (a stream that waits until a word meets a condition, a stream
+//!   that writes a word: [`mem_ops`]) take words of their own, [`MappedWords`] (host memory
+//!   the host reads and writes with atomics) and [`DeviceWords`]: CUDA refuses them on a
+//!   [`DeviceBuffer`]'s stream-ordered memory. Their memory is never freed while an operation
+//!   may touch it, and their drop never waits.
+//!
 //! What a drop cannot do safely it does not do: inside a host function, on a thread where the
 //! home stream is another stream (the per-thread default stream), after a fault or during a
 //! capture, a buffer is leaked rather than freed while the driver may still use it.
@@ -38,12 +44,16 @@
 // Layer 10 of docs/architecture.md, memory. May use: ffi, call, device, event, stream, graph.
 
 mod buffer;
+pub mod mem_ops;
 mod pinned;
 mod pool;
 mod scratch;
 mod uses;
 
 pub use buffer::DeviceBuffer;
+pub use mem_ops::{
+    BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words,
+};
 pub use pinned::PinnedBuffer;
 pub use pool::{MemPool, MemPoolStats, ReusePolicy};
 
