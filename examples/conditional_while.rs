@@ -1,0 +1,60 @@
+//! A loop that runs on the GPU: a graph whose while node repeats its body until a kernel says
+//! stop, in one graph launch, with no trip to the host between iterations.
+//!
+//! The kernel (`kernels/conditional_kernels.cu`) counts down a device counter and sets the
+//! loop's condition from device code:
+//!
+//! ```c++
+//! extern "C" __global__ void cs_cond_countdown(cudaGraphConditionalHandle handle,
+//!                                              uint32_t* counter, uint32_t* runs) {
+//!   uint32_t left = *counter;
+//!   if (left > 0) left -= 1;
+//!   *counter = left;
+//!   *runs += 1;
+//!   cudaGraphSetConditional(handle, left > 0 ? 1u : 0u);
+//! }
+//! ```
+
+use cuda_stream::conditional::ConditionHandle;
+use cuda_stream::{DeviceBuffer, Graph, LaunchConfig, Stream, StreamOptions, capture};
+
+cuda_stream::kernel! {
+    /// One iteration: counts the run, decrements the counter, keeps the loop going while it
+    /// is above zero.
+    static COUNTDOWN = fn cs_cond_countdown(handle: ConditionHandle, counter: *mut u32, runs: *mut u32);
+}
+
+fn main() -> cuda_stream::Result<()> {
+    let Some(device) = cuda_stream_tests::gpu::example_device("conditional_while") else { return Ok(()) };
+    let stream = Stream::new(device, StreamOptions::non_blocking())?;
+    let mut counter = DeviceBuffer::<u32, _>::zeroed(&stream, 1)?;
+    let mut runs = DeviceBuffer::<u32, _>::zeroed(&stream, 1)?;
+    let (counter_ptr, runs_ptr) = (counter.as_mut_ptr(), runs.as_mut_ptr());
+
+    // An empty graph, and a while node in it. Its condition starts every launch at 1, so the
+    // body runs at least once (a do-while); the body's kernel decides from there.
+    let mut graph = Graph::new(device)?;
+    {
+        let mut root = graph.builder();
+        let keep_going = root.condition(Some(1))?;
+        let (_loop, mut body) = root.add_while(&keep_going, &[])?;
+        // Fill the body by capturing a stream: whatever is launched on it until `end` becomes
+        // the body (kernels, copies, memsets; no host functions or events in a body).
+        let filling = body.capture(&stream, capture::ThreadLocal)?;
+        // SAFETY: `counter` and `runs` hold one u32 each on the stream's device, and live until
+        // the graph's launches below are done (they are read back after them).
+        unsafe { COUNTDOWN.launch(&stream, &LaunchConfig::new(1, 1), (keep_going.handle(), counter_ptr, runs_ptr))? };
+        filling.end()?;
+    }
+    let exec = graph.instantiate()?;
+
+    for start in [10u32, 3, 1000] {
+        counter.copy_from_slice(&stream, &[start])?;
+        runs.fill_bytes(&stream, 0)?;
+        exec.launch(&stream)?; // one launch: the whole loop
+        let (ran, left) = (runs.to_vec()?[0], counter.to_vec()?[0]);
+        println!("counted down from {start}: the body ran {ran} times, the counter is {left}");
+        assert_eq!((ran, left), (start, 0));
+    }
+    Ok(())
+}
