@@ -81,3 +81,13 @@ fn saxpy_reads_x_from_another_stream_after_its_writes() {
     saxpy(1.0, &mut x, &mut y).unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![3.0; 1024]);
 }
+
+#[test]
+fn the_build_says_which_architectures_the_kernels_are_for() {
+    // Set by cuda-stream-build: SASS (`sm_*`) and PTX (`compute_*`) targets, e.g. `sm_80,compute_80`.
+    let archs = env!("CUDA_STREAM_KERNEL_ARCHS");
+    assert!(
+        !archs.is_empty() && archs.split(',').all(|arch| arch.starts_with("sm_") || arch.starts_with("compute_")),
+        "{archs}"
+    );
+}
