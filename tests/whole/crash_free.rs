@@ -492,6 +492,87 @@ fn a_stream_captured_by_cudarc_refuses_fn_once_host_fns_and_keeps_its_capture() 
     assert_eq!(marker.query(), Ok(true), "the graph keeps the event alive; an external record leaves it queryable");
 }
 
+/// What a capture's graph owns (host functions, the events of external records and of waits
+/// on work outside the capture) goes into the graph as nodes added by hand, never enqueued
+/// stream-ordered, so a capture that foreign code ends in between cannot turn one into a real
+/// run. The nodes keep the stream's order: each comes after the work captured before it, and
+/// the work captured after it waits for it (the stream's dependencies were updated).
+#[test]
+fn nodes_a_capture_owns_are_added_to_its_graph_in_the_streams_order() {
+    let device = gpu_or_skip!();
+    let (captured, outside) = (stream(device), stream(device));
+    let log = Arc::new(TagLog::new(16).unwrap());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = Arc::new(Event::new(device, EventFlags::default()).unwrap());
+    let (hold, outside_spin) = (Duration::from_millis(30), Duration::from_millis(300));
+    let seeing = |seen: &Arc<std::sync::Mutex<Vec<u32>>>| {
+        let (log, seen) = (Arc::clone(&log), Arc::clone(seen));
+        move || {
+            seen.lock().unwrap().push(log.count());
+            std::thread::sleep(hold);
+        }
+    };
+    // Real work outside the capture, which the graph's wait node waits for.
+    cuda_stream_tests::tag(&outside, &log, 100, outside_spin).unwrap();
+    let mut capture = captured.begin_capture(capture::ThreadLocal).unwrap();
+    cuda_stream_tests::tag(&captured, &log, 1, Duration::ZERO).unwrap();
+    capture.launch_host_fn(&*captured, seeing(&seen)).unwrap();
+    cuda_stream_tests::tag(&captured, &log, 2, Duration::ZERO).unwrap();
+    captured.wait_stream(&*outside).unwrap();
+    captured.record_with(&recorded, cuda_stream::RecordFlags::external()).unwrap();
+    capture.launch_host_fn(&*captured, seeing(&seen)).unwrap();
+    cuda_stream_tests::tag(&captured, &log, 3, Duration::ZERO).unwrap();
+    let graph = capture.end().expect("the capture ended intact");
+    assert_eq!(log.count(), 0, "nothing captured ran, and no host function ran for real");
+    assert!(seen.lock().unwrap().is_empty());
+    let kinds = node_kinds(graph.as_raw());
+    for (kind, count) in [
+        (sys::cudaGraphNodeType::cudaGraphNodeTypeHost, 2),
+        (sys::cudaGraphNodeType::cudaGraphNodeTypeEventRecord, 1),
+        (sys::cudaGraphNodeType::cudaGraphNodeTypeWaitEvent, 1),
+        (sys::cudaGraphNodeType::cudaGraphNodeTypeKernel, 3),
+    ] {
+        assert_eq!(kinds.iter().filter(|&&k| k == kind).count(), count, "{kind:?} nodes in {kinds:?}");
+    }
+    assert_eq!(Arc::strong_count(&recorded), 2, "the graph holds the recorded event");
+    let exec = graph.instantiate().unwrap();
+    drop(graph);
+    exec.launch(&*captured).unwrap();
+    captured.synchronize().unwrap();
+    let entries = log.entries();
+    let tags: Vec<u32> = entries.iter().map(|entry| entry.tag).collect();
+    assert_eq!(tags, [1, 2, 100, 3], "the wait node held tag 2's successors until the outside work");
+    assert_eq!(*seen.lock().unwrap(), [1, 3], "each host node ran after the work before it");
+    let gap = |from: usize, to: usize| Duration::from_nanos(entries[to].start_ns.saturating_sub(entries[from].end_ns));
+    assert!(gap(0, 1) >= hold * 9 / 10, "tag 2 waited for the first host node: {:?}", gap(0, 1));
+    assert!(gap(2, 3) >= hold * 9 / 10, "tag 3 waited for the second host node: {:?}", gap(2, 3));
+    assert_eq!(recorded.query(), Ok(true), "the event-record node recorded the event");
+    // The host nodes' closures hold the log, whose drop frees CUDA memory: it must not drop on
+    // the thread where CUDA releases the graph's user objects.
+    drop(exec);
+    let released = cuda_stream_tests::poll_until(Duration::from_secs(5), || Arc::strong_count(&log) == 1);
+    assert!(released.is_some(), "the executable's drop released its host functions");
+}
+
+/// The kind of every node of `graph`.
+fn node_kinds(graph: sys::cudaGraph_t) -> Vec<sys::cudaGraphNodeType> {
+    let mut count = 0;
+    // SAFETY: a live graph of this thread; a null array asks for the count.
+    assert_eq!(unsafe { sys::cudaGraphGetNodes(graph, std::ptr::null_mut(), &mut count) }, sys::cudaError::cudaSuccess);
+    let mut nodes = vec![std::ptr::null_mut(); count];
+    // SAFETY: room for `count` nodes.
+    assert_eq!(unsafe { sys::cudaGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count) }, sys::cudaError::cudaSuccess);
+    nodes
+        .into_iter()
+        .map(|node| {
+            let mut kind = sys::cudaGraphNodeType::cudaGraphNodeTypeEmpty;
+            // SAFETY: a node of the live graph; a valid out-pointer.
+            assert_eq!(unsafe { sys::cudaGraphNodeGetType(node, &mut kind) }, sys::cudaError::cudaSuccess);
+            kind
+        })
+        .collect()
+}
+
 // 7. A pool never hands on a stream that came back capturing.
 
 #[test]

@@ -7,23 +7,40 @@ use crate::ffi::error::{Result, check};
 use crate::ffi::inside_host_fn::run_guarded;
 use crate::sys;
 use std::ffi::c_void;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The lock that serializes every change this crate makes to a capture's graph, and every
+/// read of a capturing stream's dependencies (see
+/// [`add_to_capture`](crate::stream::capture_node::add_to_capture)).
+///
+/// NVIDIA's graph objects "are not internally synchronized and must not be accessed
+/// concurrently from multiple threads", and two threads may reach the graph of one capture at
+/// once (`Capture::launch_host_fn` on one thread while `wait_stream` and external records reach
+/// the same graph from any other).
+pub(crate) fn graph_mutations() -> MutexGuard<'static, ()> {
+    static GRAPH_MUTATIONS: Mutex<()> = Mutex::new(());
+    GRAPH_MUTATIONS.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Hands `value` to `graph` as a CUDA user object that the graph owns (moved, not retained
 /// twice): CUDA drops it when the graph and everything made from it are done with it. Returns
-/// where it lives until then.
-///
-/// Serialized process-wide: NVIDIA's graph objects "are not internally synchronized and must
-/// not be accessed concurrently from multiple threads", and two threads may attach objects to
-/// the graph of one capture at once (`Capture::launch_host_fn` on one thread while `wait_stream`
-/// and external records reach the same graph from any other).
+/// where it lives until then. Takes the [graph-mutation lock](graph_mutations).
 pub(crate) fn keep_alive<T: Send + 'static>(
     graph: sys::cudaGraph_t,
     device: Device,
     value: Box<T>,
 ) -> Result<*const T> {
+    keep_alive_locked(graph, device, value, &graph_mutations())
+}
+
+/// [`keep_alive`], for a caller that holds the [graph-mutation lock](graph_mutations).
+pub(crate) fn keep_alive_locked<T: Send + 'static>(
+    graph: sys::cudaGraph_t,
+    device: Device,
+    value: Box<T>,
+    _serialized: &MutexGuard<'static, ()>,
+) -> Result<*const T> {
     let _current = device.make_current()?;
-    static GRAPH_MUTATIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _serialized = GRAPH_MUTATIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let data = Box::into_raw(value);
     let mut object: sys::cudaUserObject_t = std::ptr::null_mut();
     // SAFETY: `release::<T>` takes back exactly this box, once, when CUDA drops the object.

@@ -54,7 +54,6 @@ type EventRecordWithFlags = unsafe extern "C" fn(sys::cudaEvent_t, sys::cudaStre
 type StreamWaitEvent = unsafe extern "C" fn(sys::cudaStream_t, sys::cudaEvent_t, c_uint) -> c_int;
 type StreamAddCallback =
     unsafe extern "C" fn(sys::cudaStream_t, sys::cudaStreamCallback_t, *mut c_void, c_uint) -> c_int;
-type LaunchHostFunc = unsafe extern "C" fn(sys::cudaStream_t, sys::cudaHostFn_t, *mut c_void) -> c_int;
 type GraphLaunch = unsafe extern "C" fn(sys::cudaGraphExec_t, sys::cudaStream_t) -> c_int;
 type ThreadExchangeCaptureMode = unsafe extern "C" fn(*mut sys::cudaStreamCaptureMode) -> c_int;
 type MemAllocAsync = unsafe extern "C" fn(*mut u64, usize, sys::cudaStream_t) -> c_int;
@@ -83,7 +82,6 @@ struct Driver {
     event_synchronize: OnEvent,
     event_destroy: OnEvent,
     stream_add_callback: StreamAddCallback,
-    launch_host_func: LaunchHostFunc,
     graph_launch: GraphLaunch,
     thread_exchange_capture_mode: ThreadExchangeCaptureMode,
     mem_alloc_async: MemAllocAsync,
@@ -126,7 +124,6 @@ fn driver() -> Result<&'static Driver> {
                 event_synchronize: entry_point!(c"cuEventSynchronize" as OnEvent),
                 event_destroy: entry_point!(c"cuEventDestroy" as OnEvent),
                 stream_add_callback: entry_point!(c"cuStreamAddCallback" as StreamAddCallback),
-                launch_host_func: entry_point!(c"cuLaunchHostFunc" as LaunchHostFunc),
                 graph_launch: entry_point!(c"cuGraphLaunch" as GraphLaunch),
                 thread_exchange_capture_mode: entry_point!(
                     c"cuThreadExchangeStreamCaptureMode" as ThreadExchangeCaptureMode
@@ -255,30 +252,41 @@ struct GreenDriver {
 }
 
 fn green_driver() -> Result<&'static GreenDriver> {
-    static GREEN: OnceLock<Option<GreenDriver>> = OnceLock::new();
+    static GREEN: OnceLock<Result<GreenDriver>> = OnceLock::new();
+    // Each entry point as of the version that introduced it (`cuGreenCtxStreamCreate` came in
+    // CUDA 12.5, the others in 12.4): asking a symbol for an older version than its first finds
+    // nothing. A missing one is `cudaErrorNotSupported` under its own name.
     macro_rules! green_entry {
-        ($symbol:literal as $ty:ty) => {
-            // SAFETY: the symbol has the signature of `$ty` in cuda.h as of CUDA 12.4, the
-            // version asked for; both are function pointers.
-            unsafe { std::mem::transmute::<*mut c_void, $ty>(entry_of_version($symbol, 12040).ok()?) }
+        ($symbol:literal as $ty:ty, $version:literal) => {
+            match entry_of_version($symbol, $version) {
+                // SAFETY: the symbol has the signature of `$ty` in cuda.h as of `$version`, the
+                // version asked for; both are function pointers.
+                Ok(function) => unsafe { std::mem::transmute::<*mut c_void, $ty>(function) },
+                Err(_) => {
+                    return Err(Error::Cuda {
+                        api: match $symbol.to_str() {
+                            Ok(name) => name,
+                            Err(_) => "cuGreenCtxCreate",
+                        },
+                        code: crate::CudaCode(sys::cudaError::cudaErrorNotSupported.0 as i32),
+                    });
+                }
+            }
         };
     }
     GREEN
         .get_or_init(|| {
-            Some(GreenDriver {
-                device_get_dev_resource: green_entry!(c"cuDeviceGetDevResource" as DeviceGetDevResource),
-                split_by_count: green_entry!(c"cuDevSmResourceSplitByCount" as DevSmResourceSplitByCount),
-                generate_desc: green_entry!(c"cuDevResourceGenerateDesc" as DevResourceGenerateDesc),
-                create: green_entry!(c"cuGreenCtxCreate" as GreenCtxCreate),
-                destroy: green_entry!(c"cuGreenCtxDestroy" as GreenCtxDestroy),
-                stream_create: green_entry!(c"cuGreenCtxStreamCreate" as GreenCtxStreamCreate),
+            Ok(GreenDriver {
+                device_get_dev_resource: green_entry!(c"cuDeviceGetDevResource" as DeviceGetDevResource, 12040),
+                split_by_count: green_entry!(c"cuDevSmResourceSplitByCount" as DevSmResourceSplitByCount, 12040),
+                generate_desc: green_entry!(c"cuDevResourceGenerateDesc" as DevResourceGenerateDesc, 12040),
+                create: green_entry!(c"cuGreenCtxCreate" as GreenCtxCreate, 12040),
+                destroy: green_entry!(c"cuGreenCtxDestroy" as GreenCtxDestroy, 12040),
+                stream_create: green_entry!(c"cuGreenCtxStreamCreate" as GreenCtxStreamCreate, 12050),
             })
         })
         .as_ref()
-        .ok_or(Error::Cuda {
-            api: "cuGreenCtxCreate",
-            code: crate::CudaCode(sys::cudaError::cudaErrorNotSupported.0 as i32),
-        })
+        .map_err(Clone::clone)
 }
 
 /// The SMs of device `ordinal` as one resource (`cuDeviceGetDevResource`).
@@ -615,20 +623,6 @@ pub(crate) unsafe fn stream_add_callback(
 ) -> Result<()> {
     // SAFETY: the caller's contract; flags must be 0.
     check_driver(unsafe { (driver()?.stream_add_callback)(stream, callback, data, 0) }, "cudaStreamAddCallback")
-}
-
-/// `cuLaunchHostFunc`, as `cudaLaunchHostFunc`.
-///
-/// # Safety
-/// `function` must honour the contract of `data`, as for `cudaLaunchHostFunc`.
-#[inline]
-pub(crate) unsafe fn launch_host_func(
-    stream: sys::cudaStream_t,
-    function: sys::cudaHostFn_t,
-    data: *mut c_void,
-) -> Result<()> {
-    // SAFETY: the caller's contract.
-    check_driver(unsafe { (driver()?.launch_host_func)(stream, function, data) }, "cudaLaunchHostFunc")
 }
 
 /// `cuGraphLaunch`, as `cudaGraphLaunch`.

@@ -92,19 +92,24 @@
 //!   [`StreamRef::wait_stream`] handles that case (an external wait the graph keeps).
 //!
 //! # What a capture's graph keeps, and how it gets there
-//! A host function of [`Capture::launch_host_fn`], and the event of an external record or of
-//! a `wait_stream` on work outside the capture, are attached to the graph that
-//! `cudaStreamGetCaptureInfo` names (a CUDA user object) and then enqueued stream-ordered, all
-//! with no capture of this crate beginning or ending in between. They are not added by hand
-//! as nodes of that graph (`cudaGraphAddNode` after the dependencies it reports, then
-//! `cudaStreamUpdateCaptureDependencies`): the dependency array CUDA hands back is one buffer
-//! per stream, rewritten by the next query of the stream (probed on CUDA 13.0), and replacing
-//! the stream's dependencies drops a node that another thread captured on the same stream
-//! meanwhile from the stream's order. A `&StreamRef` is shared between threads, so either would
-//! be reachable from safe code; a stream-ordered enqueue is atomic in CUDA. What the choice
-//! leaves to contracts: a capture that code outside this crate ends between the attachment and
-//! the enqueue (the enqueue then runs for real); the entry points that let foreign code begin
-//! or end captures on this crate's streams are `unsafe` and say so.
+//! A host function of [`Capture::launch_host_fn`], the event of an external record
+//! ([`RecordFlags::external`](crate::RecordFlags::external)) and the event of a `wait_stream`
+//! on work outside the capture are owned by the capture's graph (a CUDA user object) and are
+//! reachable only from it: each goes into the graph that `cudaStreamGetCaptureInfo` names as a
+//! node added by hand (`cudaGraphAddHostNode`, `cudaGraphAddEventRecordNode`,
+//! `cudaGraphAddEventWaitNode`), after the dependencies CUDA reports for the stream, and the node
+//! is then added to the stream's dependencies (`cudaStreamUpdateCaptureDependencies`), so the
+//! stream's next captured work comes after it. Nothing a graph owns is enqueued
+//! stream-ordered: a capture that code outside this crate ends in the middle (cudarc's
+//! `end_capture`, `torch.cuda.graph`) leaves at worst a node of the graph that nothing depends
+//! on, never a host function that runs for real with an object the graph frees. Every step
+//! holds one process-wide lock (CUDA's dependency array is one buffer per stream, rewritten by
+//! the next query of it, and a graph must not be changed from two threads at once), and no
+//! capture of this crate begins or ends meanwhile. The node becomes the stream's only
+//! dependency unless another thread captured work on the same stream meanwhile, which then
+//! keeps its place beside it (`capture_node` has the details). What stays a contract: a foreign
+//! end racing the node's insertion changes the graph from two threads at once; the entry points
+//! that let foreign code begin or end captures on this crate's streams are `unsafe` and say so.
 //!
 //! A per-thread default stream cannot be captured in [`Relaxed`] mode: a Relaxed capture may
 //! end on another thread, where that handle names another stream.
@@ -117,15 +122,16 @@ pub use crate::call::capture_mode::{CaptureMode, Global, Relaxed, ThreadLocal, w
 pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
 
 use super::{Graph, leaves_of};
-use crate::call::live_captures::{self, capture_transition};
-use crate::device::keep_alive::keep_alive;
+use crate::call::live_captures::{self, capture_transition, no_capture_transitions};
 use crate::device::same_device;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::run_guarded;
 use crate::host_fn::Counted;
 use crate::stream::AsStream;
 use crate::stream::StreamRef;
+use crate::stream::capture_node::{Added, CaptureNode, add_to_capture};
 use crate::stream::capture_status::{capture_state, refuse_legacy};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -294,8 +300,11 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     }
 
     /// Adds a host function to the graph on `stream`: the captured stream, or one that joined
-    /// this capture
-    /// ([`cudaLaunchHostFunc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EXECUTION.html)).
+    /// this capture. It becomes a host node of the capture's graph after the stream's work so
+    /// far, which the stream's next captured work depends on
+    /// ([`cudaGraphAddHostNode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html),
+    /// `cudaStreamUpdateCaptureDependencies`; see the
+    /// [module docs](crate::capture#what-a-captures-graph-keeps-and-how-it-gets-there)).
     /// It runs at every replay, so it is `Fn`; it is `Sync` because executables made from one
     /// graph may run at the same time. The graph owns it through a CUDA user object
     /// ([`cudaUserObjectCreate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html),
@@ -308,21 +317,14 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     pub fn launch_host_fn<F: Fn() + Send + Sync + 'static>(&mut self, stream: impl AsStream, f: F) -> Result<()> {
         let stream = &*stream.as_stream();
         refuse_legacy(stream, "the legacy default stream cannot be part of a capture")?;
-        let state = capture_state(stream)?;
-        if state.info.status != CaptureStatus::Active || state.info.id != self.id {
-            return Err(Error::CaptureMisuse("the host function's stream is not part of this capture"));
-        }
-        // The stream stays in this capture until `end`, which needs `self`: nothing can take
-        // it out between the check and the launch.
-        let data = keep_alive(state.graph, stream.device(), Counted::boxed(f))?;
-        let (function, data) = (Some(run_repeatable::<F> as unsafe extern "C" fn(*mut c_void)), data.cast_mut().cast());
-        match stream.enter()? {
-            // SAFETY: `run_repeatable::<F>` honours the contract of `data`, which the graph keeps.
-            None => unsafe { crate::ffi::driver::launch_host_func(stream.as_raw(), function, data) },
-            Some(_current) => {
-                // SAFETY: as above.
-                check(unsafe { sys::cudaLaunchHostFunc(stream.as_raw(), function, data) }, "cudaLaunchHostFunc")
-            }
+        refuse_inside_host_fn()?;
+        // A host node added to the capture's graph, never a stream-ordered enqueue: the
+        // function is reachable only from the graph that owns it (see `capture_node`).
+        let host = CaptureNode::Host(run_repeatable::<F>);
+        let transitions = no_capture_transitions();
+        match add_to_capture(stream, Some(self.id), Counted::boxed(f), host, &transitions)? {
+            Added::Node => Ok(()),
+            Added::NotCapturing => Err(Error::CaptureMisuse("the host function's stream is not part of this capture")),
         }
     }
 

@@ -264,6 +264,11 @@ pub(crate) unsafe fn leaves_of(graph: sys::cudaGraph_t) -> Result<Vec<sys::cudaG
     let mut count = 0;
     // SAFETY: the caller's contract; a null array asks for the count.
     check(unsafe { sys::cudaGraphGetNodes(graph, std::ptr::null_mut(), &mut count) }, "cudaGraphGetNodes")?;
+    if count == 0 {
+        // An empty graph (a new body, say): CUDA refuses an array for no nodes
+        // (`cudaErrorInvalidValue`, CUDA 13.0).
+        return Ok(Vec::new());
+    }
     let mut nodes = vec![std::ptr::null_mut(); count];
     // SAFETY: as above; `nodes` has room for `count` handles.
     check(unsafe { sys::cudaGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count) }, "cudaGraphGetNodes")?;

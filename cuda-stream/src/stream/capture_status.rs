@@ -123,9 +123,3 @@ pub(crate) fn capture_state(stream: &StreamRef) -> Result<CaptureState> {
     check(code, "cudaStreamGetCaptureInfo")?;
     Ok(CaptureState { info: CaptureInfo { status: CaptureStatus::of(status), id }, graph })
 }
-
-/// The graph `stream`'s capture is building, while the capture is active.
-pub(crate) fn active_graph(stream: &StreamRef) -> Result<Option<sys::cudaGraph_t>> {
-    let state = capture_state(stream)?;
-    Ok((state.info.status == CaptureStatus::Active).then_some(state.graph))
-}

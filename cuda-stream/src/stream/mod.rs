@@ -15,6 +15,7 @@
 
 pub(crate) mod as_stream;
 pub mod attributes;
+pub(crate) mod capture_node;
 pub(crate) mod capture_status;
 pub(crate) mod current;
 mod launch;

@@ -93,7 +93,13 @@ impl Device {
         refuse_inside_host_fn()?;
         let _current = self.make_current()?;
         let all = driver::device_sm_resource(self.ordinal())?;
-        let possible = if min_sms == 0 || count == 0 { 0 } else { driver::sm_groups_possible(&all, min_sms)? };
+        // More SMs than the device has: CUDA answers cudaErrorInvalidResourceConfiguration
+        // rather than no groups (CUDA 13.0).
+        let possible = if min_sms == 0 || count == 0 || min_sms > all.sm[0] {
+            0
+        } else {
+            driver::sm_groups_possible(&all, min_sms)?
+        };
         if min_sms == 0 || count == 0 || possible < count {
             return Err(Error::SmSplit { device: self.ordinal(), min_sms, count, possible, sm_count: all.sm[0] });
         }

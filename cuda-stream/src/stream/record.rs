@@ -3,10 +3,10 @@
 //! `wait_stream` in a capture on work outside it becomes an external-event node the graph
 //! keeps); `wait_event` is not (see the capture docs' limits).
 
-use super::capture_status::{CaptureStatus, active_graph, capture_state, refuse_legacy};
+use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
 use super::{AsStream, Builtin, StreamRef};
 use crate::call::live_captures::{self, no_capture_transitions};
-use crate::device::keep_alive::keep_alive;
+use super::capture_node::{Added, CaptureNode, add_to_capture};
 use crate::device::same_device;
 use crate::event::{Event, EventFlags};
 use crate::ffi::driver;
@@ -103,8 +103,10 @@ impl StreamRef {
     /// ([`cudaEventRecordWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     ///
     /// With [`RecordFlags::external`] on a stream being captured, the record becomes an
-    /// event-record node of the graph (`cudaEventRecordExternal`): every launch of the graph
-    /// records the event, which other streams and processes can wait on. The node names the
+    /// event-record node of the graph (`cudaGraphAddEventRecordNode` after the stream's work so
+    /// far, as `cudaEventRecordExternal` would add it; see the
+    /// [capture docs](crate::capture#what-a-captures-graph-keeps-and-how-it-gets-there)): every
+    /// launch of the graph records the event, which other streams and processes can wait on. The node names the
     /// event by its handle, so the graph keeps the event alive (a clone of the `Arc`, held by a
     /// CUDA user object of the graph) for as long as any graph or executable made from it may
     /// record it: dropping your `Arc` never frees an event a launch still records. Outside a
@@ -118,24 +120,25 @@ impl StreamRef {
             return self.record(event);
         }
         refuse_inside_host_fn()?;
-        // No capture of this crate's begins or ends between the status read and the record, so
-        // the graph that keeps the event is the one the record goes into.
-        let _transitions = no_capture_transitions();
-        let graph = active_graph(self)?;
+        // No capture of this crate begins or ends until the record is in: the graph read is the
+        // one the node goes into, and it lives meanwhile.
+        let transitions = no_capture_transitions();
         let ticket = event.records().before_record();
-        if let Some(graph) = graph {
-            keep_alive(graph, self.device, Box::new(Arc::clone(event)))?;
-        }
-        self.record_raw(event.as_raw(), sys::cudaEventRecordExternal)?;
-        // In a capture, the record is a node that records the event at each launch: the event
+        // In an active capture, an event-record node added to the capture's graph, which keeps
+        // the event (see `capture_node`): it records the event at each launch, and the event
         // stays what its last real record made it (counted as recorded, for `elapsed`, if it
-        // never was). Outside one, it is a real record.
-        match graph {
-            Some(_) => event.records().note_external_record(),
-            // A foreign capture that began since the status read made the record an external
-            // node, not a real record: the event stays what its last real record made it.
-            None if self.caught_by_a_capture_begun_meanwhile() => {}
-            None => event.records().note_uncaptured_record(ticket),
+        // never was).
+        let record = CaptureNode::EventRecord(event.as_raw());
+        if let Added::Node = add_to_capture(self, None, Box::new(Arc::clone(event)), record, &transitions)? {
+            event.records().note_external_record();
+            return Ok(());
+        }
+        // Not capturing (or a broken capture, which CUDA then reports): a real record.
+        self.record_raw(event.as_raw(), sys::cudaEventRecordExternal)?;
+        // A foreign capture that began since the status read made the record an external node,
+        // not a real record: the event stays what its last real record made it.
+        if !self.caught_by_a_capture_begun_meanwhile() {
+            event.records().note_uncaptured_record(ticket);
         }
         Ok(())
     }
@@ -280,7 +283,7 @@ pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Res
     // one that keeps the event, and it stays alive until the wait that needs the event is in
     // it (another thread could otherwise end the capture and destroy the graph in between, or
     // begin a new capture that the wait would go into).
-    let _transitions = no_capture_transitions();
+    let transitions = no_capture_transitions();
     let mine = capture_state(this)?;
     if mine.info.status != CaptureStatus::Active {
         // A broken capture: let CUDA report it, as it does for every other call.
@@ -292,13 +295,17 @@ pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Res
         CaptureStatus::Active if theirs.info.id == mine.info.id => this.wait_stream_now(other),
         CaptureStatus::None => {
             // `other`'s work so far runs outside the graph: the graph waits for it as an
-            // external event, recorded now, never again, and kept alive by the graph.
+            // external event, recorded now, never again, and kept alive by the graph; the wait
+            // is a node added to the graph (see `capture_node`).
             let event = Event::internal(other.device())?;
             other.record_raw(event.as_raw(), 0)?;
-            let event = keep_alive(mine.graph, this.device(), Box::new(event))?;
-            // SAFETY: the graph keeps the event alive until no graph, clone or executable needs
-            // it, which is longer than this call.
-            this.wait_raw(unsafe { (*event).as_raw() }, sys::cudaEventWaitExternal)
+            let wait = CaptureNode::EventWait(event.as_raw());
+            match add_to_capture(this, Some(mine.info.id), Box::new(event), wait, &transitions)? {
+                Added::Node => Ok(()),
+                Added::NotCapturing => {
+                    Err(Error::CaptureMisuse("the capture of the waiting stream ended during the wait"))
+                }
+            }
         }
         _ => Err(Error::CaptureMisuse("the two streams belong to different captures (CUDA would invalidate both)")),
     }
