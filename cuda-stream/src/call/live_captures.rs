@@ -191,11 +191,11 @@ pub(crate) fn capture_transition() -> RwLockWriteGuard<'static, ()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Serializes the tests that change the process-wide counts.
-    static SERIAL: Mutex<()> = Mutex::new(());
+    pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
     fn device(ordinal: i32) -> i32 {
         ordinal

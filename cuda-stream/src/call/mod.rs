@@ -4,7 +4,8 @@
 //! capture-transition lock), the capture modes and the thread's capture-interaction mode
 //! ([`capture_mode`]), the reactor's polling passes that a record into a capture waits out
 //! ([`reactor_passes`]), the calling thread's identity ([`thread`]), the counts of live
-//! handles ([`live`]), and the sync-debug mode that calls waiting for the device consult
+//! handles ([`live`]), the fast calls a capture's begin waits for ([`uncaptured_calls`]), and
+//! the sync-debug mode that calls waiting for the device consult
 //! ([`sync_debug`]).
 //!
 //! Uses only the floor. Knows devices by ordinal, streams and events not at all: each layer
@@ -16,3 +17,4 @@ pub(crate) mod live_captures;
 pub(crate) mod reactor_passes;
 pub mod sync_debug;
 pub(crate) mod thread;
+pub(crate) mod uncaptured_calls;

@@ -16,7 +16,7 @@
 //! both sides).
 
 use crate::ffi::error::{Error, Result};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The error of a call on an event whose last record went into a capture.
 pub(crate) const CAPTURED_EVENT: &str = "the event was last recorded inside a stream capture: it is a node of the \
@@ -62,23 +62,36 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// A turn of [`RecordState::take_turn`]; the next record's on drop.
+pub(crate) struct Turn<'a>(&'a AtomicBool);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// The record bookkeeping of one event.
 #[derive(Debug)]
 pub(crate) struct RecordState {
     word: AtomicU64,
     /// Marker calls in CUDA.
     in_flight: AtomicU32,
+    /// Held by a record that may go into a capture ([`RecordState::take_turn`]): two such
+    /// records of one event never overlap in CUDA (a real record of an event overlapping a
+    /// captured one of it crashed libcuda, CUDA 13.0).
+    recording: AtomicBool,
 }
 
 impl RecordState {
     /// Never recorded.
     pub(crate) const fn never_recorded() -> RecordState {
-        RecordState { word: AtomicU64::new(NEVER_RECORDED), in_flight: AtomicU32::new(0) }
+        RecordState { word: AtomicU64::new(NEVER_RECORDED), in_flight: AtomicU32::new(0), recording: AtomicBool::new(false) }
     }
 
     /// Recorded outside any capture (an event opened from another process).
     pub(crate) const fn recorded() -> RecordState {
-        RecordState { word: AtomicU64::new(RECORDED), in_flight: AtomicU32::new(0) }
+        RecordState { word: AtomicU64::new(RECORDED), in_flight: AtomicU32::new(0), recording: AtomicBool::new(false) }
     }
 
     /// Whether the event was never recorded through this crate.
@@ -168,6 +181,15 @@ impl RecordState {
             }
             Some(word)
         });
+    }
+
+    /// Waits for the turn of this event's records that may go into a capture, held until the
+    /// returned guard drops: such records of one event never overlap in CUDA.
+    pub(crate) fn take_turn(&self) -> Turn<'_> {
+        while self.recording.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            std::thread::yield_now();
+        }
+        Turn(&self.recording)
     }
 
     /// Notes an external record node added to a capture: an event never recorded counts as

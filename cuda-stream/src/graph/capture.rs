@@ -63,9 +63,12 @@
 //! * An event's [`query`](crate::Event::query) and [`elapsed`](crate::Event::elapsed) are
 //!   counted while they are in CUDA, and a record that may go into a capture marks the event
 //!   captured and then waits for those counted calls: a call that checked the event just
-//!   before the mark does not reach CUDA after the record. A record whose check came before a
-//!   capture of this crate began marks the event only after the record: a query, `elapsed` or
-//!   reactor pass between the two reaches CUDA (the window of the check-then-call bullet below).
+//!   before the mark does not reach CUDA after the record. A record that found no capture in
+//!   progress goes to CUDA with no lock, but announced on its thread: a capture of this crate
+//!   does not begin until every such record has returned (`membarrier` makes this cost the
+//!   record one thread-local store), so no real record of an event overlaps a captured record
+//!   of it or the end of its capture, which crashed libcuda (CUDA 13.0). Records that may go
+//!   into a capture take turns per event.
 //! * Two threads recording one event at once, one record perhaps into a capture: which one
 //!   CUDA takes last cannot be read back, so the event stays marked captured until a later
 //!   record settles it (a refusal, never a query of a captured event).
@@ -123,6 +126,7 @@ pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
 
 use super::{Graph, leaves_of};
 use crate::call::live_captures::{self, capture_transition, no_capture_transitions};
+use crate::call::uncaptured_calls;
 use crate::device::same_device;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::run_guarded;
@@ -196,6 +200,8 @@ impl StreamRef {
         // Counted before CUDA begins it: a call that CUDA orders after the begin (a record that
         // goes into the capture) then sees the count (`live_captures::may_capture`).
         let counted = live_captures::begun(self.device().ordinal(), M::RAW);
+        // Fast calls that read no capture in progress have returned before CUDA begins it.
+        uncaptured_calls::wait_for_uncaptured_calls();
         let (code, api) = match &into {
             // SAFETY: a live stream; the mode is a valid constant.
             None => (unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture"),

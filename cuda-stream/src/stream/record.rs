@@ -6,6 +6,7 @@
 use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
 use super::{AsStream, Builtin, StreamRef};
 use crate::call::live_captures::{self, no_capture_transitions};
+use crate::call::uncaptured_calls;
 use super::capture_node::{Added, CaptureNode, add_to_capture};
 use crate::device::same_device;
 use crate::event::{Event, EventFlags};
@@ -33,12 +34,21 @@ impl StreamRef {
     #[inline]
     pub fn record(&self, event: &Event) -> Result<()> {
         same_device("an event is recorded on a stream of its own device", self.device, event.device())?;
-        if self.may_be_captured_now() {
+        // The per-thread stream may be captured by another library on this thread at any time.
+        if self.is_thread_bound() {
             return self.record_during_captures(event);
         }
-        let ticket = event.records().before_record();
-        self.record_raw(event.as_raw(), 0)?;
-        event.records().note_uncaptured_record(ticket);
+        // While no capture may be in progress, one CUDA call; a capture of this crate does not
+        // begin until it has returned (a real record overlapping a captured record of the same
+        // event, or its capture's end, crashed libcuda).
+        let fast = uncaptured_calls::outside_captures(|| {
+            let ticket = event.records().before_record();
+            self.record_raw(event.as_raw(), 0).map(|()| ticket)
+        });
+        let Some(recorded) = fast else {
+            return self.record_during_captures(event);
+        };
+        event.records().note_uncaptured_record(recorded?);
         if self.caught_by_a_capture_begun_meanwhile() {
             // Marked as a record into a capture of its own (opened, then closed as captured).
             // The mark comes after the record here: a call between the two is the window of a
@@ -64,6 +74,9 @@ impl StreamRef {
         // the legacy stream during a capture) come first: they leave the event as it was.
         let _current = self.enter()?;
         let _transitions = no_capture_transitions();
+        // One such record of the event at a time in CUDA (a real record overlapping a captured
+        // one crashed libcuda).
+        let _turn = event.records().take_turn();
         // Marked captured; the queries and the reactor's pass that read it before are waited
         // for.
         let opened = event.records().open_capture_record();
@@ -123,6 +136,8 @@ impl StreamRef {
         // No capture of this crate begins or ends until the record is in: the graph read is the
         // one the node goes into, and it lives meanwhile.
         let transitions = no_capture_transitions();
+        // Not beside another thread's record of the event into a capture (see `record`).
+        let _turn = event.records().take_turn();
         let ticket = event.records().before_record();
         // In an active capture, an event-record node added to the capture's graph, which keeps
         // the event (see `capture_node`): it records the event at each launch, and the event

@@ -1,0 +1,168 @@
+//! Calls made on the strength of "no capture can be in progress" (an event record's fast path),
+//! announced per thread so that a capture of this crate waits for them before it begins.
+//!
+//! A record that read no capture in progress goes to CUDA without any lock. Another thread
+//! could then begin a capture, record the same event into it and end it while that record is
+//! still in CUDA: a real record overlapping a captured record of one event, or the end of its
+//! capture, crashed libcuda (CUDA 13.0, `cuEventRecord`, fault address 0x110; once in about
+//! thirty runs of `crash_free`). So the fast path sets a flag of its thread before it reads the
+//! count of captures and clears it after the call, and a capture's begin, once counted, waits
+//! until every flag set before the count was visible has cleared. The two sides form a Dekker
+//! pair (flag, then count; count, then flags) with the fence on the begin's side only: a
+//! process-wide `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` makes every running thread of
+//! the process pass a full barrier, so the fast path pays a thread-local store and no fence.
+//! Where the kernel refuses `membarrier`, the fast path fences itself (`SeqCst`).
+
+use super::live_captures::may_capture;
+use std::sync::atomic::{AtomicBool, Ordering, compiler_fence, fence};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// The flags of the threads that made a fast call, set while one is in progress.
+static FLAGS: Mutex<Vec<Arc<AtomicBool>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// This thread's flag, registered in [`FLAGS`] on its first fast call, taken out when the
+    /// thread ends.
+    static FLAG: Registered = Registered::new();
+}
+
+struct Registered(Arc<AtomicBool>);
+
+impl Registered {
+    fn new() -> Registered {
+        // Decided before this thread's first fast call: the fast path then knows whether it must
+        // fence itself.
+        let _ = asymmetric_fence_available();
+        let flag = Arc::new(AtomicBool::new(false));
+        FLAGS.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::clone(&flag));
+        Registered(flag)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut flags = FLAGS.lock().unwrap_or_else(PoisonError::into_inner);
+        flags.retain(|flag| !Arc::ptr_eq(flag, &self.0));
+    }
+}
+
+/// Runs `call` if no capture may be in progress (see [`may_capture`]) and returns its result;
+/// `None`, without running it, when one may. A capture of this crate that is counted meanwhile
+/// does not begin until `call` has returned.
+#[inline(always)]
+pub(crate) fn outside_captures<R>(call: impl FnOnce() -> R) -> Option<R> {
+    // A thread being torn down (its thread-locals gone) takes the slow path.
+    let flag = FLAG.try_with(|flag| Arc::as_ptr(&flag.0)).ok()?;
+    // SAFETY: the thread-local's `Arc` lives until this thread ends, after this call.
+    let flag = unsafe { &*flag };
+    // `call` is one CUDA call, which cannot call back into this crate: fast calls never nest.
+    flag.store(true, Ordering::Relaxed);
+    if ASYMMETRIC.get().copied() == Some(true) {
+        // The begin's membarrier orders this store before the load below.
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+    let result = if may_capture() { None } else { Some(call()) };
+    flag.store(false, Ordering::Release);
+    result
+}
+
+/// Waits until every fast call that may have read no capture in progress has returned. Called
+/// by a capture's begin after it was counted, under the capture-transition lock.
+pub(crate) fn wait_for_uncaptured_calls() {
+    if asymmetric_fence_available() {
+        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+    // This thread's own flag is clear: a capture is not begun from inside a fast call.
+    let flags: Vec<Arc<AtomicBool>> = FLAGS.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    for flag in flags {
+        while flag.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Whether `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` is registered for this process.
+static ASYMMETRIC: OnceLock<bool> = OnceLock::new();
+
+fn asymmetric_fence_available() -> bool {
+    *ASYMMETRIC.get_or_init(|| membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED))
+}
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 4;
+#[cfg(target_arch = "x86_64")]
+const SYS_MEMBARRIER: std::ffi::c_long = 324;
+#[cfg(target_arch = "aarch64")]
+const SYS_MEMBARRIER: std::ffi::c_long = 283;
+
+unsafe extern "C" {
+    /// glibc's `syscall`.
+    fn syscall(number: std::ffi::c_long, ...) -> std::ffi::c_long;
+}
+
+/// `membarrier(command, 0)`; whether it succeeded.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn membarrier(command: std::ffi::c_long) -> bool {
+    // SAFETY: the membarrier system call with a command and zero flags touches no memory of ours.
+    unsafe { syscall(SYS_MEMBARRIER, command, 0 as std::ffi::c_long) == 0 }
+}
+
+/// No `membarrier` number known for this architecture: the fast path fences itself.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn membarrier(_command: std::ffi::c_long) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::live_captures::{self, tests::SERIAL};
+    use crate::sys;
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+
+    /// Two threads make fast calls all along while captures are counted and uncounted: once a
+    /// counted capture has waited, no fast call is in progress until it is uncounted (each call
+    /// marks itself in `in_call` while it runs).
+    #[test]
+    fn a_counted_capture_waits_for_the_fast_calls_that_read_none() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        let (in_call, stop) = (AtomicU32::new(0), AtomicBool::new(false));
+        let (fast, slow) = (AtomicU64::new(0), AtomicU64::new(0));
+        let relaxed = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let ran = outside_captures(|| {
+                            in_call.fetch_add(1, Ordering::SeqCst);
+                            for _ in 0..100 {
+                                std::hint::spin_loop();
+                            }
+                            in_call.fetch_sub(1, Ordering::SeqCst);
+                        });
+                        let counter = if ran.is_some() { &fast } else { &slow };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            for round in 0..2_000 {
+                let entry = live_captures::begun(0, relaxed);
+                wait_for_uncaptured_calls();
+                for _ in 0..20 {
+                    assert_eq!(in_call.load(Ordering::SeqCst), 0, "round {round}: a fast call ran during a capture");
+                    std::hint::spin_loop();
+                }
+                live_captures::ended(entry);
+                std::thread::yield_now();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let (fast, slow) = (fast.into_inner(), slow.into_inner());
+        assert!(fast > 0 && slow > 0, "the calls met both states: {fast} fast, {slow} slow");
+    }
+}
