@@ -134,13 +134,22 @@ mod tests {
         let (in_call, stop) = (AtomicU32::new(0), AtomicBool::new(false));
         let (fast, slow) = (AtomicU64::new(0), AtomicU64::new(0));
         let relaxed = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
+        /// Stops the callers however the checks end (a failed assertion too, or the scope
+        /// would wait for them forever).
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
         std::thread::scope(|scope| {
+            let stopping = StopOnDrop(&stop);
             for _ in 0..2 {
                 scope.spawn(|| {
                     while !stop.load(Ordering::Relaxed) {
                         let ran = outside_captures(|| {
                             in_call.fetch_add(1, Ordering::SeqCst);
-                            for _ in 0..100 {
+                            for _ in 0..1_000 {
                                 std::hint::spin_loop();
                             }
                             in_call.fetch_sub(1, Ordering::SeqCst);
@@ -150,6 +159,9 @@ mod tests {
                     }
                 });
             }
+            while fast.load(Ordering::Relaxed) < 100 {
+                std::thread::yield_now();
+            }
             for round in 0..2_000 {
                 let entry = live_captures::begun(0, relaxed);
                 wait_for_uncaptured_calls();
@@ -158,9 +170,13 @@ mod tests {
                     std::hint::spin_loop();
                 }
                 live_captures::ended(entry);
-                std::thread::yield_now();
+                // Fast calls resume meanwhile.
+                let resumed = fast.load(Ordering::Relaxed) + 2;
+                while fast.load(Ordering::Relaxed) < resumed {
+                    std::hint::spin_loop();
+                }
             }
-            stop.store(true, Ordering::Relaxed);
+            drop(stopping);
         });
         let (fast, slow) = (fast.into_inner(), slow.into_inner());
         assert!(fast > 0 && slow > 0, "the calls met both states: {fast} fast, {slow} slow");
