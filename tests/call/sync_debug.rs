@@ -55,9 +55,11 @@ fn each_kind_of_wait_is_reported_with_its_api_name_and_still_waits() {
     legacy.synchronize().unwrap();
     let scope = sync_debug_scope(SyncDebugMode::Report);
     let waited = |wait: &dyn Fn() -> cuda_stream::Result<()>| {
+        // Timed from before the launch: the kernel spins SPIN after it began, so a wait for it
+        // lasts at least that long however long the launch and the record took.
+        let start = Instant::now();
         cuda_stream_tests::spin(&*stream, SPIN).unwrap();
         stream.record(&event).unwrap();
-        let start = Instant::now();
         wait().unwrap();
         start.elapsed()
     };

@@ -153,9 +153,14 @@ fn splits_the_device_cannot_make_are_refused() {
     assert!(matches!(device.split_sms(8, 0), Err(Error::SmSplit { .. })));
     let message = device.split_sms(sms + 1, 1).unwrap_err().to_string();
     assert!(message.contains(&format!("{sms} SMs")), "{message}");
-    // The largest split there is works.
-    let most = device.split_sms(8, sms / 8).unwrap();
-    assert!(most.iter().all(|partition| partition.sm_count() == 8), "{most:?}");
+    // The largest split there is works: as many as the device reports it can make (CUDA's
+    // alignment can leave fewer than SMs / 8; 15 of 132 SMs on the H100).
+    let most = match device.split_sms(8, sms / 8) {
+        Ok(most) => most,
+        Err(Error::SmSplit { possible, .. }) if possible > 0 => device.split_sms(8, possible).unwrap(),
+        Err(other) => panic!("the largest split: {other:?}"),
+    };
+    assert!(!most.is_empty() && most.iter().all(|partition| partition.sm_count() >= 8), "{most:?}");
 }
 
 #[test]
