@@ -14,36 +14,60 @@
 //! Where the kernel refuses `membarrier`, the fast path fences itself (`SeqCst`).
 
 use super::live_captures::may_capture;
-use std::sync::atomic::{AtomicBool, Ordering, compiler_fence, fence};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering, compiler_fence, fence};
+use std::sync::{Arc, Mutex, Once, PoisonError};
 
 /// The flags of the threads that made a fast call, set while one is in progress.
 static FLAGS: Mutex<Vec<Arc<AtomicBool>>> = Mutex::new(Vec::new());
 
 thread_local! {
-    /// This thread's flag, registered in [`FLAGS`] on its first fast call, taken out when the
-    /// thread ends.
-    static FLAG: Registered = Registered::new();
+    /// This thread's flag (null until its first fast call, and again once the thread's
+    /// registration is gone): a constant thread-local without a destructor, one load to reach.
+    static FLAG: Cell<*const AtomicBool> = const { Cell::new(std::ptr::null()) };
+    /// What keeps [`FLAG`] alive and registered in [`FLAGS`]; taken out when the thread ends.
+    static REGISTERED: RefCell<Option<Registered>> = const { RefCell::new(None) };
 }
 
 struct Registered(Arc<AtomicBool>);
 
-impl Registered {
-    fn new() -> Registered {
-        // Decided before this thread's first fast call: the fast path then knows whether it must
-        // fence itself.
-        let _ = asymmetric_fence_available();
-        let flag = Arc::new(AtomicBool::new(false));
-        FLAGS.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::clone(&flag));
-        Registered(flag)
-    }
-}
-
 impl Drop for Registered {
     fn drop(&mut self) {
+        // Later fast calls of this ending thread register nothing: they take the slow path.
+        let _ = FLAG.try_with(|flag| flag.set(std::ptr::null()));
         let mut flags = FLAGS.lock().unwrap_or_else(PoisonError::into_inner);
         flags.retain(|flag| !Arc::ptr_eq(flag, &self.0));
     }
+}
+
+/// This thread's flag, registered on first use; `None` while the thread is being torn down.
+#[inline(always)]
+fn this_threads_flag() -> Option<&'static AtomicBool> {
+    let flag = FLAG.try_with(Cell::get).ok()?;
+    if flag.is_null() {
+        return register();
+    }
+    // SAFETY: `REGISTERED` keeps the flag alive until it drops, and its drop nulls `FLAG`
+    // first; the reference is used within one fast call of this thread.
+    Some(unsafe { &*flag })
+}
+
+#[cold]
+#[inline(never)]
+fn register() -> Option<&'static AtomicBool> {
+    // Decided before this thread's first fast call: the fast path then knows whether it must
+    // fence itself.
+    let _ = asymmetric_fence_available();
+    let flag = Arc::new(AtomicBool::new(false));
+    REGISTERED
+        .try_with(|registered| {
+            FLAGS.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::clone(&flag));
+            *registered.borrow_mut() = Some(Registered(Arc::clone(&flag)));
+        })
+        .ok()?;
+    FLAG.try_with(|cell| cell.set(Arc::as_ptr(&flag))).ok()?;
+    // SAFETY: as in `this_threads_flag`: `REGISTERED` now holds it.
+    Some(unsafe { &*Arc::as_ptr(&flag) })
 }
 
 /// Runs `call` if no capture may be in progress (see [`may_capture`]) and returns its result;
@@ -52,12 +76,10 @@ impl Drop for Registered {
 #[inline(always)]
 pub(crate) fn outside_captures<R>(call: impl FnOnce() -> R) -> Option<R> {
     // A thread being torn down (its thread-locals gone) takes the slow path.
-    let flag = FLAG.try_with(|flag| Arc::as_ptr(&flag.0)).ok()?;
-    // SAFETY: the thread-local's `Arc` lives until this thread ends, after this call.
-    let flag = unsafe { &*flag };
+    let flag = this_threads_flag()?;
     // `call` is one CUDA call, which cannot call back into this crate: fast calls never nest.
     flag.store(true, Ordering::Relaxed);
-    if ASYMMETRIC.get().copied() == Some(true) {
+    if ASYMMETRIC.load(Ordering::Relaxed) == YES {
         // The begin's membarrier orders this store before the load below.
         compiler_fence(Ordering::SeqCst);
     } else {
@@ -86,11 +108,20 @@ pub(crate) fn wait_for_uncaptured_calls() {
     }
 }
 
-/// Whether `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` is registered for this process.
-static ASYMMETRIC: OnceLock<bool> = OnceLock::new();
+/// Whether `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` is registered for this process:
+/// [`UNKNOWN`] until the first thread registers its flag, then [`YES`] or [`NO`].
+static ASYMMETRIC: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = 0;
+const YES: u8 = 1;
+const NO: u8 = 2;
 
 fn asymmetric_fence_available() -> bool {
-    *ASYMMETRIC.get_or_init(|| membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED))
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        let registered = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+        ASYMMETRIC.store(if registered { YES } else { NO }, Ordering::SeqCst);
+    });
+    ASYMMETRIC.load(Ordering::SeqCst) == YES
 }
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 3;

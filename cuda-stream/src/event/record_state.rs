@@ -86,7 +86,11 @@ pub(crate) struct RecordState {
 impl RecordState {
     /// Never recorded.
     pub(crate) const fn never_recorded() -> RecordState {
-        RecordState { word: AtomicU64::new(NEVER_RECORDED), in_flight: AtomicU32::new(0), recording: AtomicBool::new(false) }
+        RecordState {
+            word: AtomicU64::new(NEVER_RECORDED),
+            in_flight: AtomicU32::new(0),
+            recording: AtomicBool::new(false),
+        }
     }
 
     /// Recorded outside any capture (an event opened from another process).

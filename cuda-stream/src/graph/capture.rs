@@ -129,13 +129,13 @@ use crate::call::live_captures::{self, capture_transition, no_capture_transition
 use crate::call::uncaptured_calls;
 use crate::device::same_device;
 use crate::ffi::error::{Error, Result, check};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::ffi::inside_host_fn::run_guarded;
 use crate::host_fn::Counted;
 use crate::stream::AsStream;
 use crate::stream::StreamRef;
 use crate::stream::capture_node::{Added, CaptureNode, add_to_capture};
 use crate::stream::capture_status::{capture_state, refuse_legacy};
-use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::ffi::c_void;
 use std::marker::PhantomData;

@@ -3,11 +3,11 @@
 //! `wait_stream` in a capture on work outside it becomes an external-event node the graph
 //! keeps); `wait_event` is not (see the capture docs' limits).
 
+use super::capture_node::{Added, CaptureNode, add_to_capture};
 use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
 use super::{AsStream, Builtin, StreamRef};
 use crate::call::live_captures::{self, no_capture_transitions};
 use crate::call::uncaptured_calls;
-use super::capture_node::{Added, CaptureNode, add_to_capture};
 use crate::device::same_device;
 use crate::event::{Event, EventFlags};
 use crate::ffi::driver;
