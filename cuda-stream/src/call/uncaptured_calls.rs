@@ -12,12 +12,6 @@
 //! process-wide `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` makes every running thread of
 //! the process pass a full barrier, so the fast path pays a thread-local store and no fence.
 //! Where the kernel refuses `membarrier`, the fast path fences itself (`SeqCst`).
-//!
-//! Event queries are fast calls too: they check the event's captured mark inside the call,
-//! after the flag, so a record into a capture (which marks the event, then waits for the fast
-//! calls when no begin of this crate announced its capture) and a query never overlap in CUDA,
-//! without the two atomic read-modify-writes of a counted call (see
-//! [`RecordState::marker_call`](crate::event::record_state::RecordState::marker_call)).
 
 use super::live_captures::may_capture;
 use std::cell::{Cell, RefCell};
@@ -96,10 +90,8 @@ pub(crate) fn outside_captures<R>(call: impl FnOnce() -> R) -> Option<R> {
     result
 }
 
-/// Waits until every fast call that may have read no capture in progress, or no mark made
-/// before this, has returned. Called by a capture's begin after it was counted, under the
-/// capture-transition lock, and by a record into a capture that no begin of this crate
-/// announced (another library's capture of the per-thread stream) after it marked its event.
+/// Waits until every fast call that may have read no capture in progress has returned. Called
+/// by a capture's begin after it was counted, under the capture-transition lock.
 pub(crate) fn wait_for_uncaptured_calls() {
     if asymmetric_fence_available() {
         membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
