@@ -130,8 +130,8 @@ impl StreamRef {
             // back once. A real stream handle.
             unsafe { crate::ffi::driver::stream_add_callback(self.as_raw(), callback, data.cast()) }
         } else {
-            // SAFETY: as above; flags must be 0.
             check(
+                // SAFETY: as above; flags must be 0.
                 unsafe { sys::cudaStreamAddCallback(self.as_raw(), callback, data.cast(), 0) },
                 "cudaStreamAddCallback",
             )

@@ -293,8 +293,8 @@ fn green_driver() -> Result<&'static GreenDriver> {
 pub(crate) fn device_sm_resource(ordinal: c_int) -> Result<DevResource> {
     let green = green_driver()?;
     let mut resource = DevResource::empty();
-    // SAFETY: a valid out-pointer of the driver's layout; a device ordinal is a `CUdevice`.
     check_driver(
+        // SAFETY: a valid out-pointer of the driver's layout; a device ordinal is a `CUdevice`.
         unsafe { (green.device_get_dev_resource)(ordinal, &mut resource, RESOURCE_TYPE_SM) },
         "cuDeviceGetDevResource",
     )?;
@@ -306,8 +306,8 @@ pub(crate) fn device_sm_resource(ordinal: c_int) -> Result<DevResource> {
 pub(crate) fn sm_groups_possible(all: &DevResource, min_sms: c_uint) -> Result<c_uint> {
     let green = green_driver()?;
     let mut groups: c_uint = 0;
-    // SAFETY: a null result asks for the count; `all` is an SM resource of the driver's.
     check_driver(
+        // SAFETY: a null result asks for the count; `all` is an SM resource of the driver's.
         unsafe { (green.split_by_count)(std::ptr::null_mut(), &mut groups, all, std::ptr::null_mut(), 0, min_sms) },
         "cuDevSmResourceSplitByCount",
     )?;
@@ -319,8 +319,8 @@ pub(crate) fn split_sms(all: &DevResource, min_sms: c_uint, count: c_uint) -> Re
     let green = green_driver()?;
     let mut groups = vec![DevResource::empty(); count as usize];
     let mut made = count;
-    // SAFETY: `groups` has room for `made` resources; `all` is an SM resource of the driver's.
     check_driver(
+        // SAFETY: `groups` has room for `made` resources; `all` is an SM resource of the driver's.
         unsafe { (green.split_by_count)(groups.as_mut_ptr(), &mut made, all, std::ptr::null_mut(), 0, min_sms) },
         "cuDevSmResourceSplitByCount",
     )?;
