@@ -960,7 +960,8 @@ const CAPTURED: &str =
 /// [`Words::note`]'s record, under the owner's lock.
 fn note(tracked: &mut Tracked, stream: &StreamRef) -> Result<()> {
     let id = stream.known_id();
-    if let Some((_, event)) = tracked.events.iter().find(|(slot, _)| id.is_some() && *slot == id) {
+    let recorded_before = tracked.events.iter().find(|(slot, _)| id.is_some() && *slot == id);
+    if let Some((_, event)) = recorded_before {
         // Recorded again after this stream's newer work, which comes after the older.
         return stream.record_raw(event.as_raw(), 0);
     }
