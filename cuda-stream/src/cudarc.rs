@@ -86,7 +86,7 @@ impl StreamRef {
         let theirs = primary_device_of(context)?;
         same_device("a stream is lent to cudarc with its own device's context", self.device(), theirs)?;
         // cudarc code may now capture it, outside this crate's sight.
-        crate::call::live_captures::foreign_handle_seen();
+        crate::call::uncaptured_calls::foreign_handle_seen();
         // SAFETY: the handle belongs to `context`'s device and its primary context (checked);
         // the caller keeps it alive and ordered (this function's contract).
         Ok(unsafe { context.wrap_borrowed_stream(self.unambiguous_raw().cast()) })

@@ -82,13 +82,16 @@ fn publish(count: usize) {
 
 /// Marks the process as holding a handle this crate did not create (a borrowed stream or
 /// event, a stream taken over or lent to another library): captures this crate does not count
-/// may be in progress from now on. Never cleared.
+/// may be in progress from now on. Never cleared. Whether this call set it (the first): see
+/// [`uncaptured_calls::foreign_handle_seen`](super::uncaptured_calls::foreign_handle_seen),
+/// which every caller goes through.
 #[inline]
-pub(crate) fn foreign_handle_seen() {
+pub(crate) fn foreign_handle_seen() -> bool {
     if IN_PROGRESS.load(Ordering::Relaxed) & FOREIGN == 0 {
         let _captures = captures();
-        IN_PROGRESS.fetch_or(FOREIGN, Ordering::SeqCst);
+        return IN_PROGRESS.fetch_or(FOREIGN, Ordering::SeqCst) & FOREIGN == 0;
     }
+    false
 }
 
 /// Whether any capture begun by this crate is in progress: one relaxed load. Every refusal

@@ -12,8 +12,15 @@
 //! process-wide `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` makes every running thread of
 //! the process pass a full barrier, so the fast path pays a thread-local store and no fence.
 //! Where the kernel refuses `membarrier`, the fast path fences itself (`SeqCst`).
+//!
+//! Limits: the begin waits under the capture-transition lock, so a fast record that blocks
+//! inside CUDA (a stream whose queue is full, behind work that waits for the host) holds every
+//! capture begin and end, and every call that takes that lock, until the device makes room; a
+//! forked child inherits the flags of threads it does not have (CUDA is not usable after
+//! `fork` anyway). Marking a foreign handle ([`foreign_handle_seen`]) waits for the fast calls
+//! once, as a begin does.
 
-use super::live_captures::may_capture;
+use super::live_captures::{self, may_capture};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering, compiler_fence, fence};
 use std::sync::{Arc, Mutex, Once, PoisonError};
@@ -79,23 +86,46 @@ pub(crate) fn outside_captures<R>(call: impl FnOnce() -> R) -> Option<R> {
     let flag = this_threads_flag()?;
     // `call` is one CUDA call, which cannot call back into this crate: fast calls never nest.
     flag.store(true, Ordering::Relaxed);
+    // Cleared however the call ends (a panic too: a flag left set would hold every capture's
+    // begin for good).
+    let _clear = ClearOnDrop(flag);
     if ASYMMETRIC.load(Ordering::Relaxed) == YES {
         // The begin's membarrier orders this store before the load below.
         compiler_fence(Ordering::SeqCst);
     } else {
         fence(Ordering::SeqCst);
     }
-    let result = if may_capture() { None } else { Some(call()) };
-    flag.store(false, Ordering::Release);
-    result
+    if may_capture() { None } else { Some(call()) }
+}
+
+/// Clears a thread's flag when its fast call ends.
+struct ClearOnDrop(&'static AtomicBool);
+
+impl Drop for ClearOnDrop {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Marks the process as holding a foreign handle ([`live_captures::foreign_handle_seen`]):
+/// from now on a capture this crate cannot count may be in progress, so no call is fast any
+/// more. The first time, waits for the fast calls that read the mark unset: a record of the
+/// foreign owner's (or one of ours into its capture) never overlaps one of them.
+#[inline]
+pub(crate) fn foreign_handle_seen() {
+    if live_captures::foreign_handle_seen() {
+        wait_for_uncaptured_calls();
+    }
 }
 
 /// Waits until every fast call that may have read no capture in progress has returned. Called
 /// by a capture's begin after it was counted, under the capture-transition lock.
 pub(crate) fn wait_for_uncaptured_calls() {
-    if asymmetric_fence_available() {
-        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
-    } else {
+    if !(asymmetric_fence_available() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
+        // Refused now (it never is once registered, but a forked child, say): later fast calls
+        // fence themselves. One that skipped its fence before this is still a window.
+        ASYMMETRIC.store(NO, Ordering::SeqCst);
         fence(Ordering::SeqCst);
     }
     // This thread's own flag is clear: a capture is not begun from inside a fast call.
@@ -126,25 +156,26 @@ fn asymmetric_fence_available() -> bool {
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 4;
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 const SYS_MEMBARRIER: std::ffi::c_long = 324;
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(target_os = "linux", target_arch = "aarch64"))]
 const SYS_MEMBARRIER: std::ffi::c_long = 283;
 
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 unsafe extern "C" {
     /// glibc's `syscall`.
     fn syscall(number: std::ffi::c_long, ...) -> std::ffi::c_long;
 }
 
 /// `membarrier(command, 0)`; whether it succeeded.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn membarrier(command: std::ffi::c_long) -> bool {
     // SAFETY: the membarrier system call with a command and zero flags touches no memory of ours.
     unsafe { syscall(SYS_MEMBARRIER, command, 0 as std::ffi::c_long) == 0 }
 }
 
-/// No `membarrier` number known for this architecture: the fast path fences itself.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+/// No `membarrier` known for this target: the fast path fences itself.
+#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
 fn membarrier(_command: std::ffi::c_long) -> bool {
     false
 }

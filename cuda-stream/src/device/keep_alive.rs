@@ -30,18 +30,27 @@ pub(crate) fn keep_alive<T: Send + 'static>(
     device: Device,
     value: Box<T>,
 ) -> Result<*const T> {
-    keep_alive_locked(graph, device, value, &graph_mutations())
+    let mut value = Some(value);
+    let kept = keep_alive_locked(graph, device, &mut value, &graph_mutations());
+    // A value the graph did not take drops here, after the lock.
+    drop(value);
+    kept
 }
 
-/// [`keep_alive`], for a caller that holds the [graph-mutation lock](graph_mutations).
+/// [`keep_alive`], for a caller that holds the [graph-mutation lock](graph_mutations). The value
+/// is taken out of `value` only once CUDA has it: on an error before that it stays there, for
+/// the caller to drop after its locks (a closure's drop may call into this crate).
 pub(crate) fn keep_alive_locked<T: Send + 'static>(
     graph: sys::cudaGraph_t,
     device: Device,
-    value: Box<T>,
+    value: &mut Option<Box<T>>,
     _serialized: &MutexGuard<'static, ()>,
 ) -> Result<*const T> {
     let _current = device.make_current()?;
-    let data = Box::into_raw(value);
+    let Some(taken) = value.take() else {
+        return Err(crate::ffi::error::Error::GraphMisuse("a value given to a graph twice"));
+    };
+    let data = Box::into_raw(taken);
     let mut object: sys::cudaUserObject_t = std::ptr::null_mut();
     // SAFETY: `release::<T>` takes back exactly this box, once, when CUDA drops the object.
     // The flag is the one CUDA requires.
@@ -55,8 +64,8 @@ pub(crate) fn keep_alive_locked<T: Send + 'static>(
         )
     };
     if let Err(error) = check(code, "cudaUserObjectCreate") {
-        // SAFETY: CUDA did not take `data`: we still own the box, freed once here.
-        drop(unsafe { Box::from_raw(data) });
+        // SAFETY: CUDA did not take `data`: we still own the box, handed back to the caller.
+        *value = Some(unsafe { Box::from_raw(data) });
         return Err(error);
     }
     // SAFETY: `graph` is the live graph of a capture in progress; our one reference moves to it.

@@ -166,7 +166,7 @@ impl Event {
     /// and such a query racing the capture's end crashed libcuda).
     pub unsafe fn from_raw(raw: sys::cudaEvent_t, device: Device) -> Event {
         // Its owner may record it in a capture this crate cannot see.
-        live_captures::foreign_handle_seen();
+        crate::call::uncaptured_calls::foreign_handle_seen();
         Event::wrap(raw, device, EventOwnership::Borrowed, KnownEventFlags::default())
     }
 

@@ -108,9 +108,11 @@
 //! on, never a host function that runs for real with an object the graph frees. Every step
 //! holds one process-wide lock (CUDA's dependency array is one buffer per stream, rewritten by
 //! the next query of it, and a graph must not be changed from two threads at once), and no
-//! capture of this crate begins or ends meanwhile. The node becomes the stream's only
-//! dependency unless another thread captured work on the same stream meanwhile, which then
-//! keeps its place beside it (`capture_node` has the details). What stays a contract: a foreign
+//! capture of this crate begins or ends meanwhile. The node is added to the stream's
+//! dependencies, not set as the only one, so work another thread captures on the same stream
+//! keeps its place in the order (`capture_node` has the details and the limits: a capture
+//! with a programmatic dependent launch in it answers `cudaErrorLossyQuery`). What stays a
+//! contract: a foreign
 //! end racing the node's insertion changes the graph from two threads at once; the entry points
 //! that let foreign code begin or end captures on this crate's streams are `unsafe` and say so.
 //!
@@ -327,8 +329,10 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         // A host node added to the capture's graph, never a stream-ordered enqueue: the
         // function is reachable only from the graph that owns it (see `capture_node`).
         let host = CaptureNode::Host(run_repeatable::<F>);
+        // Declared before the lock: a closure the graph did not take drops after it.
+        let mut f = Some(Counted::boxed(f));
         let transitions = no_capture_transitions();
-        match add_to_capture(stream, Some(self.id), Counted::boxed(f), host, &transitions)? {
+        match add_to_capture(stream, Some(self.id), &mut f, host, &transitions)? {
             Added::Node => Ok(()),
             Added::NotCapturing => Err(Error::CaptureMisuse("the host function's stream is not part of this capture")),
         }

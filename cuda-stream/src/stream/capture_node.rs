@@ -13,13 +13,22 @@
 //! buffer per stream that the next query with dependencies rewrites (probed on CUDA 13.0),
 //! and NVIDIA's graphs must not be changed from two threads at once.
 //!
-//! The node then replaces the dependencies it comes after (they are all its ancestors), read
-//! again just before: if another thread captured work on the stream since the first read, the
-//! node is *added* to the dependencies instead, so that work keeps its place in the stream's
-//! order (a redundant edge changes nothing). Work another thread captures on the stream in the
-//! instant between that second read and the update can still lose its place: two threads
-//! enqueueing onto one capturing stream at once order nothing between them; order them
-//! yourself.
+//! The node is then *added* to the stream's dependencies, never set as the only one: work that
+//! another thread captured on the stream in the meantime, and whatever that thread captures
+//! after it, keep their place in the stream's order (the dependencies the node came after are
+//! its ancestors, so the edges they keep are redundant, never wrong). The price: consecutive
+//! nodes added by hand with no other captured work between them each depend on all the ones
+//! before (the dependency set grows until the next captured operation resets it).
+//!
+//! What CUDA documents, and this relies on: the dependency array is valid "until the next API
+//! call which operates on the stream" (this crate's reads of it are serialized; another
+//! thread's enqueue on the same capturing stream during the copy is the caller's race, as any
+//! two threads enqueuing onto one stream at once); a capture's dependencies with edge data
+//! other than the default (a programmatic dependent launch in the capture) cannot be read
+//! without it, so CUDA answers `cudaErrorLossyQuery` and nothing is added. If the dependency
+//! update fails after the node was added (an invalidated capture, a foreign end), the node
+//! stays in the graph, ordered after the work before it but not before the work after; the
+//! error says so by its call name, and such a capture should not be launched.
 
 use super::StreamRef;
 use super::capture_status::{CaptureInfo, CaptureStatus};
@@ -47,7 +56,7 @@ pub(crate) enum Added {
     /// anything made from it needs it.
     Node,
     /// The stream's capture is not active, or is not the one expected: nothing was added, and
-    /// the object was dropped.
+    /// the object is still the caller's.
     NotCapturing,
 }
 
@@ -55,7 +64,9 @@ pub(crate) enum Added {
 /// when given), after the stream's current dependencies, hands `object` to that graph (a CUDA
 /// user object: freed once no graph or executable made from it needs it), and adds the node to
 /// the stream's dependencies. A host node's data is the object. `_transitions` keeps captures
-/// of this crate from ending meanwhile (and their graphs from being destroyed).
+/// of this crate from ending meanwhile (and their graphs from being destroyed). The object is
+/// taken out of `object` only when the graph takes it: otherwise the caller drops it, after
+/// its locks (a closure's drop may call into this crate).
 ///
 /// # Errors
 /// CUDA's errors. The object, once handed to the graph, stays with it on every error: a node
@@ -64,7 +75,7 @@ pub(crate) enum Added {
 pub(crate) fn add_to_capture<T: Send + 'static>(
     stream: &StreamRef,
     expected: Option<u64>,
-    object: Box<T>,
+    object: &mut Option<Box<T>>,
     node: CaptureNode,
     _transitions: &RwLockReadGuard<'static, ()>,
 ) -> Result<Added> {
@@ -95,21 +106,14 @@ pub(crate) fn add_to_capture<T: Send + 'static>(
         },
     };
     check(code, "cudaGraphAddNode")?;
-    // The node replaces the dependencies it comes after, unless another thread captured work
-    // on the stream since they were read: then it joins them, and that work keeps its place.
-    let (now, _, current) = capture_frontier(stream)?;
-    let how = if now.status == CaptureStatus::Active && now.id == info.id && current == dependencies {
-        sys::cudaStreamUpdateCaptureDependenciesFlags::cudaStreamSetCaptureDependencies
-    } else {
-        sys::cudaStreamUpdateCaptureDependenciesFlags::cudaStreamAddCaptureDependencies
-    };
+    let add = sys::cudaStreamUpdateCaptureDependenciesFlags::cudaStreamAddCaptureDependencies.0;
     // SAFETY: a live stream; one node of its capture's graph; no edge data (default edges).
     #[cfg(cudart_13)]
     let code =
-        unsafe { sys::cudaStreamUpdateCaptureDependencies(stream.as_raw(), &mut added, std::ptr::null(), 1, how.0) };
+        unsafe { sys::cudaStreamUpdateCaptureDependencies(stream.as_raw(), &mut added, std::ptr::null(), 1, add) };
     // SAFETY: as above, with CUDA 12's signature.
     #[cfg(not(cudart_13))]
-    let code = unsafe { sys::cudaStreamUpdateCaptureDependencies(stream.as_raw(), &mut added, 1, how.0) };
+    let code = unsafe { sys::cudaStreamUpdateCaptureDependencies(stream.as_raw(), &mut added, 1, add) };
     check(code, "cudaStreamUpdateCaptureDependencies")?;
     drop(serialized);
     Ok(Added::Node)

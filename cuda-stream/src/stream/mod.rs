@@ -530,7 +530,7 @@ impl Stream {
         refuse_inside_host_fn()?;
         check_stream_device("an owned stream handle belongs to the device it is taken for", handle, device)?;
         // Made elsewhere: whoever made it may have begun a capture of it.
-        live_captures::foreign_handle_seen();
+        crate::call::uncaptured_calls::foreign_handle_seen();
         live::stream_created();
         Ok(Stream { stream: StreamRef::new(handle, device, Ownership::Owned), partition: None })
     }
@@ -692,7 +692,7 @@ impl<'a> BorrowedStream<'a> {
     /// As [`BorrowedStream::borrow_raw`], and `handle` must belong to `device` (or be a special
     /// handle, which then means `device`'s built-in stream).
     pub(crate) unsafe fn borrow_unchecked(handle: sys::cudaStream_t, device: Device) -> BorrowedStream<'a> {
-        live_captures::foreign_handle_seen();
+        crate::call::uncaptured_calls::foreign_handle_seen();
         let ownership = Builtin::of_handle(handle).map_or(Ownership::Borrowed, Ownership::Builtin);
         BorrowedStream { stream: StreamRef::new(handle, device, ownership), _lifetime: PhantomData }
     }

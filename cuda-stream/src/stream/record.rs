@@ -133,6 +133,7 @@ impl StreamRef {
             return self.record(event);
         }
         refuse_inside_host_fn()?;
+        let mut kept = Some(Box::new(Arc::clone(event)));
         // No capture of this crate begins or ends until the record is in: the graph read is the
         // one the node goes into, and it lives meanwhile.
         let transitions = no_capture_transitions();
@@ -144,7 +145,7 @@ impl StreamRef {
         // stays what its last real record made it (counted as recorded, for `elapsed`, if it
         // never was).
         let record = CaptureNode::EventRecord(event.as_raw());
-        if let Added::Node = add_to_capture(self, None, Box::new(Arc::clone(event)), record, &transitions)? {
+        if let Added::Node = add_to_capture(self, None, &mut kept, record, &transitions)? {
             event.records().note_external_record();
             return Ok(());
         }
@@ -315,7 +316,7 @@ pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Res
             let event = Event::internal(other.device())?;
             other.record_raw(event.as_raw(), 0)?;
             let wait = CaptureNode::EventWait(event.as_raw());
-            match add_to_capture(this, Some(mine.info.id), Box::new(event), wait, &transitions)? {
+            match add_to_capture(this, Some(mine.info.id), &mut Some(Box::new(event)), wait, &transitions)? {
                 Added::Node => Ok(()),
                 Added::NotCapturing => {
                     Err(Error::CaptureMisuse("the capture of the waiting stream ended during the wait"))
