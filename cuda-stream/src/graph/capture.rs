@@ -110,8 +110,7 @@
 //! the next query of it, and a graph must not be changed from two threads at once), and no
 //! capture of this crate begins or ends meanwhile. The node is added to the stream's
 //! dependencies, not set as the only one, so work another thread captures on the same stream
-//! keeps its place in the order (`capture_node` has the details and the limits: a capture
-//! with a programmatic dependent launch in it answers `cudaErrorLossyQuery`). What stays a
+//! keeps its place in the order (`capture_node` has the details and the limits). What stays a
 //! contract: a foreign
 //! end racing the node's insertion changes the graph from two threads at once; the entry points
 //! that let foreign code begin or end captures on this crate's streams are `unsafe` and say so.

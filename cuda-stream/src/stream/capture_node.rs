@@ -23,9 +23,10 @@
 //! What CUDA documents, and this relies on: the dependency array is valid "until the next API
 //! call which operates on the stream" (this crate's reads of it are serialized; another
 //! thread's enqueue on the same capturing stream during the copy is the caller's race, as any
-//! two threads enqueuing onto one stream at once); a capture's dependencies with edge data
-//! other than the default (a programmatic dependent launch in the capture) cannot be read
-//! without it, so CUDA answers `cudaErrorLossyQuery` and nothing is added. If the dependency
+//! two threads enqueuing onto one stream at once). Dependencies with edge data other than the
+//! default (a programmatic dependent launch in the capture) are read with it on CUDA 13 and
+//! followed through full edges, a stricter order; CUDA 12's call here reads no edge data and
+//! answers `cudaErrorLossyQuery` for them, and nothing is added. If the dependency
 //! update fails after the node was added (an invalidated capture, a foreign end), the node
 //! stays in the graph, ordered after the work before it but not before the work after; the
 //! error says so by its call name, and such a capture should not be launched.
@@ -128,7 +129,13 @@ fn capture_frontier(stream: &StreamRef) -> Result<(CaptureInfo, sys::cudaGraph_t
     let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
     let mut dependencies: *const sys::cudaGraphNode_t = std::ptr::null();
     let mut count: usize = 0;
-    // SAFETY: a live stream; valid out-pointers; no edge data asked for.
+    // Asked for, so that CUDA does not refuse a frontier with edges other than the default
+    // (`cudaErrorLossyQuery`: a programmatic dependent launch in the capture), then not used:
+    // the node comes after each dependency through a full (default) edge, an order at least as
+    // strict as any other edge type's.
+    #[cfg(cudart_13)]
+    let mut edges: *const sys::cudaGraphEdgeData = std::ptr::null();
+    // SAFETY: a live stream; valid out-pointers.
     #[cfg(cudart_13)]
     let code = unsafe {
         sys::cudaStreamGetCaptureInfo(
@@ -137,7 +144,7 @@ fn capture_frontier(stream: &StreamRef) -> Result<(CaptureInfo, sys::cudaGraph_t
             &mut id,
             &mut graph,
             &mut dependencies,
-            std::ptr::null_mut(),
+            &mut edges,
             &mut count,
         )
     };
