@@ -111,9 +111,9 @@
 //! capture of this crate begins or ends meanwhile. The node is added to the stream's
 //! dependencies, not set as the only one, so work another thread captures on the same stream
 //! keeps its place in the order (`capture_node` has the details and the limits). What stays a
-//! contract: a foreign
-//! end racing the node's insertion changes the graph from two threads at once; the entry points
-//! that let foreign code begin or end captures on this crate's streams are `unsafe` and say so.
+//! contract: a foreign end racing the node's insertion changes the graph from two threads at
+//! once; the entry points that let foreign code begin or end captures on this crate's streams
+//! are `unsafe` and say so.
 //!
 //! A per-thread default stream cannot be captured in [`Relaxed`] mode: a Relaxed capture may
 //! end on another thread, where that handle names another stream.
