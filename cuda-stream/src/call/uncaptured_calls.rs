@@ -19,6 +19,12 @@
 //! forked child inherits the flags of threads it does not have (CUDA is not usable after
 //! `fork` anyway). Marking a foreign handle ([`foreign_handle_seen`]) waits for the fast calls
 //! once, as a begin does.
+//!
+//! Event queries are fast calls too: they check the event's captured mark inside the call,
+//! after the flag, so a record into a capture (which marks the event, then waits for the fast
+//! calls when no begin of this crate announced its capture) and a query never overlap in CUDA,
+//! without the two atomic read-modify-writes of a counted call (see
+//! [`RecordState::marker_call`](crate::event::record_state::RecordState::marker_call)).
 
 use super::live_captures::{self, may_capture};
 use std::cell::{Cell, RefCell};
@@ -119,8 +125,10 @@ pub(crate) fn foreign_handle_seen() {
     }
 }
 
-/// Waits until every fast call that may have read no capture in progress has returned. Called
-/// by a capture's begin after it was counted, under the capture-transition lock.
+/// Waits until every fast call that may have read no capture in progress, or no mark made
+/// before this, has returned. Called by a capture's begin after it was counted, under the
+/// capture-transition lock, and by a record into a capture that no begin of this crate
+/// announced (another library's capture of the per-thread stream) after it marked its event.
 pub(crate) fn wait_for_uncaptured_calls() {
     if !(asymmetric_fence_available() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
         // Refused now (it never is once registered, but a forked child, say): later fast calls

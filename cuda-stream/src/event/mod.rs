@@ -9,6 +9,7 @@ pub(crate) use self::record_state::RecordState;
 use crate::call::live;
 use crate::call::live_captures;
 use crate::call::sync_debug::{self, SyncKind};
+use crate::call::{capture_mode, uncaptured_calls};
 use crate::device::Device;
 use crate::device::same_device;
 use crate::ffi::error::{Error, Result, check, check_ready};
@@ -253,6 +254,18 @@ impl Event {
     #[inline]
     pub fn query(&self) -> Result<bool> {
         refuse_inside_host_fn()?;
+        // While no capture may be in progress: checked and made as one fast call, which a
+        // record of this event into a capture waits for (a capture of this crate before it
+        // begins, a record into a foreign capture of the per-thread stream before it records),
+        // and which sees the mark of any record into a capture made before it.
+        capture_mode::ignore_other_threads_captures();
+        let fast = uncaptured_calls::outside_captures(|| {
+            self.records.refuse_captured()?;
+            crate::ffi::driver::event_query(self.raw)
+        });
+        if let Some(answer) = fast {
+            return answer;
+        }
         // While captures of this crate are in progress, none begins or ends during the query
         // (CUDA 13.0 crashed when a query raced the end of a Global capture), so a record into
         // a capture is either seen (refused) or made after it. The hold first, then the count:

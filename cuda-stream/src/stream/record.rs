@@ -80,6 +80,12 @@ impl StreamRef {
         // Marked captured; the queries and the reactor's pass that read it before are waited
         // for.
         let opened = event.records().open_capture_record();
+        // A capture that no begin of this crate announced: another library's, of this thread's
+        // per-thread stream (stable during this call: only this thread can begin or end it).
+        // Queries of the event made as fast calls are waited for, as a capture's begin waits.
+        if self.is_thread_bound() && !live_captures::may_capture() && self.may_be_capturing() != Ok(false) {
+            uncaptured_calls::wait_for_uncaptured_calls();
+        }
         let recorded = self.record_raw(event.as_raw(), 0);
         let captured = recorded.is_err() || self.may_be_capturing() != Ok(false);
         event.records().close_capture_record(opened, captured);
