@@ -12,6 +12,7 @@ use crate::call::sync_debug::{self, SyncKind};
 use crate::call::{capture_mode, uncaptured_calls};
 use crate::device::Device;
 use crate::device::same_device;
+use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check, check_ready};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
@@ -258,13 +259,15 @@ impl Event {
         // record of this event into a capture waits for (a capture of this crate before it
         // begins, a record into a foreign capture of the per-thread stream before it records),
         // and which sees the mark of any record into a capture made before it.
+        // Only the mark's load and the driver's call inside (the answer is made after the
+        // thread's flag is cleared).
         capture_mode::ignore_other_threads_captures();
-        let fast = uncaptured_calls::outside_captures(|| {
-            self.records.refuse_captured()?;
-            crate::ffi::driver::event_query(self.raw)
-        });
-        if let Some(answer) = fast {
-            return answer;
+        let query = driver::prepare_event_query(self.raw)?;
+        let fast = uncaptured_calls::outside_captures(|| (!self.records.is_captured()).then(|| query.call()));
+        match fast {
+            Some(Some(code)) => return driver::EventQuery::answer(code),
+            Some(None) => return Err(Error::CaptureMisuse(record_state::CAPTURED_EVENT)),
+            None => {}
         }
         // While captures of this crate are in progress, none begins or ends during the query
         // (CUDA 13.0 crashed when a query raced the end of a Global capture), so a record into

@@ -110,6 +110,12 @@ impl RecordState {
         self.refuse_captured_as(Ordering::Acquire)
     }
 
+    /// Whether the event's last record went (or may have gone) into a capture: one load.
+    #[inline(always)]
+    pub(crate) fn is_captured(&self) -> bool {
+        self.word.load(Ordering::Acquire) & KIND == CAPTURED
+    }
+
     #[inline(always)]
     fn refuse_captured_as(&self, order: Ordering) -> Result<()> {
         if self.word.load(order) & KIND == CAPTURED { Err(Error::CaptureMisuse(CAPTURED_EVENT)) } else { Ok(()) }

@@ -593,6 +593,36 @@ pub(crate) fn event_query(event: sys::cudaEvent_t) -> Result<bool> {
     check_driver_ready(unsafe { (driver()?.event_query)(event) }, "cudaEventQuery")
 }
 
+/// `cuEventQuery` in two steps, for a caller that must make the call alone inside a short
+/// region (a fast call of [`uncaptured_calls`](crate::call::uncaptured_calls)): the entry point
+/// is looked up before, and the code is turned into an answer after.
+#[derive(Copy, Clone)]
+pub(crate) struct EventQuery {
+    query: OnEvent,
+    event: sys::cudaEvent_t,
+}
+
+/// Looks up `cuEventQuery` for `event` (see [`EventQuery`]).
+#[inline(always)]
+pub(crate) fn prepare_event_query(event: sys::cudaEvent_t) -> Result<EventQuery> {
+    Ok(EventQuery { query: driver()?.event_query, event })
+}
+
+impl EventQuery {
+    /// The driver's code for the query.
+    #[inline(always)]
+    pub(crate) fn call(self) -> c_int {
+        // SAFETY: the preparer passed a live event, which carries its context.
+        unsafe { (self.query)(self.event) }
+    }
+
+    /// [`event_query`]'s answer for `code`.
+    #[inline(always)]
+    pub(crate) fn answer(code: c_int) -> Result<bool> {
+        check_driver_ready(code, "cudaEventQuery")
+    }
+}
+
 /// `cuEventSynchronize`, as `cudaEventSynchronize`.
 #[inline]
 pub(crate) fn event_synchronize(event: sys::cudaEvent_t) -> Result<()> {
