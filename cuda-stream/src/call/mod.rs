@@ -6,7 +6,7 @@
 //! ([`reactor_passes`]), the calling thread's identity ([`thread`]), the counts of live
 //! handles ([`live`]), the fast calls a capture's begin waits for ([`uncaptured_calls`]), and
 //! the sync-debug mode that calls waiting for the device consult
-//! ([`sync_debug`]).
+//! ([`sync_debug`]), and the race detector's model of what is enqueued ([`race`]).
 //!
 //! Uses only the floor. Knows devices by ordinal, streams and events not at all: each layer
 //! above asks here and decides.
@@ -14,6 +14,7 @@
 pub(crate) mod capture_mode;
 pub(crate) mod live;
 pub(crate) mod live_captures;
+pub mod race;
 pub(crate) mod reactor_passes;
 pub mod sync_debug;
 pub(crate) mod thread;

@@ -382,6 +382,11 @@ pub enum Error {
         /// The CUDA call it stands for, e.g. `cudaStreamSynchronize`.
         api: &'static str,
     },
+    /// An operation refused by the race detector ([`RaceMode::Fail`](crate::race::RaceMode::Fail))
+    /// before it was enqueued: it would access memory that an operation of another stream
+    /// may still be using, with nothing ordering the two.
+    #[error("{0}")]
+    Race(Box<crate::ffi::race_report::RaceReport>),
     /// A split of a device's SMs into partitions that the device cannot make
     /// ([`Device::split_sms`](crate::Device::split_sms)).
     #[error(

@@ -1,0 +1,337 @@
+//! The race detector: finds two accesses of the same memory, on different streams, that
+//! nothing orders (a kernel on stream B reading a buffer while stream A may still be writing
+//! it), the bug of several streams that is silent on the device.
+//!
+//! While it is on, the crate keeps a happens-before model of everything it enqueues (vector
+//! clocks per stream, snapshotted by each event record, joined by each wait; the host's
+//! synchronizes; the legacy stream's implicit synchronization with blocking streams) and the
+//! history of the memory operations access, and checks each new access against that history:
+//!
+//! | what | its accesses |
+//! |---|---|
+//! | [`DeviceBuffer`](crate::DeviceBuffer) allocation, copies, fills, free | the buffer's bytes (reads and writes as the copy goes; the free conflicts as a write) |
+//! | [`Kernel::launch`](crate::Kernel::launch) with [`LaunchConfig::accesses`](crate::LaunchConfig::accesses) | what the launch declares |
+//! | [`StreamRef::declare_accesses`](crate::StreamRef::declare_accesses) | what you declare, for work the crate cannot see (raw FFI, another library) |
+//! | [`host_access`] | host memory the host reads or writes (a pinned buffer a copy may still use) |
+//!
+//! Ordering comes from what the crate enqueues: records and waits (also those `wait_stream`,
+//! `fork` and the buffers make), stream, event and device synchronizes (and queries that saw
+//! the work complete), and work on the legacy stream. Work the crate does not see (raw FFI)
+//! orders nothing; a borrowed stream whose flags the crate does not know counts as
+//! non-blocking. Work enqueued into a capture is not checked (a graph's accesses replaying
+//! at launch are not modelled yet), and the detector starts with an empty history each time it
+//! is turned on: events recorded while it was off order nothing.
+//!
+//! A race is reported as a [`RaceReport`]: both operations, their streams, the bytes, both
+//! backtraces ([`Backtrace::capture`](std::backtrace::Backtrace::capture): set
+//! `RUST_BACKTRACE=1`) and the allocation's, and the edge that would order them.
+//!
+//! What the detector does is chosen process-wide ([`set_race_mode`]) and per thread for a
+//! scope ([`race_scope`], which overrides the process mode on its thread until dropped, and
+//! nests): [`RaceMode::Report`] prints each race to stderr and keeps it ([`take_race_reports`],
+//! [`RaceScope::take_reports`]); [`RaceMode::Fail`] refuses the operation with
+//! [`Error::Race`](crate::Error::Race) before it is enqueued (nothing is lost; the model does
+//! not record it). The model follows every thread's operations while any thread has a mode
+//! other than [`RaceMode::Off`]; races are reported for the operations made under one. Off
+//! (the default), it costs each operation one relaxed load.
+
+mod clock;
+pub(crate) mod model;
+
+pub use crate::ffi::race_report::{AccessKind, RaceAccess, RaceKind, RaceReport};
+
+use self::model::{Model, Origin, Pending, Space, Step, StreamKey, Use};
+use crate::ffi::error::{Error, Result};
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// What the race detector does with an operation that races another.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum RaceMode {
+    /// Nothing (the default): nothing is tracked, unless another thread's scope is on.
+    #[default]
+    Off,
+    /// The operation goes on; the race is printed to stderr and kept as a [`RaceReport`].
+    Report,
+    /// The operation fails with [`Error::Race`] before it is enqueued.
+    Fail,
+}
+
+/// Bit 0-1: the process mode; the rest counts live scopes that are not off (in steps of
+/// [`SCOPE`]). Zero means off everywhere: the one relaxed load of the fast path.
+static STATE: AtomicUsize = AtomicUsize::new(0);
+const MODE_BITS: usize = 0b11;
+const SCOPE: usize = 0b100;
+
+/// How many reports are kept for [`take_race_reports`] (and per scope); later ones are only
+/// printed.
+pub const KEPT_REPORTS: usize = 4096;
+
+static PROCESS_REPORTS: Mutex<Vec<RaceReport>> = Mutex::new(Vec::new());
+static MODEL: Mutex<Option<Model>> = Mutex::new(None);
+
+thread_local! {
+    /// The innermost scope's mode and its reports, one entry per open scope of this thread.
+    static SCOPES: RefCell<Vec<(RaceMode, Vec<RaceReport>)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn encode(mode: RaceMode) -> usize {
+    match mode {
+        RaceMode::Off => 0,
+        RaceMode::Report => 1,
+        RaceMode::Fail => 2,
+    }
+}
+
+fn decode(bits: usize) -> RaceMode {
+    match bits & MODE_BITS {
+        1 => RaceMode::Report,
+        2 => RaceMode::Fail,
+        _ => RaceMode::Off,
+    }
+}
+
+/// Sets the process-wide mode, for every thread without a scope of its own; returns the
+/// previous one. Turning the detector on from off everywhere starts an empty history.
+pub fn set_race_mode(mode: RaceMode) -> RaceMode {
+    let previous = STATE
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| Some((state & !MODE_BITS) | encode(mode)))
+        .unwrap_or_else(|state| state);
+    forget_when_off();
+    decode(previous)
+}
+
+/// The process-wide mode.
+pub fn race_mode() -> RaceMode {
+    decode(STATE.load(Ordering::Acquire))
+}
+
+/// Takes the reports of races found under the process mode so far (those under a scope
+/// belong to the scope: [`RaceScope::take_reports`]).
+pub fn take_race_reports() -> Vec<RaceReport> {
+    std::mem::take(&mut *PROCESS_REPORTS.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// Opens a scope with `mode` on this thread: until the returned guard drops, operations of
+/// this thread follow `mode` instead of the process mode, and their reports are kept in the
+/// scope. Scopes nest; the innermost one decides. A guard leaked with `mem::forget` keeps the
+/// detector on for the rest of the process.
+pub fn race_scope(mode: RaceMode) -> RaceScope {
+    SCOPES.with(|scopes| scopes.borrow_mut().push((mode, Vec::new())));
+    let counted = mode != RaceMode::Off;
+    if counted {
+        STATE.fetch_add(SCOPE, Ordering::AcqRel);
+    }
+    RaceScope { depth: SCOPES.with(|scopes| scopes.borrow().len()), counted, not_send: PhantomData }
+}
+
+/// A race-detector scope of this thread ([`race_scope`]): the mode is restored when it
+/// drops. Not `Send`: it belongs to its thread.
+#[derive(Debug)]
+#[must_use = "the scope ends when this guard drops"]
+pub struct RaceScope {
+    /// How many scopes this thread had open, this one included.
+    depth: usize,
+    /// Whether it counts in [`STATE`] (its mode is not off).
+    counted: bool,
+    not_send: PhantomData<*const ()>,
+}
+
+impl RaceScope {
+    /// Takes the reports of races found in this scope so far.
+    pub fn take_reports(&self) -> Vec<RaceReport> {
+        SCOPES.with(|scopes| {
+            scopes.borrow_mut().get_mut(self.depth - 1).map(|(_, reports)| std::mem::take(reports)).unwrap_or_default()
+        })
+    }
+}
+
+impl Drop for RaceScope {
+    fn drop(&mut self) {
+        // Scopes inside this one that were leaked close with it (they stay counted: leaked).
+        SCOPES.with(|scopes| scopes.borrow_mut().truncate(self.depth - 1));
+        if self.counted {
+            STATE.fetch_sub(SCOPE, Ordering::AcqRel);
+            forget_when_off();
+        }
+    }
+}
+
+/// Ends the history once the detector is off everywhere: edges made while it is off are not
+/// seen, so an old history would report races that are not.
+fn forget_when_off() {
+    if STATE.load(Ordering::Acquire) == 0 {
+        *model() = None;
+    }
+}
+
+/// Whether the detector follows operations now. One relaxed load.
+#[inline(always)]
+pub(crate) fn tracking() -> bool {
+    STATE.load(Ordering::Relaxed) != 0
+}
+
+/// The calling thread's mode.
+fn this_threads_mode() -> RaceMode {
+    let state = STATE.load(Ordering::Acquire);
+    let scoped =
+        if state >= SCOPE { SCOPES.try_with(|scopes| scopes.borrow().last().map(|(mode, _)| *mode)).ok().flatten() } else { None };
+    scoped.unwrap_or(decode(state))
+}
+
+struct ModelGuard(MutexGuard<'static, Option<Model>>);
+
+impl std::ops::Deref for ModelGuard {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        self.0.as_ref().expect("created by model()")
+    }
+}
+
+impl std::ops::DerefMut for ModelGuard {
+    fn deref_mut(&mut self) -> &mut Model {
+        self.0.as_mut().expect("created by model()")
+    }
+}
+
+fn model() -> MutexGuard<'static, Option<Model>> {
+    MODEL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn live_model() -> ModelGuard {
+    let mut guard = model();
+    guard.get_or_insert_with(Model::default);
+    ModelGuard(guard)
+}
+
+/// Prints and keeps `races` where this thread's mode reports them.
+fn report(mode: RaceMode, races: Vec<RaceReport>) {
+    if mode == RaceMode::Off || races.is_empty() {
+        return;
+    }
+    for race in &races {
+        eprintln!("cuda-stream race detector: {race}");
+    }
+    let keep = |reports: &mut Vec<RaceReport>| {
+        let room = KEPT_REPORTS.saturating_sub(reports.len());
+        reports.extend(races.into_iter().take(room));
+    };
+    let scoped = SCOPES.try_with(|scopes| scopes.borrow().last().is_some()).unwrap_or(false);
+    if scoped {
+        let _ = SCOPES.try_with(|scopes| scopes.borrow_mut().last_mut().map(|(_, reports)| keep(reports)));
+    } else {
+        keep(&mut PROCESS_REPORTS.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+}
+
+/// An operation the detector checked, to be recorded once CUDA took it ([`Checked::enqueued`]).
+#[must_use]
+pub(crate) struct Checked {
+    pending: Option<(Pending, Vec<Use>, Arc<Origin>)>,
+}
+
+impl Checked {
+    /// Records the operation in the model: CUDA accepted it. Dropped without this (CUDA
+    /// refused the operation), the model does not see it.
+    pub(crate) fn enqueued(self) {
+        if let Some((pending, uses, origin)) = self.pending {
+            live_model().commit(pending, &uses, origin);
+        }
+    }
+}
+
+/// Checks an operation about to be enqueued on `stream`: `Err(Error::Race)` under
+/// [`RaceMode::Fail`] when it races; otherwise the races are reported as this thread's mode
+/// says, and the returned [`Checked`] records it once CUDA took it.
+///
+/// # Errors
+/// [`Error::Race`] as above.
+#[inline(always)]
+pub(crate) fn check(
+    stream: impl FnOnce() -> StreamKey,
+    step: Step,
+    uses: impl FnOnce() -> Vec<Use>,
+    operation: impl FnOnce() -> String,
+) -> Result<Checked> {
+    if !tracking() {
+        return Ok(Checked { pending: None });
+    }
+    check_slow(stream(), step, uses(), operation())
+}
+
+#[cold]
+#[inline(never)]
+fn check_slow(stream: StreamKey, step: Step, uses: Vec<Use>, operation: String) -> Result<Checked> {
+    let mode = this_threads_mode();
+    let origin = Arc::new(if uses.is_empty() { Origin::unseen(operation) } else { Origin::here(operation) });
+    let mut pending = live_model().check(&stream, step, &uses, &origin);
+    let races = std::mem::take(&mut pending.races);
+    if mode == RaceMode::Fail {
+        if let Some(first) = races.into_iter().next() {
+            return Err(Error::Race(Box::new(first)));
+        }
+    } else {
+        report(mode, races);
+    }
+    Ok(Checked { pending: Some((pending, uses, origin)) })
+}
+
+/// Memory a host access touches: `bytes` bytes at `address` of host memory, read or
+/// written.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct HostAccess {
+    /// The first byte.
+    pub address: *const u8,
+    /// How many bytes.
+    pub bytes: usize,
+    /// Read or written (a free is a write).
+    pub kind: AccessKind,
+}
+
+/// Declares that the host is about to read or write host memory (pinned memory a copy may
+/// use): checked against the device's accesses of it that the host has not waited for
+/// (a stream or event synchronize, or a query that saw the work complete).
+///
+/// # Errors
+/// [`Error::Race`] under [`RaceMode::Fail`] when a copy of that memory may still be in
+/// flight; the access is then not recorded.
+pub fn host_access(operation: &str, accesses: &[HostAccess]) -> Result<()> {
+    if !tracking() {
+        return Ok(());
+    }
+    let uses: Vec<Use> = accesses
+        .iter()
+        .map(|access| Use {
+            space: Space::Host,
+            address: access.address as u64,
+            bytes: access.bytes as u64,
+            kind: access.kind,
+        })
+        .collect();
+    let mode = this_threads_mode();
+    let origin = Arc::new(Origin::here(operation));
+    let mut model = live_model();
+    let races = model.host_check(&uses, &origin);
+    if mode == RaceMode::Fail {
+        if let Some(first) = races.into_iter().next() {
+            return Err(Error::Race(Box::new(first)));
+        }
+    } else {
+        report(mode, races);
+    }
+    model.host_commit(&uses, origin);
+    Ok(())
+}
+
+/// Runs `update` on the model while the detector is on.
+#[inline(always)]
+pub(crate) fn update(update: impl FnOnce(&mut Model)) {
+    if tracking() {
+        update(&mut live_model());
+    }
+}
+
+#[cfg(test)]
+mod tests;

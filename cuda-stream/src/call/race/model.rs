@@ -1,0 +1,417 @@
+//! The happens-before model of what the crate enqueues, and the memory's access history
+//! checked against it. Pure bookkeeping: no CUDA call.
+//!
+//! Each stream has a vector clock ([`Clock`]); each operation on it counts one more of its
+//! own (its epoch) after taking in what it waits for:
+//! * the host's clock (every stream, event and device synchronize the host made, and every
+//!   host access: work enqueued later comes after them);
+//! * a `wait_event`: the clock the stream had when the event was last recorded (an event never
+//!   recorded, or recorded while the detector was off, orders nothing);
+//!   (`wait_stream` is a record of an internal event and a wait for it);
+//! * work (kernels, copies, fills, host functions, graph launches) on the legacy stream: the
+//!   clocks of the device's blocking streams at their last work; work on a blocking stream
+//!   (the per-thread stream is one): the legacy stream's at its last work. Non-blocking
+//!   streams take part in neither; a borrowed stream whose flags are unknown counts as
+//!   non-blocking (no ordering assumed).
+//!
+//! An access made by operation `epoch` of stream `s` comes before an operation with clock `c`
+//! exactly when `c[s] >= epoch`. Two accesses of overlapping bytes conflict when one of them
+//! writes (or frees) and neither comes before the other. This is the relation
+//! `tests/stream/ordering_model.rs` checks the GPU against; the detector reports exactly its
+//! unordered conflicting pairs (cross-checked in the tests).
+
+use super::clock::Clock;
+use crate::ffi::race_report::{AccessKind, HOST, RaceAccess, RaceKind, RaceReport, missing_edge};
+use std::backtrace::Backtrace;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// The index of the host in every clock.
+const HOST_INDEX: usize = 0;
+
+/// How many accesses of one stream one allocation remembers; older ones are forgotten (a race
+/// with them goes unreported).
+const KEPT_PER_STREAM: usize = 4096;
+
+/// How a stream takes part in the legacy stream's implicit synchronization.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum StreamClass {
+    /// The legacy default stream of its device.
+    Legacy,
+    /// A blocking stream (the per-thread default stream is one).
+    Blocking,
+    /// A non-blocking stream, or one whose flags are unknown.
+    NonBlocking,
+}
+
+/// Which stream an operation is on: its device, handle and thread (the per-thread stream is
+/// one per thread; 0 for the others), and its class.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct StreamKey {
+    pub(crate) device: i32,
+    pub(crate) handle: usize,
+    pub(crate) thread: u64,
+    pub(crate) class: StreamClass,
+}
+
+impl StreamKey {
+    fn label(&self) -> String {
+        match self.class {
+            StreamClass::Legacy => format!("the legacy stream of device {}", self.device),
+            _ if self.thread != 0 => format!("the per-thread stream of thread {} (device {})", self.thread, self.device),
+            _ => format!("stream {:#x} (device {})", self.handle, self.device),
+        }
+    }
+}
+
+/// Where memory lives: a device's memory, or the host's (pinned buffers).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Space {
+    Device(i32),
+    Host,
+}
+
+/// One access an operation declares: bytes `[address, address + bytes)` of `space`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Use {
+    pub(crate) space: Space,
+    pub(crate) address: u64,
+    pub(crate) bytes: u64,
+    pub(crate) kind: AccessKind,
+}
+
+impl Use {
+    fn overlaps(&self, address: u64, bytes: u64) -> bool {
+        self.address < address.saturating_add(bytes) && address < self.address.saturating_add(self.bytes)
+    }
+}
+
+/// Who enqueued an operation: its name, thread and backtrace (taken once per operation).
+#[derive(Clone, Debug)]
+pub(crate) struct Origin {
+    pub(crate) operation: String,
+    pub(crate) thread: Option<String>,
+    pub(crate) backtrace: Arc<Backtrace>,
+}
+
+impl Origin {
+    /// An operation that accesses nothing: no report names it, so no backtrace is taken.
+    pub(crate) fn unseen(operation: impl Into<String>) -> Origin {
+        Origin { operation: operation.into(), thread: None, backtrace: Arc::new(Backtrace::disabled()) }
+    }
+
+    /// The calling thread's operation `operation`, with a backtrace of here.
+    pub(crate) fn here(operation: impl Into<String>) -> Origin {
+        Origin {
+            operation: operation.into(),
+            thread: std::thread::current().name().map(str::to_owned),
+            backtrace: Arc::new(Backtrace::capture()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct StreamState {
+    index: usize,
+    class: StreamClass,
+    device: i32,
+    clock: Clock,
+    /// The clock at its last work (what the legacy rule orders against).
+    at_last_work: Option<Clock>,
+}
+
+/// An access remembered: which stream's operation, its epoch, the bytes, and who made it.
+#[derive(Clone, Debug)]
+struct Entry {
+    stream: usize,
+    epoch: u64,
+    access: Use,
+    origin: Arc<Origin>,
+}
+
+/// The history of one allocation (or of bytes first declared without one).
+#[derive(Debug, Default)]
+struct Memory {
+    bytes: u64,
+    allocation: Option<RaceAccess>,
+    /// Per stream index, its accesses in enqueue order (so in epoch order).
+    by_stream: BTreeMap<usize, Vec<Entry>>,
+}
+
+/// Everything the detector knows, behind one lock.
+#[derive(Debug)]
+pub(crate) struct Model {
+    streams: HashMap<StreamKey, StreamState>,
+    labels: Vec<String>,
+    events: HashMap<usize, Clock>,
+    host: Clock,
+    memory: BTreeMap<(Space, u64), Memory>,
+}
+
+impl Default for Model {
+    fn default() -> Model {
+        Model {
+            streams: HashMap::new(),
+            labels: vec![HOST.to_owned()],
+            events: HashMap::new(),
+            host: Clock::default(),
+            memory: BTreeMap::new(),
+        }
+    }
+}
+
+/// What an operation does to ordering, besides its accesses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Work the device runs (kernels, copies, fills, host functions, graph launches).
+    Work,
+    /// An event record: the event remembers the stream's clock.
+    Record(usize),
+    /// A wait for an event's last record.
+    WaitEvent(usize),
+}
+
+impl Model {
+    fn stream(&mut self, key: &StreamKey) -> &mut StreamState {
+        if !self.streams.contains_key(key) {
+            let index = self.labels.len();
+            self.labels.push(key.label());
+            let state =
+                StreamState { index, class: key.class, device: key.device, clock: Clock::default(), at_last_work: None };
+            self.streams.insert(key.clone(), state);
+        }
+        self.streams.get_mut(key).expect("inserted above")
+    }
+
+    /// The clock operation `step` on `key` would have, and the stream's index.
+    fn next_clock(&mut self, key: &StreamKey, step: Step) -> (usize, Clock) {
+        let host = self.host.clone();
+        let waited = match step {
+            Step::WaitEvent(event) => self.events.get(&event).cloned(),
+            _ => None,
+        };
+        let legacy: Vec<Clock> = if step == Step::Work { self.legacy_partners(key) } else { Vec::new() };
+        let state = self.stream(key);
+        let mut clock = state.clock.clone();
+        clock.join(&host);
+        if let Some(waited) = waited {
+            clock.join(&waited);
+        }
+        for partner in &legacy {
+            clock.join(partner);
+        }
+        clock.tick(state.index);
+        (state.index, clock)
+    }
+
+    /// The clocks at their last work of the streams the legacy rule orders new work on `key`
+    /// after.
+    fn legacy_partners(&self, key: &StreamKey) -> Vec<Clock> {
+        let partner = |state: &StreamState| match key.class {
+            StreamClass::Legacy => state.class == StreamClass::Blocking,
+            StreamClass::Blocking => state.class == StreamClass::Legacy,
+            StreamClass::NonBlocking => false,
+        };
+        self.streams
+            .values()
+            .filter(|state| state.device == key.device && partner(state))
+            .filter_map(|state| state.at_last_work.clone())
+            .collect()
+    }
+
+    /// Checks operation `step` on `key` with `uses` against the history, and returns the
+    /// races it would make; `commit` then records it (or nothing changes, when the caller
+    /// refuses the operation).
+    pub(crate) fn check(&mut self, key: &StreamKey, step: Step, uses: &[Use], origin: &Arc<Origin>) -> Pending {
+        let (index, clock) = self.next_clock(key, step);
+        let races = self.races(index, &clock, uses, origin);
+        Pending { key: key.clone(), step, index, clock, races }
+    }
+
+    /// Records an operation checked by [`Model::check`].
+    pub(crate) fn commit(&mut self, pending: Pending, uses: &[Use], origin: Arc<Origin>) {
+        let Pending { key, step, index, clock, .. } = pending;
+        let epoch = clock.get(index);
+        self.remember(index, epoch, uses, &origin);
+        match step {
+            Step::Record(event) => {
+                self.events.insert(event, clock.clone());
+            }
+            Step::Work => self.stream(&key).at_last_work = Some(clock.clone()),
+            Step::WaitEvent(_) => {}
+        }
+        self.stream(&key).clock = clock;
+    }
+
+    /// The races a host access of `uses` would make: with the device's accesses the host has
+    /// not waited for.
+    pub(crate) fn host_check(&self, uses: &[Use], origin: &Arc<Origin>) -> Vec<RaceReport> {
+        let mut clock = self.host.clone();
+        clock.tick(HOST_INDEX);
+        self.races(HOST_INDEX, &clock, uses, origin)
+    }
+
+    /// Records a host access checked by [`Model::host_check`]: every operation enqueued later
+    /// comes after it.
+    pub(crate) fn host_commit(&mut self, uses: &[Use], origin: Arc<Origin>) {
+        let epoch = self.host.tick(HOST_INDEX);
+        self.remember(HOST_INDEX, epoch, uses, &origin);
+    }
+
+    /// The host saw everything enqueued on `key` so far complete.
+    pub(crate) fn stream_synchronized(&mut self, key: &StreamKey) {
+        let theirs = self.stream(key).clock.clone();
+        self.host.join(&theirs);
+        self.prune();
+    }
+
+    /// The host saw the work before `event`'s last record complete.
+    pub(crate) fn event_synchronized(&mut self, event: usize) {
+        if let Some(theirs) = self.events.get(&event).cloned() {
+            self.host.join(&theirs);
+            self.prune();
+        }
+    }
+
+    /// The host saw everything enqueued on `device` so far complete.
+    pub(crate) fn device_synchronized(&mut self, device: i32) {
+        let clocks: Vec<Clock> =
+            self.streams.values().filter(|state| state.device == device).map(|state| state.clock.clone()).collect();
+        for clock in &clocks {
+            self.host.join(clock);
+        }
+        self.prune();
+    }
+
+    /// A stream was destroyed: a new stream that gets its handle is another stream.
+    pub(crate) fn forget_stream(&mut self, key: &StreamKey) {
+        self.streams.remove(key);
+    }
+
+    /// An event was destroyed: a new event that gets its handle has no record.
+    pub(crate) fn forget_event(&mut self, event: usize) {
+        self.events.remove(&event);
+    }
+
+    /// Memory `[address, address + bytes)` of `space` was allocated by `origin`: older
+    /// histories of those bytes end.
+    pub(crate) fn allocated(&mut self, space: Space, address: u64, bytes: u64, allocation: RaceAccess) {
+        self.forget_memory(space, address, bytes);
+        self.memory.insert((space, address), Memory { bytes, allocation: Some(allocation), by_stream: BTreeMap::new() });
+    }
+
+    /// The histories of memory overlapping `[address, address + bytes)` end (it was freed).
+    pub(crate) fn forget_memory(&mut self, space: Space, address: u64, bytes: u64) {
+        let overlapping: Vec<(Space, u64)> = self.overlapping(space, address, bytes).collect();
+        for key in overlapping {
+            self.memory.remove(&key);
+        }
+    }
+
+    fn overlapping(&self, space: Space, address: u64, bytes: u64) -> impl Iterator<Item = (Space, u64)> + '_ {
+        let end = address.saturating_add(bytes);
+        self.memory
+            .range((space, 0)..(space, end))
+            .filter(move |((_, start), memory)| start.saturating_add(memory.bytes) > address)
+            .map(|(key, _)| *key)
+    }
+
+    fn races(&self, index: usize, clock: &Clock, uses: &[Use], origin: &Arc<Origin>) -> Vec<RaceReport> {
+        let mut races = Vec::new();
+        for access in uses {
+            for key in self.overlapping(access.space, access.address, access.bytes) {
+                let memory = &self.memory[&key];
+                for (&stream, entries) in &memory.by_stream {
+                    if stream == index {
+                        continue;
+                    }
+                    // Entries of one stream are in epoch order: those not before this
+                    // operation are a suffix.
+                    let first_unordered = entries.partition_point(|entry| clock.covers(stream, entry.epoch));
+                    for entry in &entries[first_unordered..] {
+                        if entry.access.kind.conflicts_with(access.kind)
+                            && entry.access.overlaps(access.address, access.bytes)
+                        {
+                            races.push(self.report(entry, index, access, origin, memory));
+                        }
+                    }
+                }
+            }
+        }
+        races
+    }
+
+    fn report(&self, entry: &Entry, index: usize, access: &Use, origin: &Origin, memory: &Memory) -> RaceReport {
+        let earlier = self.describe(entry.stream, &entry.access, &entry.origin);
+        let later = self.describe(index, access, origin);
+        let kind = match (entry.access.kind, access.kind) {
+            _ if index == HOST_INDEX => RaceKind::HostInFlight,
+            (_, AccessKind::Free) => RaceKind::FreeInUse,
+            (AccessKind::Read, _) => RaceKind::ReadWrite,
+            (_, AccessKind::Read) => RaceKind::WriteRead,
+            _ => RaceKind::WriteWrite,
+        };
+        let missing_edge = missing_edge(&earlier, &later);
+        RaceReport { kind, earlier, later, allocation: memory.allocation.clone(), missing_edge }
+    }
+
+    fn describe(&self, index: usize, access: &Use, origin: &Origin) -> RaceAccess {
+        RaceAccess {
+            operation: origin.operation.clone(),
+            kind: access.kind,
+            stream: self.labels[index].clone(),
+            address: access.address,
+            bytes: access.bytes,
+            thread: origin.thread.clone(),
+            backtrace: origin.backtrace.clone(),
+        }
+    }
+
+    fn remember(&mut self, index: usize, epoch: u64, uses: &[Use], origin: &Arc<Origin>) {
+        for access in uses {
+            if access.kind == AccessKind::Free {
+                self.forget_memory(access.space, access.address, access.bytes);
+                continue;
+            }
+            let found = self.overlapping(access.space, access.address, access.bytes).next();
+            let home = match found {
+                Some(key) => key,
+                None => {
+                    // Bytes the crate did not allocate (raw memory declared by hand): a
+                    // history of their own.
+                    let key = (access.space, access.address);
+                    self.memory.insert(key, Memory { bytes: access.bytes, ..Memory::default() });
+                    key
+                }
+            };
+            let entries = self.memory.get_mut(&home).expect("found above").by_stream.entry(index).or_default();
+            if entries.len() >= KEPT_PER_STREAM {
+                entries.remove(0);
+            }
+            entries.push(Entry { stream: index, epoch, access: *access, origin: origin.clone() });
+        }
+    }
+
+    /// Drops the accesses the host has seen complete: they come before every later operation.
+    fn prune(&mut self) {
+        let host = &self.host;
+        for memory in self.memory.values_mut() {
+            for (&stream, entries) in memory.by_stream.iter_mut() {
+                let done = entries.partition_point(|entry| host.covers(stream, entry.epoch));
+                entries.drain(..done);
+            }
+            memory.by_stream.retain(|_, entries| !entries.is_empty());
+        }
+    }
+}
+
+/// An operation checked and not yet recorded ([`Model::check`]).
+#[derive(Debug)]
+pub(crate) struct Pending {
+    key: StreamKey,
+    step: Step,
+    index: usize,
+    clock: Clock,
+    /// The races it would make.
+    pub(crate) races: Vec<RaceReport>,
+}

@@ -1,0 +1,146 @@
+//! The model alone (no CUDA): each ordering rule, each race class, and what is forgotten.
+
+use super::model::{Model, Origin, Space, Step, StreamClass, StreamKey, Use};
+use super::{AccessKind, RaceKind};
+use std::sync::Arc;
+
+fn stream(handle: usize, class: StreamClass) -> StreamKey {
+    StreamKey { device: 0, handle, thread: 0, class }
+}
+
+fn buffer(kind: AccessKind) -> Use {
+    Use { space: Space::Device(0), address: 0x1000, bytes: 256, kind }
+}
+
+/// Enqueues `step` with `uses` on `key` and returns the kinds of the races it made.
+fn op(model: &mut Model, key: &StreamKey, step: Step, uses: &[Use]) -> Vec<RaceKind> {
+    let origin = Arc::new(Origin::unseen("op"));
+    let mut pending = model.check(key, step, uses, &origin);
+    let races = std::mem::take(&mut pending.races);
+    model.commit(pending, uses, origin);
+    races.iter().map(|race| race.kind).collect()
+}
+
+const A: usize = 0xa;
+const B: usize = 0xb;
+
+#[test]
+fn unordered_accesses_on_two_streams_race_and_an_event_orders_them() {
+    let (a, b) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    assert!(op(&mut m, &a, Step::Work, &[buffer(AccessKind::Write)]).is_empty());
+    assert_eq!(op(&mut m, &b, Step::Work, &[buffer(AccessKind::Read)]), [RaceKind::WriteRead]);
+    assert_eq!(op(&mut m, &a, Step::Work, &[buffer(AccessKind::Write)]), [RaceKind::ReadWrite]);
+    // Ordered: a records after its writes, b waits.
+    op(&mut m, &a, Step::Record(1), &[]);
+    op(&mut m, &b, Step::WaitEvent(1), &[]);
+    assert!(op(&mut m, &b, Step::Work, &[buffer(AccessKind::Write)]).is_empty());
+    // Reads on two streams never race each other.
+    assert!(op(&mut m, &b, Step::Work, &[buffer(AccessKind::Read)]).is_empty());
+}
+
+#[test]
+fn a_record_covers_the_work_before_it_only() {
+    let (a, b) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    op(&mut m, &a, Step::Record(1), &[]);
+    op(&mut m, &a, Step::Work, &[buffer(AccessKind::Write)]);
+    op(&mut m, &b, Step::WaitEvent(1), &[]);
+    assert_eq!(op(&mut m, &b, Step::Work, &[buffer(AccessKind::Write)]), [RaceKind::WriteWrite]);
+    // A wait on an event never recorded orders nothing.
+    op(&mut m, &b, Step::WaitEvent(7), &[]);
+    assert_eq!(op(&mut m, &a, Step::Work, &[buffer(AccessKind::Read)]), [RaceKind::WriteRead]);
+}
+
+#[test]
+fn the_legacy_stream_orders_blocking_streams_and_not_non_blocking_ones() {
+    let legacy = stream(1, StreamClass::Legacy);
+    let (blocking, free) = (stream(A, StreamClass::Blocking), stream(B, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    op(&mut m, &blocking, Step::Work, &[buffer(AccessKind::Write)]);
+    assert!(op(&mut m, &legacy, Step::Work, &[buffer(AccessKind::Write)]).is_empty(), "legacy waits for blocking work");
+    assert!(op(&mut m, &blocking, Step::Work, &[buffer(AccessKind::Read)]).is_empty(), "blocking waits for legacy work");
+    let races = op(&mut m, &free, Step::Work, &[buffer(AccessKind::Write)]);
+    assert_eq!(races.len(), 3, "the non-blocking stream follows none of the three: {races:?}");
+    assert_eq!(races.iter().filter(|kind| **kind == RaceKind::ReadWrite).count(), 1);
+    // A record is no work: the legacy rule orders against the blocking stream's last work.
+    let mut m = Model::default();
+    op(&mut m, &blocking, Step::Work, &[]);
+    op(&mut m, &blocking, Step::Record(3), &[buffer(AccessKind::Write)]);
+    assert_eq!(op(&mut m, &legacy, Step::Work, &[buffer(AccessKind::Read)]), [RaceKind::WriteRead]);
+}
+
+#[test]
+fn synchronizes_order_everything_after_them_and_prune_the_history() {
+    let (a, b) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    op(&mut m, &a, Step::Work, &[buffer(AccessKind::Write)]);
+    m.stream_synchronized(&a);
+    assert!(op(&mut m, &b, Step::Work, &[buffer(AccessKind::Write)]).is_empty());
+    op(&mut m, &b, Step::Record(2), &[]);
+    m.event_synchronized(2);
+    assert!(op(&mut m, &a, Step::Work, &[buffer(AccessKind::Write)]).is_empty());
+    m.device_synchronized(0);
+    assert!(op(&mut m, &b, Step::Work, &[buffer(AccessKind::Write)]).is_empty());
+}
+
+#[test]
+fn a_free_races_uses_it_does_not_follow_and_ends_the_history() {
+    let (home, other) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    op(&mut m, &other, Step::Work, &[buffer(AccessKind::Read)]);
+    assert_eq!(op(&mut m, &home, Step::Work, &[buffer(AccessKind::Free)]), [RaceKind::FreeInUse]);
+    assert!(op(&mut m, &other, Step::Work, &[buffer(AccessKind::Write)]).is_empty(), "a new history");
+}
+
+#[test]
+fn a_host_access_races_device_accesses_the_host_has_not_waited_for() {
+    let a = stream(A, StreamClass::NonBlocking);
+    let pinned = Use { space: Space::Host, address: 0x5000, bytes: 64, kind: AccessKind::Write };
+    let mut m = Model::default();
+    op(&mut m, &a, Step::Work, &[pinned]);
+    let origin = Arc::new(Origin::unseen("host"));
+    let read = Use { kind: AccessKind::Read, ..pinned };
+    let races = m.host_check(&[read], &origin);
+    assert_eq!(races.iter().map(|r| r.kind).collect::<Vec<_>>(), [RaceKind::HostInFlight]);
+    assert!(races[0].missing_edge.contains("the host must wait"), "{}", races[0].missing_edge);
+    m.stream_synchronized(&a);
+    assert!(m.host_check(&[read], &origin).is_empty());
+    m.host_commit(&[Use { kind: AccessKind::Write, ..pinned }], origin);
+    // Work enqueued after a host access comes after it.
+    assert!(op(&mut m, &a, Step::Work, &[read]).is_empty());
+}
+
+#[test]
+fn only_overlapping_bytes_conflict_and_reports_name_both_sides() {
+    let (a, b) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
+    let first = Use { space: Space::Device(0), address: 0x1000, bytes: 128, kind: AccessKind::Write };
+    let second = Use { address: 0x1080, ..first };
+    let mut m = Model::default();
+    op(&mut m, &a, Step::Work, &[first]);
+    assert!(op(&mut m, &b, Step::Work, &[second]).is_empty(), "disjoint halves");
+    let origin = Arc::new(Origin::unseen("reader"));
+    let whole = Use { bytes: 256, kind: AccessKind::Read, ..first };
+    let races = m.check(&b, Step::Work, &[whole], &origin).races;
+    assert_eq!(races.len(), 1);
+    assert_eq!((races[0].earlier.operation.as_str(), races[0].later.operation.as_str()), ("op", "reader"));
+    assert!(races[0].earlier.stream.contains("0xa") && races[0].later.stream.contains("0xb"));
+    assert!(races[0].missing_edge.contains("wait_stream"), "{}", races[0].missing_edge);
+    // The other device's memory at the same address is other memory.
+    let elsewhere = Use { space: Space::Device(1), ..whole };
+    assert!(m.check(&b, Step::Work, &[elsewhere], &origin).races.is_empty());
+}
+
+#[test]
+fn a_forgotten_stream_handle_is_a_new_stream() {
+    let (a, b) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    op(&mut m, &b, Step::Work, &[buffer(AccessKind::Write)]);
+    op(&mut m, &b, Step::Record(1), &[]);
+    op(&mut m, &a, Step::WaitEvent(1), &[]);
+    m.forget_stream(&a);
+    m.forget_event(1);
+    // The new stream under `a`'s handle never waited; the new event under 1 was never recorded.
+    op(&mut m, &a, Step::WaitEvent(1), &[]);
+    assert_eq!(op(&mut m, &a, Step::Work, &[buffer(AccessKind::Read)]), [RaceKind::WriteRead]);
+}
