@@ -33,6 +33,7 @@
 
 pub use crate::ffi::inside_host_fn::{HostFnPanic, take_host_fn_panics};
 
+use crate::call::race::model::Step;
 use crate::ffi::error::{Result, check, check_code};
 use crate::ffi::inside_host_fn::run_guarded;
 use crate::stream::StreamRef;
@@ -122,6 +123,7 @@ impl StreamRef {
         self.refuse_capturing(
             "a FnOnce host function cannot be captured (a graph may replay it); use Capture::launch_host_fn",
         )?;
+        let checked = self.race_check(Step::Work, Vec::new, || "host function".to_owned())?;
         let data = Box::into_raw(Counted::boxed(f));
         let callback =
             Some(run_callback::<F> as unsafe extern "C" fn(sys::cudaStream_t, sys::cudaError_t, *mut c_void));
@@ -141,6 +143,6 @@ impl StreamRef {
             // SAFETY: the driver did not take `data`: we still own the box, freed once here.
             drop(unsafe { Box::from_raw(data) });
         }
-        enqueued
+        enqueued.map(|()| checked.enqueued())
     }
 }

@@ -227,7 +227,7 @@ macro_rules! gpus_or_skip {
 
 pub use call::capture_mode::CaptureMode;
 pub use call::live::{live_events, live_streams};
-pub use call::race::{self, RaceMode, RaceReport, race_scope, set_race_mode};
+pub use call::race::{self, Access, RaceMode, RaceReport, race_scope, set_race_mode};
 pub use call::sync_debug::{self, SyncDebugMode, set_sync_debug_mode, sync_debug_scope};
 pub use completion::Completion;
 pub use device::{Device, DeviceGuard};

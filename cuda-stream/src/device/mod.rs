@@ -5,6 +5,7 @@
 
 pub(crate) mod keep_alive;
 
+use crate::call::race;
 use crate::call::live_captures;
 use crate::call::sync_debug::{self, SyncKind};
 use crate::ffi::driver;
@@ -89,7 +90,9 @@ impl Device {
         }
         sync_debug::before_sync("cudaDeviceSynchronize", SyncKind::DeviceSynchronize)?;
         // SAFETY: no arguments; the device is current.
-        check(unsafe { sys::cudaDeviceSynchronize() }, "cudaDeviceSynchronize")
+        check(unsafe { sys::cudaDeviceSynchronize() }, "cudaDeviceSynchronize")?;
+        race::update(|model| model.device_synchronized(self.ordinal()));
+        Ok(())
     }
 
     /// The device's stream priority range

@@ -8,6 +8,7 @@ pub(crate) use self::record_state::RecordState;
 
 use crate::call::live;
 use crate::call::live_captures;
+use crate::call::race;
 use crate::call::sync_debug::{self, SyncKind};
 use crate::call::{capture_mode, uncaptured_calls};
 use crate::device::Device;
@@ -254,6 +255,17 @@ impl Event {
     /// ([the rules](crate::capture#calls-refused-during-a-capture)).
     #[inline]
     pub fn query(&self) -> Result<bool> {
+        let done = self.query_checked()?;
+        if done {
+            // The host saw the work before the last record complete (the race detector).
+            race::update(|model| model.event_synchronized(self.raw as usize));
+        }
+        Ok(done)
+    }
+
+    /// [`Event::query`], without telling the race detector.
+    #[inline(always)]
+    fn query_checked(&self) -> Result<bool> {
         refuse_inside_host_fn()?;
         // While no capture may be in progress: checked and made as one fast call, which a
         // record of this event into a capture waits for (a capture of this crate before it
@@ -394,6 +406,8 @@ impl Drop for Event {
         if self.ownership == EventOwnership::Owned {
             live::event_released();
         }
+        // A later event may get the handle: it has no record.
+        race::update(|model| model.forget_event(self.raw as usize));
         if self.ownership != EventOwnership::Borrowed {
             let raw = self.raw as usize;
             // Errors cannot be reported from drop and leave nothing behind. Inside a host

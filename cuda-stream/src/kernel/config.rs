@@ -1,6 +1,7 @@
 //! A launch's shape and its launch attributes, as values: what `cudaLaunchKernelEx` takes in
 //! its `cudaLaunchConfig_t`.
 
+use crate::call::race::Access;
 use crate::device::Device;
 use crate::event::Event;
 use crate::ffi::error::{Error, Result};
@@ -84,6 +85,7 @@ pub struct LaunchConfig<'event> {
     mem_sync_domain: Option<MemSyncDomain>,
     completion_event: Option<&'event Event>,
     cooperative: bool,
+    accesses: &'event [Access],
 }
 
 /// The most attributes one launch carries (one of each kind this crate sets).
@@ -102,6 +104,7 @@ impl LaunchConfig<'static> {
             mem_sync_domain: None,
             completion_event: None,
             cooperative: false,
+            accesses: &[],
         }
     }
 }
@@ -159,6 +162,21 @@ impl<'event> LaunchConfig<'event> {
         'event: 'other,
     {
         LaunchConfig { completion_event: Some(event), ..self }
+    }
+
+    /// The memory the kernel reads and writes, for the race detector ([`race`](crate::race)):
+    /// the launch is checked against the other streams' accesses of that memory, and later
+    /// ones against it. Nothing is passed to CUDA; while the detector is off it costs nothing.
+    pub fn accesses<'other>(self, accesses: &'other [Access]) -> LaunchConfig<'other>
+    where
+        'event: 'other,
+    {
+        LaunchConfig { accesses, ..self }
+    }
+
+    /// The accesses declared with [`LaunchConfig::accesses`].
+    pub(crate) fn declared_accesses(&self) -> &[Access] {
+        self.accesses
     }
 
     /// A cooperative launch (`cudaLaunchAttributeCooperative`): every block is resident at

@@ -56,6 +56,7 @@ pub use args::{KernelArg, KernelArgs};
 pub use config::{Dim3, LaunchConfig, MemSyncDomain};
 
 use crate::call::live_captures::no_capture_transitions;
+use crate::call::race::model::Step;
 use crate::device::Device;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result};
@@ -194,8 +195,14 @@ impl<A: KernelArgs> Kernel<A> {
             self.check_signature(stream.device())?;
         }
         config.check(stream.device())?;
+        let race_check = || {
+            stream.race_check(Step::Work, || stream.race_uses(config.declared_accesses()), || self.name.to_owned())
+        };
         match config.launch_completion_event() {
-            None => self.launch_now(&stream, config, &args),
+            None => {
+                let checked = race_check()?;
+                self.launch_now(&stream, config, &args).map(|()| checked.enqueued())
+            }
             Some(event) => {
                 // No capture of this crate begins or ends around the launch: a capture would
                 // take the kernel with a node naming the event, which the graph does not keep.
@@ -206,7 +213,14 @@ impl<A: KernelArgs> Kernel<A> {
                     ));
                 }
                 let ticket = event.records().before_record();
+                // To the race detector, the event records the work before the kernel (it
+                // fires once the kernel's blocks have begun, not after their accesses).
+                stream
+                    .race_check(Step::Record(event.as_raw() as usize), Vec::new, || "completion event".to_owned())?
+                    .enqueued();
+                let checked = race_check()?;
                 self.launch_now(&stream, config, &args)?;
+                checked.enqueued();
                 event.records().note_uncaptured_record(ticket);
                 Ok(())
             }

@@ -5,6 +5,7 @@
 //! both: it makes the stream's device current for the call (and restores the previous one), and
 //! returns the error of this launch, not one that an earlier call left behind.
 
+use crate::call::race::model::Step;
 use crate::ffi::error::{Result, take_last_error};
 use crate::stream::StreamRef;
 use crate::sys;
@@ -43,11 +44,15 @@ impl StreamRef {
         launcher: impl FnOnce(sys::cudaStream_t) -> sys::cudaError_t,
     ) -> Result<()> {
         let _current = self.enter_runtime()?;
+        let checked = self.race_check(Step::Work, Vec::new, || launcher_name.to_owned())?;
         let _ = take_last_error();
         let returned = launcher(self.as_raw());
         let last = take_last_error();
         match if returned == sys::cudaError::cudaSuccess { last } else { returned } {
-            sys::cudaError::cudaSuccess => Ok(()),
+            sys::cudaError::cudaSuccess => {
+                checked.enqueued();
+                Ok(())
+            }
             code => Err(self.device().launch_error(code, launcher_name, launcher_name, None)),
         }
     }

@@ -21,11 +21,13 @@ pub(crate) mod current;
 mod launch;
 pub(crate) mod partition;
 pub(crate) mod pool;
+mod race_check;
 pub(crate) mod record;
 
 pub use self::as_stream::AsStream;
 
 use crate::call::live;
+use crate::call::race;
 use crate::call::live_captures;
 use crate::call::sync_debug::{self, SyncKind};
 use crate::call::thread::thread_identity;
@@ -329,11 +331,15 @@ impl StreamRef {
         if transitions.is_some() {
             self.refuse_capturing_for_query()?;
         }
-        match current {
+        let done = match current {
             None => driver::stream_query(self.raw),
             // SAFETY: `raw` is a special handle, for the stream of the current device.
             Some(_current) => check_ready(unsafe { sys::cudaStreamQuery(self.raw) }, "cudaStreamQuery"),
+        }?;
+        if done {
+            self.race_seen_complete();
         }
+        Ok(done)
     }
 
     /// Blocks until all work enqueued so far has completed
@@ -366,6 +372,7 @@ impl StreamRef {
             // SAFETY: `raw` is a special handle, for the stream of the current device.
             Some(_current) => check(unsafe { sys::cudaStreamSynchronize(self.raw) }, "cudaStreamSynchronize"),
         }
+        .map(|()| self.race_seen_complete())
     }
 
     /// Refuses a query or synchronize of this stream while it is being captured.
@@ -596,6 +603,8 @@ impl Deref for Stream {
 impl Drop for Stream {
     fn drop(&mut self) {
         live::stream_released();
+        // A later stream may get the handle: it is another stream to the race detector.
+        race::update(|model| model.forget_stream(&self.stream.race_key()));
         // Drop cannot report: errors of earlier work reach the next call that can, or
         // `destroy` for those who ask. The handle belongs to its context, so no device switch
         // is needed. Dropped inside a host function, the destroy is made outside it.

@@ -6,6 +6,7 @@
 use super::capture_node::{Added, CaptureNode, add_to_capture};
 use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
 use super::{AsStream, Builtin, StreamRef};
+use crate::call::race::{self, model::Step};
 use crate::call::live_captures::{self, no_capture_transitions};
 use crate::call::uncaptured_calls;
 use crate::device::same_device;
@@ -179,6 +180,7 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn record_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
+        let checked = self.race_check(Step::Record(event as usize), Vec::new, || "cudaEventRecord".to_owned())?;
         match self.enter()? {
             None => driver::event_record(event, self.raw, flags),
             Some(_current) => {
@@ -187,6 +189,7 @@ impl StreamRef {
                 check(unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }, "cudaEventRecord")
             }
         }
+        .map(|()| checked.enqueued())
     }
 
     /// Records a new event (default [`EventFlags`]: no timing) and returns it.
@@ -214,12 +217,14 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn wait_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
+        let checked = self.race_check(Step::WaitEvent(event as usize), Vec::new, || "cudaStreamWaitEvent".to_owned())?;
         match self.enter()? {
             None => driver::stream_wait_event(self.raw, event, flags),
             // SAFETY: `event` is live, `raw` a special handle; `flags` is one of CUDA's wait
             // flags.
             Some(_current) => check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent"),
         }
+        .map(|()| checked.enqueued())
     }
 
     /// Makes later work on this stream wait for the work enqueued on `other` so far. Costs one
@@ -260,7 +265,7 @@ impl StreamRef {
                 Some(marker) => marker.as_raw(),
                 None => markers[slot].insert(Event::internal(other.device)?).as_raw(),
             };
-            if self.builtin().is_none() && other.builtin().is_none() {
+            if self.builtin().is_none() && other.builtin().is_none() && !race::tracking() {
                 // Two real handles: no context to make current, one check for both calls.
                 refuse_inside_host_fn()?;
                 return driver::record_then_wait(marker, other.raw, self.raw);

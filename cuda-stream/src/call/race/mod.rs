@@ -40,6 +40,7 @@ pub(crate) mod model;
 
 pub use crate::ffi::race_report::{AccessKind, RaceAccess, RaceKind, RaceReport};
 
+
 use self::model::{Model, Origin, Pending, Space, Step, StreamKey, Use};
 use crate::ffi::error::{Error, Result};
 use std::cell::RefCell;
@@ -226,6 +227,43 @@ fn report(mode: RaceMode, races: Vec<RaceReport>) {
     }
 }
 
+/// Memory of a stream's device that an operation reads or writes: declared for a typed
+/// launch ([`LaunchConfig::accesses`](crate::LaunchConfig::accesses)) or for work the crate
+/// cannot see ([`StreamRef::declare_accesses`](crate::StreamRef::declare_accesses)).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Access {
+    address: u64,
+    bytes: u64,
+    kind: AccessKind,
+}
+
+impl Access {
+    /// Reads `len` elements at `pointer`.
+    pub fn read<T>(pointer: *const T, len: usize) -> Access {
+        Access::of(pointer, len, AccessKind::Read)
+    }
+
+    /// Writes (or reads and writes) `len` elements at `pointer`.
+    pub fn write<T>(pointer: *const T, len: usize) -> Access {
+        Access::of(pointer, len, AccessKind::Write)
+    }
+
+    /// `bytes` bytes at device address `address`, accessed as `kind`.
+    pub fn bytes(address: u64, bytes: u64, kind: AccessKind) -> Access {
+        Access { address, bytes, kind }
+    }
+
+    fn of<T>(pointer: *const T, len: usize, kind: AccessKind) -> Access {
+        let bytes = (len as u64).saturating_mul(size_of::<T>() as u64);
+        Access { address: pointer as u64, bytes, kind }
+    }
+
+    /// The access as a use of memory in `space`.
+    pub(crate) fn on(self, space: Space) -> Use {
+        Use { space, address: self.address, bytes: self.bytes, kind: self.kind }
+    }
+}
+
 /// An operation the detector checked, to be recorded once CUDA took it ([`Checked::enqueued`]).
 #[must_use]
 pub(crate) struct Checked {
@@ -233,8 +271,15 @@ pub(crate) struct Checked {
 }
 
 impl Checked {
+    /// Nothing to record: the detector is off, or the operation goes into a capture.
+    #[inline(always)]
+    pub(crate) fn none() -> Checked {
+        Checked { pending: None }
+    }
+
     /// Records the operation in the model: CUDA accepted it. Dropped without this (CUDA
     /// refused the operation), the model does not see it.
+    #[inline(always)]
     pub(crate) fn enqueued(self) {
         if let Some((pending, uses, origin)) = self.pending {
             live_model().commit(pending, &uses, origin);
@@ -256,7 +301,7 @@ pub(crate) fn check(
     operation: impl FnOnce() -> String,
 ) -> Result<Checked> {
     if !tracking() {
-        return Ok(Checked { pending: None });
+        return Ok(Checked::none());
     }
     check_slow(stream(), step, uses(), operation())
 }

@@ -1,0 +1,80 @@
+//! What a stream tells the race detector ([`race`](crate::race)): which stream an operation
+//! is on, and the accesses you declare for work the crate cannot see.
+
+use super::{Builtin, StreamRef};
+use crate::call::race::model::{Space, Step, StreamClass, StreamKey, Use};
+use crate::call::race::{self, Access, Checked};
+use crate::ffi::error::Result;
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::stream::capture_status::CaptureStatus;
+
+impl StreamRef {
+    /// This stream as the detector knows it.
+    pub(crate) fn race_key(&self) -> StreamKey {
+        let (device, handle, thread) = self.identity();
+        let class = match (self.builtin().map(Builtin::canonical), self.non_blocking) {
+            (Some(Builtin::Legacy), _) => StreamClass::Legacy,
+            (Some(_), _) | (None, Some(false)) => StreamClass::Blocking,
+            // Non-blocking, or flags unknown (a borrowed stream): no implicit order assumed.
+            (None, _) => StreamClass::NonBlocking,
+        };
+        StreamKey { device: device.ordinal(), handle, thread, class }
+    }
+
+    /// Checks operation `step` about to be enqueued here, with the accesses `uses` makes (see
+    /// [`race::check`]). Work enqueued into a capture is not checked: it runs when the graph
+    /// is launched. One relaxed load while the detector is off.
+    ///
+    /// # Errors
+    /// [`Error::Race`](crate::Error::Race) under [`RaceMode::Fail`](race::RaceMode::Fail).
+    #[inline(always)]
+    pub(crate) fn race_check(
+        &self,
+        step: Step,
+        uses: impl FnOnce() -> Vec<Use>,
+        operation: impl FnOnce() -> String,
+    ) -> Result<Checked> {
+        if !race::tracking() || self.is_being_captured() {
+            return Ok(Checked::none());
+        }
+        race::check(|| self.race_key(), step, uses, operation)
+    }
+
+    /// Whether this stream is capturing now, as far as the detector needs to know (a status
+    /// that cannot be read counts as capturing: nothing is recorded).
+    #[cold]
+    fn is_being_captured(&self) -> bool {
+        self.may_be_captured_now() && self.capture_status().map_or(true, |status| status != CaptureStatus::None)
+    }
+
+    /// The host saw everything enqueued here so far complete (a synchronize, a query that
+    /// answered true): later work on any stream comes after it.
+    #[inline(always)]
+    pub(crate) fn race_seen_complete(&self) {
+        race::update(|model| model.stream_synchronized(&self.race_key()));
+    }
+
+    /// Tells the race detector that work enqueued here (by raw FFI, another library, a kernel
+    /// launched without the crate) accesses `accesses` of this stream's device: it is
+    /// checked against the other streams' accesses of that memory, and later ones against
+    /// it. Enqueues nothing. Call it when the work is enqueued, in the same order as the
+    /// stream's other operations. Costs one relaxed load while the detector is off.
+    ///
+    /// # Errors
+    /// [`Error::Race`](crate::Error::Race) under [`RaceMode::Fail`](race::RaceMode::Fail)
+    /// when the accesses race; [`Error::InsideHostFn`](crate::Error::InsideHostFn); the
+    /// per-thread stream's [`Error::WrongThread`](crate::Error::WrongThread) on another
+    /// thread.
+    pub fn declare_accesses(&self, operation: &str, accesses: &[Access]) -> Result<()> {
+        refuse_inside_host_fn()?;
+        let _current = self.enter_to_read()?;
+        self.race_check(Step::Work, || self.race_uses(accesses), || operation.to_owned())?.enqueued();
+        Ok(())
+    }
+
+    /// `accesses` as uses of this stream's device memory.
+    pub(crate) fn race_uses(&self, accesses: &[Access]) -> Vec<Use> {
+        let space = Space::Device(self.device().ordinal());
+        accesses.iter().map(|access| access.on(space)).collect()
+    }
+}
