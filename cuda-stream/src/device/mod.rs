@@ -5,8 +5,8 @@
 
 pub(crate) mod keep_alive;
 
-use crate::call::race;
 use crate::call::live_captures;
+use crate::call::race;
 use crate::call::sync_debug::{self, SyncKind};
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};

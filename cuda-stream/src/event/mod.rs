@@ -257,8 +257,7 @@ impl Event {
     pub fn query(&self) -> Result<bool> {
         let done = self.query_checked()?;
         if done {
-            // The host saw the work before the last record complete (the race detector).
-            race::update(|model| model.event_synchronized(self.raw as usize));
+            self.race_seen_complete();
         }
         Ok(done)
     }
@@ -320,7 +319,16 @@ impl Event {
     /// Blocks until the work before the last record has completed, after the caller made the
     /// checks of [`Event::synchronize`] itself, before it recorded the event.
     pub(crate) fn synchronize_checked_earlier(&self) -> Result<()> {
-        crate::ffi::driver::event_synchronize(self.raw)
+        crate::ffi::driver::event_synchronize(self.raw)?;
+        self.race_seen_complete();
+        Ok(())
+    }
+
+    /// The host saw the work before the last record complete: later work on any stream comes
+    /// after it, to the race detector.
+    #[inline(always)]
+    fn race_seen_complete(&self) {
+        race::update(|model| model.event_synchronized(self.raw as usize));
     }
 
     /// The GPU time from `start` to this event, or `None` while either has not completed

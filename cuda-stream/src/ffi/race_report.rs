@@ -82,7 +82,8 @@ impl PartialEq for RaceReport {
     /// The same pair of operations on the same streams and memory (backtraces aside).
     fn eq(&self, other: &RaceReport) -> bool {
         let same = |a: &RaceAccess, b: &RaceAccess| {
-            (&a.operation, a.kind, &a.stream, a.address, a.bytes) == (&b.operation, b.kind, &b.stream, b.address, b.bytes)
+            (&a.operation, a.kind, &a.stream, a.address, a.bytes)
+                == (&b.operation, b.kind, &b.stream, b.address, b.bytes)
         };
         self.kind == other.kind && same(&self.earlier, &other.earlier) && same(&self.later, &other.later)
     }

@@ -19,8 +19,8 @@
 pub mod capture;
 pub mod conditional;
 
-use crate::call::race::model::Step;
 use crate::call::capture_mode::{Relaxed, with_thread_mode};
+use crate::call::race::model::Step;
 use crate::device::Device;
 use crate::device::same_device;
 use crate::ffi::error::{Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check};

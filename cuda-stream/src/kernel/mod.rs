@@ -195,9 +195,8 @@ impl<A: KernelArgs> Kernel<A> {
             self.check_signature(stream.device())?;
         }
         config.check(stream.device())?;
-        let race_check = || {
-            stream.race_check(Step::Work, || stream.race_uses(config.declared_accesses()), || self.name.to_owned())
-        };
+        let race_check =
+            || stream.race_check(Step::Work, || stream.race_uses(config.declared_accesses()), || self.name.to_owned());
         match config.launch_completion_event() {
             None => {
                 let checked = race_check()?;

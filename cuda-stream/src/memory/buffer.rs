@@ -7,6 +7,8 @@ use super::uses::{Hold, Touched, Uses, ordered_use, refuse_capture};
 use super::{DeviceCopy, byte_size, same_length};
 use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures::{self, no_capture_transitions};
+use crate::call::race::model::{Space, Step, Use};
+use crate::call::race::{Access, AccessKind};
 use crate::call::sync_debug::{self, SyncKind};
 use crate::device::{Device, same_device};
 use crate::event::Event;
@@ -294,12 +296,19 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
                 return copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
             }
             let _current = stream.enter_runtime()?;
+            let uses = || {
+                vec![
+                    Access::bytes(from as u64, bytes as u64, AccessKind::Read).on(Space::Device(from_device.ordinal())),
+                    Access::bytes(to as u64, bytes as u64, AccessKind::Write).on(Space::Device(to_device.ordinal())),
+                ]
+            };
+            let checked = stream.race_check(Step::Work, uses, || "cudaMemcpyPeerAsync".to_owned())?;
             // SAFETY: two live allocations of `bytes` on their devices, the ordinals of those
             // devices; a live stream of one of them.
             let code = unsafe {
                 sys::cudaMemcpyPeerAsync(to, to_device.ordinal(), from, from_device.ordinal(), bytes, stream.as_raw())
             };
-            check(code, "cudaMemcpyPeerAsync")
+            check(code, "cudaMemcpyPeerAsync").map(|()| checked.enqueued())
         })
     }
 
@@ -315,11 +324,16 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
         self.ordered(stream, || {
             let _current = stream.enter_runtime()?;
+            let checked = stream.race_check(
+                Step::Work,
+                || vec![self.race_use(AccessKind::Write)],
+                || "cudaMemsetAsync".to_owned(),
+            )?;
             // SAFETY: a live allocation of `bytes()` bytes; a live stream of its device.
             let code = unsafe {
                 sys::cudaMemsetAsync(self.ptr.as_ptr().cast(), i32::from(byte), self.bytes(), stream.as_raw())
             };
-            check(code, "cudaMemsetAsync")
+            check(code, "cudaMemsetAsync").map(|()| checked.enqueued())
         })
     }
 
@@ -444,6 +458,16 @@ struct Copied {
 
 /// `bytes` on `stream`, from `pool` or the device's current pool, in the stream's order.
 fn allocate_on(stream: &StreamRef, bytes: usize, pool: Option<&MemPool>) -> Result<*mut c_void> {
+    let ptr = allocate_raw(stream, bytes, pool)?;
+    stream.race_allocated(
+        ptr as u64,
+        bytes as u64,
+        if pool.is_some() { "cudaMallocFromPoolAsync" } else { "cudaMallocAsync" },
+    );
+    Ok(ptr)
+}
+
+fn allocate_raw(stream: &StreamRef, bytes: usize, pool: Option<&MemPool>) -> Result<*mut c_void> {
     match stream.enter()? {
         // A real handle carries its context: the driver allocates on its device from any
         // thread, with no context made current.
@@ -474,10 +498,37 @@ fn copy_async(
     kind: sys::cudaMemcpyKind,
 ) -> Result<()> {
     let _current = stream.enter_runtime()?;
+    let checked = stream.race_check(
+        Step::Work,
+        || copy_uses(stream.device(), to, from, bytes, kind),
+        || "cudaMemcpyAsync".to_owned(),
+    )?;
     // SAFETY: the callers pass `bytes` valid bytes at both addresses, of the kinds `kind`
     // names, alive until the copy has completed (device buffers by the stream order, host
     // memory by a wait or a pinned buffer's record); a live stream.
     check(unsafe { sys::cudaMemcpyAsync(to, from, bytes, kind, stream.as_raw()) }, "cudaMemcpyAsync")
+        .map(|()| checked.enqueued())
+}
+
+/// What a copy of `bytes` from `from` to `to` reads and writes, for the race detector (host
+/// memory in the host's space, device memory in `device`'s).
+fn copy_uses(
+    device: Device,
+    to: *mut c_void,
+    from: *const c_void,
+    bytes: usize,
+    kind: sys::cudaMemcpyKind,
+) -> Vec<Use> {
+    let on_device = Space::Device(device.ordinal());
+    let (to_space, from_space) = match kind {
+        sys::cudaMemcpyKind::cudaMemcpyHostToDevice => (on_device, Space::Host),
+        sys::cudaMemcpyKind::cudaMemcpyDeviceToHost => (Space::Host, on_device),
+        _ => (on_device, on_device),
+    };
+    vec![
+        Access::bytes(from as u64, bytes as u64, AccessKind::Read).on(from_space),
+        Access::bytes(to as u64, bytes as u64, AccessKind::Write).on(to_space),
+    ]
 }
 
 impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
@@ -511,16 +562,43 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         if self.uses.home_waits_for_others(&home).is_err() {
             return;
         }
+        // Refused by the race detector (a use it was told of may still run): leaked.
+        let Ok(checked) =
+            home.race_check(Step::Work, || vec![self.race_use(AccessKind::Free)], || "cudaFreeAsync".to_owned())
+        else {
+            return;
+        };
         let (address, raw) = (self.ptr.as_ptr().cast::<c_void>(), home.as_raw());
         // Memory this buffer allocated and nothing else frees; every use this crate enqueued
         // is ordered before this point of the home stream. On failure the memory is leaked.
-        let _ = match home.enter() {
+        let freed = match home.enter() {
             // SAFETY: as above; a live real stream.
             Ok(None) => unsafe { driver::mem_free_async(address, raw) },
             // SAFETY: as above; a special handle of the current device.
             Ok(Some(_current)) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
             Err(_) => return,
         };
+        if freed.is_ok() {
+            checked.enqueued();
+        }
+    }
+}
+
+impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
+    /// The whole buffer as a use of `kind`, for the race detector.
+    fn race_use(&self, kind: AccessKind) -> Use {
+        Access::bytes(self.ptr.as_ptr() as u64, self.bytes() as u64, kind).on(Space::Device(self.device.ordinal()))
+    }
+
+    /// The whole buffer read, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses)
+    /// and [`StreamRef::declare_accesses`](crate::StreamRef::declare_accesses).
+    pub fn read_access(&self) -> Access {
+        Access::read(self.as_ptr(), self.len)
+    }
+
+    /// The whole buffer written, as [`DeviceBuffer::read_access`].
+    pub fn write_access(&self) -> Access {
+        Access::write(self.as_ptr(), self.len)
     }
 }
 

@@ -4,6 +4,7 @@
 use super::{DeviceCopy, byte_size};
 use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures;
+use crate::call::race::{self, AccessKind, HostAccess};
 use crate::call::sync_debug::{self, SyncKind};
 use crate::device::Device;
 use crate::event::Event;
@@ -97,6 +98,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
     /// The errors of [`Event::synchronize`] (a fault in the copies' streams).
     pub fn as_slice(&mut self) -> Result<&[T]> {
         self.settle()?;
+        self.race_host_access("PinnedBuffer::as_slice", AccessKind::Read)?;
         // SAFETY: `len` initialized elements this buffer owns; no copy is in flight, and
         // `&mut self` keeps new ones out while the slice lives.
         Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
@@ -108,8 +110,20 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
     /// As [`PinnedBuffer::as_slice`].
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
         self.settle()?;
+        self.race_host_access("PinnedBuffer::as_mut_slice", AccessKind::Write)?;
         // SAFETY: as in `as_slice`, and the slice is the only access.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// Tells the race detector of a host access of the whole buffer (after [`Self::settle`],
+    /// so the copies this buffer knows of are complete to it).
+    #[inline(always)]
+    fn race_host_access(&self, operation: &str, kind: AccessKind) -> Result<()> {
+        if !race::tracking() {
+            return Ok(());
+        }
+        let whole = HostAccess { address: self.ptr.as_ptr().cast(), bytes: self.len * size_of::<T>(), kind };
+        race::host_access(operation, &[whole])
     }
 
     pub(crate) fn as_ptr(&self) -> *const T {

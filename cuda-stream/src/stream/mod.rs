@@ -27,8 +27,8 @@ pub(crate) mod record;
 pub use self::as_stream::AsStream;
 
 use crate::call::live;
-use crate::call::race;
 use crate::call::live_captures;
+use crate::call::race;
 use crate::call::sync_debug::{self, SyncKind};
 use crate::call::thread::thread_identity;
 use crate::device::same_device;

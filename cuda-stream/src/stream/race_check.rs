@@ -3,7 +3,7 @@
 
 use super::{Builtin, StreamRef};
 use crate::call::race::model::{Space, Step, StreamClass, StreamKey, Use};
-use crate::call::race::{self, Access, Checked};
+use crate::call::race::{self, Access, AccessKind, Checked};
 use crate::ffi::error::Result;
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::capture_status::CaptureStatus;
@@ -44,7 +44,7 @@ impl StreamRef {
     /// that cannot be read counts as capturing: nothing is recorded).
     #[cold]
     fn is_being_captured(&self) -> bool {
-        self.may_be_captured_now() && self.capture_status().map_or(true, |status| status != CaptureStatus::None)
+        self.may_be_captured_now() && self.capture_status() != Ok(CaptureStatus::None)
     }
 
     /// The host saw everything enqueued here so far complete (a synchronize, a query that
@@ -70,6 +70,13 @@ impl StreamRef {
         let _current = self.enter_to_read()?;
         self.race_check(Step::Work, || self.race_uses(accesses), || operation.to_owned())?.enqueued();
         Ok(())
+    }
+
+    /// `bytes` bytes at `address` of this stream's device were allocated here (stream-ordered).
+    #[inline(always)]
+    pub(crate) fn race_allocated(&self, address: u64, bytes: u64, operation: &str) {
+        let space = Space::Device(self.device().ordinal());
+        race::allocated(|| self.race_key(), || Access::bytes(address, bytes, AccessKind::Write).on(space), operation);
     }
 
     /// `accesses` as uses of this stream's device memory.

@@ -6,8 +6,8 @@
 use super::capture_node::{Added, CaptureNode, add_to_capture};
 use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
 use super::{AsStream, Builtin, StreamRef};
-use crate::call::race::{self, model::Step};
 use crate::call::live_captures::{self, no_capture_transitions};
+use crate::call::race::{self, model::Step};
 use crate::call::uncaptured_calls;
 use crate::device::same_device;
 use crate::event::{Event, EventFlags};
@@ -217,7 +217,8 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn wait_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        let checked = self.race_check(Step::WaitEvent(event as usize), Vec::new, || "cudaStreamWaitEvent".to_owned())?;
+        let checked =
+            self.race_check(Step::WaitEvent(event as usize), Vec::new, || "cudaStreamWaitEvent".to_owned())?;
         match self.enter()? {
             None => driver::stream_wait_event(self.raw, event, flags),
             // SAFETY: `event` is live, `raw` a special handle; `flags` is one of CUDA's wait

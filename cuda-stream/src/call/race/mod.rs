@@ -40,7 +40,6 @@ pub(crate) mod model;
 
 pub use crate::ffi::race_report::{AccessKind, RaceAccess, RaceKind, RaceReport};
 
-
 use self::model::{Model, Origin, Pending, Space, Step, StreamKey, Use};
 use crate::ffi::error::{Error, Result};
 use std::cell::RefCell;
@@ -177,8 +176,11 @@ pub(crate) fn tracking() -> bool {
 /// The calling thread's mode.
 fn this_threads_mode() -> RaceMode {
     let state = STATE.load(Ordering::Acquire);
-    let scoped =
-        if state >= SCOPE { SCOPES.try_with(|scopes| scopes.borrow().last().map(|(mode, _)| *mode)).ok().flatten() } else { None };
+    let scoped = if state >= SCOPE {
+        SCOPES.try_with(|scopes| scopes.borrow().last().map(|(mode, _)| *mode)).ok().flatten()
+    } else {
+        None
+    };
     scoped.unwrap_or(decode(state))
 }
 
@@ -368,6 +370,16 @@ pub fn host_access(operation: &str, accesses: &[HostAccess]) -> Result<()> {
     }
     model.host_commit(&uses, origin);
     Ok(())
+}
+
+/// Memory allocated on `stream` by `operation` (stream-ordered: a write of all of it there):
+/// its history starts here, and reports name this allocation.
+#[inline(always)]
+pub(crate) fn allocated(stream: impl FnOnce() -> StreamKey, allocation: impl FnOnce() -> Use, operation: &str) {
+    if tracking() {
+        let origin = Arc::new(Origin::here(operation));
+        live_model().allocated(&stream(), allocation(), origin);
+    }
 }
 
 /// Runs `update` on the model while the detector is on.

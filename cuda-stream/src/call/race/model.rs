@@ -58,7 +58,9 @@ impl StreamKey {
     fn label(&self) -> String {
         match self.class {
             StreamClass::Legacy => format!("the legacy stream of device {}", self.device),
-            _ if self.thread != 0 => format!("the per-thread stream of thread {} (device {})", self.thread, self.device),
+            _ if self.thread != 0 => {
+                format!("the per-thread stream of thread {} (device {})", self.thread, self.device)
+            }
             _ => format!("stream {:#x} (device {})", self.handle, self.device),
         }
     }
@@ -176,8 +178,13 @@ impl Model {
         if !self.streams.contains_key(key) {
             let index = self.labels.len();
             self.labels.push(key.label());
-            let state =
-                StreamState { index, class: key.class, device: key.device, clock: Clock::default(), at_last_work: None };
+            let state = StreamState {
+                index,
+                class: key.class,
+                device: key.device,
+                clock: Clock::default(),
+                at_last_work: None,
+            };
             self.streams.insert(key.clone(), state);
         }
         self.streams.get_mut(key).expect("inserted above")
@@ -293,11 +300,16 @@ impl Model {
         self.events.remove(&event);
     }
 
-    /// Memory `[address, address + bytes)` of `space` was allocated by `origin`: older
-    /// histories of those bytes end.
-    pub(crate) fn allocated(&mut self, space: Space, address: u64, bytes: u64, allocation: RaceAccess) {
-        self.forget_memory(space, address, bytes);
-        self.memory.insert((space, address), Memory { bytes, allocation: Some(allocation), by_stream: BTreeMap::new() });
+    /// Memory `allocation` names was allocated on `key` by `origin` (a write of all of it, in
+    /// the stream's order): older histories of those bytes end.
+    pub(crate) fn allocated(&mut self, key: &StreamKey, allocation: Use, origin: Arc<Origin>) {
+        self.forget_memory(allocation.space, allocation.address, allocation.bytes);
+        let index = self.stream(key).index;
+        let description = self.describe(index, &allocation, &origin);
+        let memory = Memory { bytes: allocation.bytes, allocation: Some(description), by_stream: BTreeMap::new() };
+        self.memory.insert((allocation.space, allocation.address), memory);
+        let pending = self.check(key, Step::Work, &[allocation], &origin);
+        self.commit(pending, &[allocation], origin);
     }
 
     /// The histories of memory overlapping `[address, address + bytes)` end (it was freed).

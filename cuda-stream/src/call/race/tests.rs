@@ -59,7 +59,10 @@ fn the_legacy_stream_orders_blocking_streams_and_not_non_blocking_ones() {
     let mut m = Model::default();
     op(&mut m, &blocking, Step::Work, &[buffer(AccessKind::Write)]);
     assert!(op(&mut m, &legacy, Step::Work, &[buffer(AccessKind::Write)]).is_empty(), "legacy waits for blocking work");
-    assert!(op(&mut m, &blocking, Step::Work, &[buffer(AccessKind::Read)]).is_empty(), "blocking waits for legacy work");
+    assert!(
+        op(&mut m, &blocking, Step::Work, &[buffer(AccessKind::Read)]).is_empty(),
+        "blocking waits for legacy work"
+    );
     let races = op(&mut m, &free, Step::Work, &[buffer(AccessKind::Write)]);
     assert_eq!(races.len(), 3, "the non-blocking stream follows none of the three: {races:?}");
     assert_eq!(races.iter().filter(|kind| **kind == RaceKind::ReadWrite).count(), 1);
