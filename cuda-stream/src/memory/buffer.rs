@@ -7,7 +7,7 @@ use super::uses::{Hold, Touched, Uses, ordered_use, refuse_capture};
 use super::{DeviceCopy, byte_size, same_length};
 use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures::{self, no_capture_transitions};
-use crate::call::race::model::{Space, Step, Use};
+use crate::call::race::model::{Step, Use};
 use crate::call::race::{Access, AccessKind};
 use crate::call::sync_debug::{self, SyncKind};
 use crate::device::{Device, same_device};
@@ -298,8 +298,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             let _current = stream.enter_runtime()?;
             let uses = || {
                 vec![
-                    Access::bytes(from as u64, bytes as u64, AccessKind::Read).on(Space::Device(from_device.ordinal())),
-                    Access::bytes(to as u64, bytes as u64, AccessKind::Write).on(Space::Device(to_device.ordinal())),
+                    Access::bytes(from as u64, bytes as u64, AccessKind::Read).as_use(),
+                    Access::bytes(to as u64, bytes as u64, AccessKind::Write).as_use(),
                 ]
             };
             let checked = stream.race_check(Step::Work, uses, || "cudaMemcpyPeerAsync".to_owned())?;
@@ -498,11 +498,7 @@ fn copy_async(
     kind: sys::cudaMemcpyKind,
 ) -> Result<()> {
     let _current = stream.enter_runtime()?;
-    let checked = stream.race_check(
-        Step::Work,
-        || copy_uses(stream.device(), to, from, bytes, kind),
-        || "cudaMemcpyAsync".to_owned(),
-    )?;
+    let checked = stream.race_check(Step::Work, || copy_uses(to, from, bytes), || "cudaMemcpyAsync".to_owned())?;
     // SAFETY: the callers pass `bytes` valid bytes at both addresses, of the kinds `kind`
     // names, alive until the copy has completed (device buffers by the stream order, host
     // memory by a wait or a pinned buffer's record); a live stream.
@@ -510,24 +506,11 @@ fn copy_async(
         .map(|()| checked.enqueued())
 }
 
-/// What a copy of `bytes` from `from` to `to` reads and writes, for the race detector (host
-/// memory in the host's space, device memory in `device`'s).
-fn copy_uses(
-    device: Device,
-    to: *mut c_void,
-    from: *const c_void,
-    bytes: usize,
-    kind: sys::cudaMemcpyKind,
-) -> Vec<Use> {
-    let on_device = Space::Device(device.ordinal());
-    let (to_space, from_space) = match kind {
-        sys::cudaMemcpyKind::cudaMemcpyHostToDevice => (on_device, Space::Host),
-        sys::cudaMemcpyKind::cudaMemcpyDeviceToHost => (Space::Host, on_device),
-        _ => (on_device, on_device),
-    };
+/// What a copy of `bytes` from `from` to `to` reads and writes, for the race detector.
+fn copy_uses(to: *mut c_void, from: *const c_void, bytes: usize) -> Vec<Use> {
     vec![
-        Access::bytes(from as u64, bytes as u64, AccessKind::Read).on(from_space),
-        Access::bytes(to as u64, bytes as u64, AccessKind::Write).on(to_space),
+        Access::bytes(from as u64, bytes as u64, AccessKind::Read).as_use(),
+        Access::bytes(to as u64, bytes as u64, AccessKind::Write).as_use(),
     ]
 }
 
@@ -587,7 +570,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// The whole buffer as a use of `kind`, for the race detector.
     fn race_use(&self, kind: AccessKind) -> Use {
-        Access::bytes(self.ptr.as_ptr() as u64, self.bytes() as u64, kind).on(Space::Device(self.device.ordinal()))
+        Access::bytes(self.ptr.as_ptr() as u64, self.bytes() as u64, kind).as_use()
     }
 
     /// The whole buffer read, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses)

@@ -2,7 +2,7 @@
 //! is on, and the accesses you declare for work the crate cannot see.
 
 use super::{Builtin, StreamRef};
-use crate::call::race::model::{Space, Step, StreamClass, StreamKey, Use};
+use crate::call::race::model::{Step, StreamClass, StreamKey, Use};
 use crate::call::race::{self, Access, AccessKind, Checked};
 use crate::ffi::error::Result;
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
@@ -55,7 +55,8 @@ impl StreamRef {
     }
 
     /// Tells the race detector that work enqueued here (by raw FFI, another library, a kernel
-    /// launched without the crate) accesses `accesses` of this stream's device: it is
+    /// launched without the crate) accesses `accesses` (device memory, or pinned host memory
+    /// the device reads or writes): it is
     /// checked against the other streams' accesses of that memory, and later ones against
     /// it. Enqueues nothing. Call it when the work is enqueued, in the same order as the
     /// stream's other operations. Costs one relaxed load while the detector is off.
@@ -72,16 +73,14 @@ impl StreamRef {
         Ok(())
     }
 
-    /// `bytes` bytes at `address` of this stream's device were allocated here (stream-ordered).
+    /// `bytes` bytes at `address` were allocated here (stream-ordered).
     #[inline(always)]
     pub(crate) fn race_allocated(&self, address: u64, bytes: u64, operation: &str) {
-        let space = Space::Device(self.device().ordinal());
-        race::allocated(|| self.race_key(), || Access::bytes(address, bytes, AccessKind::Write).on(space), operation);
+        race::allocated(|| self.race_key(), || Access::bytes(address, bytes, AccessKind::Write).as_use(), operation);
     }
 
-    /// `accesses` as uses of this stream's device memory.
+    /// `accesses` as the model's uses.
     pub(crate) fn race_uses(&self, accesses: &[Access]) -> Vec<Use> {
-        let space = Space::Device(self.device().ordinal());
-        accesses.iter().map(|access| access.on(space)).collect()
+        accesses.iter().map(|access| access.as_use()).collect()
     }
 }

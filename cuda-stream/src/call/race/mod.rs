@@ -40,7 +40,7 @@ pub(crate) mod model;
 
 pub use crate::ffi::race_report::{AccessKind, RaceAccess, RaceKind, RaceReport};
 
-use self::model::{Model, Origin, Pending, Space, Step, StreamKey, Use};
+use self::model::{Model, Origin, Pending, Step, StreamKey, Use};
 use crate::ffi::error::{Error, Result};
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -260,9 +260,9 @@ impl Access {
         Access { address: pointer as u64, bytes, kind }
     }
 
-    /// The access as a use of memory in `space`.
-    pub(crate) fn on(self, space: Space) -> Use {
-        Use { space, address: self.address, bytes: self.bytes, kind: self.kind }
+    /// The access as the model's use.
+    pub(crate) fn as_use(self) -> Use {
+        Use { address: self.address, bytes: self.bytes, kind: self.kind }
     }
 }
 
@@ -350,12 +350,7 @@ pub fn host_access(operation: &str, accesses: &[HostAccess]) -> Result<()> {
     }
     let uses: Vec<Use> = accesses
         .iter()
-        .map(|access| Use {
-            space: Space::Host,
-            address: access.address as u64,
-            bytes: access.bytes as u64,
-            kind: access.kind,
-        })
+        .map(|access| Use { address: access.address as u64, bytes: access.bytes as u64, kind: access.kind })
         .collect();
     let mode = this_threads_mode();
     let origin = Arc::new(Origin::here(operation));

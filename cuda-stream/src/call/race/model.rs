@@ -66,17 +66,11 @@ impl StreamKey {
     }
 }
 
-/// Where memory lives: a device's memory, or the host's (pinned buffers).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Space {
-    Device(i32),
-    Host,
-}
-
-/// One access an operation declares: bytes `[address, address + bytes)` of `space`.
+/// One access an operation declares: bytes `[address, address + bytes)`. Addresses are
+/// unified (CUDA's UVA on 64-bit Linux): device memory of every device and pinned host memory
+/// never share an address, so one address space holds them all.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Use {
-    pub(crate) space: Space,
     pub(crate) address: u64,
     pub(crate) bytes: u64,
     pub(crate) kind: AccessKind,
@@ -147,7 +141,7 @@ pub(crate) struct Model {
     labels: Vec<String>,
     events: HashMap<usize, Clock>,
     host: Clock,
-    memory: BTreeMap<(Space, u64), Memory>,
+    memory: BTreeMap<u64, Memory>,
 }
 
 impl Default for Model {
@@ -303,35 +297,35 @@ impl Model {
     /// Memory `allocation` names was allocated on `key` by `origin` (a write of all of it, in
     /// the stream's order): older histories of those bytes end.
     pub(crate) fn allocated(&mut self, key: &StreamKey, allocation: Use, origin: Arc<Origin>) {
-        self.forget_memory(allocation.space, allocation.address, allocation.bytes);
+        self.forget_memory(allocation.address, allocation.bytes);
         let index = self.stream(key).index;
         let description = self.describe(index, &allocation, &origin);
         let memory = Memory { bytes: allocation.bytes, allocation: Some(description), by_stream: BTreeMap::new() };
-        self.memory.insert((allocation.space, allocation.address), memory);
+        self.memory.insert(allocation.address, memory);
         let pending = self.check(key, Step::Work, &[allocation], &origin);
         self.commit(pending, &[allocation], origin);
     }
 
     /// The histories of memory overlapping `[address, address + bytes)` end (it was freed).
-    pub(crate) fn forget_memory(&mut self, space: Space, address: u64, bytes: u64) {
-        let overlapping: Vec<(Space, u64)> = self.overlapping(space, address, bytes).collect();
+    pub(crate) fn forget_memory(&mut self, address: u64, bytes: u64) {
+        let overlapping: Vec<u64> = self.overlapping(address, bytes).collect();
         for key in overlapping {
             self.memory.remove(&key);
         }
     }
 
-    fn overlapping(&self, space: Space, address: u64, bytes: u64) -> impl Iterator<Item = (Space, u64)> + '_ {
+    fn overlapping(&self, address: u64, bytes: u64) -> impl Iterator<Item = u64> + '_ {
         let end = address.saturating_add(bytes);
         self.memory
-            .range((space, 0)..(space, end))
-            .filter(move |((_, start), memory)| start.saturating_add(memory.bytes) > address)
+            .range(..end)
+            .filter(move |(start, memory)| start.saturating_add(memory.bytes) > address)
             .map(|(key, _)| *key)
     }
 
     fn races(&self, index: usize, clock: &Clock, uses: &[Use], origin: &Arc<Origin>) -> Vec<RaceReport> {
         let mut races = Vec::new();
         for access in uses {
-            for key in self.overlapping(access.space, access.address, access.bytes) {
+            for key in self.overlapping(access.address, access.bytes) {
                 let memory = &self.memory[&key];
                 for (&stream, entries) in &memory.by_stream {
                     if stream == index {
@@ -382,16 +376,16 @@ impl Model {
     fn remember(&mut self, index: usize, epoch: u64, uses: &[Use], origin: &Arc<Origin>) {
         for access in uses {
             if access.kind == AccessKind::Free {
-                self.forget_memory(access.space, access.address, access.bytes);
+                self.forget_memory(access.address, access.bytes);
                 continue;
             }
-            let found = self.overlapping(access.space, access.address, access.bytes).next();
+            let found = self.overlapping(access.address, access.bytes).next();
             let home = match found {
                 Some(key) => key,
                 None => {
                     // Bytes the crate did not allocate (raw memory declared by hand): a
                     // history of their own.
-                    let key = (access.space, access.address);
+                    let key = access.address;
                     self.memory.insert(key, Memory { bytes: access.bytes, ..Memory::default() });
                     key
                 }

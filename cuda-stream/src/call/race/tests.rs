@@ -1,6 +1,6 @@
 //! The model alone (no CUDA): each ordering rule, each race class, and what is forgotten.
 
-use super::model::{Model, Origin, Space, Step, StreamClass, StreamKey, Use};
+use super::model::{Model, Origin, Step, StreamClass, StreamKey, Use};
 use super::{AccessKind, RaceKind};
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ fn stream(handle: usize, class: StreamClass) -> StreamKey {
 }
 
 fn buffer(kind: AccessKind) -> Use {
-    Use { space: Space::Device(0), address: 0x1000, bytes: 256, kind }
+    Use { address: 0x1000, bytes: 256, kind }
 }
 
 /// Enqueues `step` with `uses` on `key` and returns the kinds of the races it made.
@@ -99,7 +99,7 @@ fn a_free_races_uses_it_does_not_follow_and_ends_the_history() {
 #[test]
 fn a_host_access_races_device_accesses_the_host_has_not_waited_for() {
     let a = stream(A, StreamClass::NonBlocking);
-    let pinned = Use { space: Space::Host, address: 0x5000, bytes: 64, kind: AccessKind::Write };
+    let pinned = Use { address: 0x5000, bytes: 64, kind: AccessKind::Write };
     let mut m = Model::default();
     op(&mut m, &a, Step::Work, &[pinned]);
     let origin = Arc::new(Origin::unseen("host"));
@@ -117,7 +117,7 @@ fn a_host_access_races_device_accesses_the_host_has_not_waited_for() {
 #[test]
 fn only_overlapping_bytes_conflict_and_reports_name_both_sides() {
     let (a, b) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
-    let first = Use { space: Space::Device(0), address: 0x1000, bytes: 128, kind: AccessKind::Write };
+    let first = Use { address: 0x1000, bytes: 128, kind: AccessKind::Write };
     let second = Use { address: 0x1080, ..first };
     let mut m = Model::default();
     op(&mut m, &a, Step::Work, &[first]);
@@ -129,9 +129,6 @@ fn only_overlapping_bytes_conflict_and_reports_name_both_sides() {
     assert_eq!((races[0].earlier.operation.as_str(), races[0].later.operation.as_str()), ("op", "reader"));
     assert!(races[0].earlier.stream.contains("0xa") && races[0].later.stream.contains("0xb"));
     assert!(races[0].missing_edge.contains("wait_stream"), "{}", races[0].missing_edge);
-    // The other device's memory at the same address is other memory.
-    let elsewhere = Use { space: Space::Device(1), ..whole };
-    assert!(m.check(&b, Step::Work, &[elsewhere], &origin).races.is_empty());
 }
 
 #[test]
