@@ -15,7 +15,8 @@
 
 use crate::HeldStream;
 use crate::{Rng, TagEntry, TagLog};
-use cuda_stream::{BuiltinStream, Device, Event, EventFlags, Result, Stream, StreamOptions};
+use cuda_stream::race::AccessKind;
+use cuda_stream::{Access, BuiltinStream, Device, Event, EventFlags, Result, Stream, StreamOptions};
 use std::fmt;
 use std::time::Duration;
 
@@ -212,12 +213,84 @@ impl Program {
     }
 }
 
+/// How a kernel step of a program uses memory, for the race detector's cross-check: one of
+/// [`BUFFERS`] buffers, read or written.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct KernelAccess {
+    /// Which buffer.
+    pub buffer: usize,
+    /// Whether it writes it.
+    pub writes: bool,
+}
+
+/// How many buffers the kernels of a program access.
+pub const BUFFERS: usize = 3;
+
 impl Program {
+    /// What each step accesses: kernels one buffer each, read or written (drawn from the seed,
+    /// apart from the program's steps); other steps nothing.
+    pub fn accesses(&self) -> Vec<Option<KernelAccess>> {
+        let mut rng = Rng::new(self.seed ^ 0x5eed_acce55);
+        self.ops
+            .iter()
+            .map(|op| {
+                let (buffer, writes) = (rng.below(BUFFERS), rng.below(2) == 0);
+                matches!(op, Op::Kernel { .. }).then_some(KernelAccess { buffer, writes })
+            })
+            .collect()
+    }
+
+    /// The pairs of steps (earlier, later) whose accesses conflict (one buffer, one of them
+    /// writes) and that [`Program::happens_before`] does not order: what CUDA may reorder.
+    pub fn unordered_conflicts(&self) -> std::collections::BTreeSet<(usize, usize)> {
+        let before = self.happens_before();
+        let accesses = self.accesses();
+        let mut pairs = std::collections::BTreeSet::new();
+        for (later, b) in accesses.iter().enumerate() {
+            for (earlier, a) in accesses[..later].iter().enumerate() {
+                let conflict = match (a, b) {
+                    (Some(a), Some(b)) => a.buffer == b.buffer && (a.writes || b.writes),
+                    _ => false,
+                };
+                if conflict && !before[later][earlier] {
+                    pairs.insert((earlier, later));
+                }
+            }
+        }
+        pairs
+    }
+
     /// Runs the program on `device` and returns the GPU's log of its kernels.
     ///
     /// # Errors
     /// CUDA's errors (none are expected: every step is valid).
     pub fn run(&self, device: Device) -> Result<Vec<TagEntry>> {
+        let log = TagLog::new(self.ops.len() as u32)?;
+        self.run_with(device, |stream, index, spin| crate::tag(stream, &log, index as u32, spin))?;
+        Ok(log.entries())
+    }
+
+    /// Runs the program on `device` with each kernel step replaced by a declaration of its
+    /// access to the race detector ([`StreamRef::declare_accesses`], named `step N`), at
+    /// addresses `base` + 4 KiB per buffer. Nothing touches memory.
+    ///
+    /// # Errors
+    /// CUDA's errors (none are expected: every step is valid).
+    pub fn run_declared(&self, device: Device, base: u64) -> Result<()> {
+        let accesses = self.accesses();
+        self.run_with(device, |stream, index, _| {
+            let access = accesses[index].expect("a kernel step");
+            let address = base + access.buffer as u64 * 4096;
+            let kind = if access.writes { AccessKind::Write } else { AccessKind::Read };
+            stream.declare_accesses(&format!("step {index}"), &[Access::bytes(address, 256, kind)])
+        })
+    }
+
+    fn run_with(
+        &self,
+        device: Device,
+        mut kernel: impl FnMut(&HeldStream, usize, Duration) -> Result<()>,
+    ) -> Result<()> {
         let mut streams: Vec<HeldStream> = self
             .streams
             .iter()
@@ -230,12 +303,10 @@ impl Program {
             .collect::<Result<_>>()?;
         let events: Vec<Event> =
             (0..self.events).map(|_| Event::new(device, EventFlags::default())).collect::<Result<_>>()?;
-        let log = TagLog::new(self.ops.len() as u32)?;
         for (index, op) in self.ops.iter().enumerate() {
             match *op {
                 Op::Kernel { stream, spin_us } => {
-                    let spin = Duration::from_micros(u64::from(spin_us));
-                    crate::tag(&streams[stream], &log, index as u32, spin)?;
+                    kernel(&streams[stream], index, Duration::from_micros(u64::from(spin_us)))?;
                 }
                 Op::Record { stream, event } => streams[stream].record(&events[event])?,
                 Op::WaitEvent { stream, event } => streams[stream].wait_event(&events[event])?,
@@ -246,8 +317,7 @@ impl Program {
                 Op::Synchronize { stream } => streams[stream].synchronize()?,
             }
         }
-        device.synchronize()?;
-        Ok(log.entries())
+        device.synchronize()
     }
 
     /// Shrinks a failing program: drops steps one at a time while `fails` still says it fails,

@@ -1,0 +1,210 @@
+//! The race detector on the GPU (`cuda_stream::race`): each race class with a kernel that
+//! shows the race is real, the same program with the missing edge added passing silently, the
+//! refusal under `RaceMode::Fail` (nothing enqueued), and the cross-check against the ordering
+//! model: over random programs of streams, events, waits, host functions, synchronizes and
+//! declared accesses, the detector reports exactly the conflicting pairs the model says CUDA
+//! may reorder.
+//!
+//! `CUDA_STREAM_MODEL_PROGRAMS` (default 1000) programs for the cross-check.
+
+use cuda_stream::race::{Access, AccessKind, RaceKind, RaceMode, RaceReport, race_scope};
+use cuda_stream::{DeviceBuffer, Error, LaunchConfig, PinnedBuffer, StreamRef};
+use cuda_stream_tests::ordering_model::Program;
+use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, spin_copy};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const N: usize = 1 << 16;
+const SPIN: Duration = Duration::from_millis(50);
+
+cuda_stream::kernel! {
+    /// `y = a * x + y` over `n` elements.
+    static SAXPY = fn cs_saxpy(a: f32, x: *const f32, y: *mut f32, n: u32);
+}
+
+/// Launches a kernel on `stream` that spins for [`SPIN`], then copies `source` into
+/// `destination`, declaring both accesses to the detector.
+fn slow_copy(stream: &StreamRef, source: *const u32, destination: *mut u32) -> cuda_stream::Result<()> {
+    stream.declare_accesses("slow copy", &[Access::read(source, N), Access::write(destination, N)])?;
+    // SAFETY: both are device (or mapped pinned) addresses of N u32s that outlive the kernel:
+    // every test synchronizes before they drop.
+    unsafe { spin_copy(stream, source, destination, N, SPIN) }
+}
+
+fn kinds(reports: &[RaceReport]) -> Vec<RaceKind> {
+    reports.iter().map(|report| report.kind).collect()
+}
+
+#[test]
+fn a_read_on_another_stream_races_a_kernel_still_writing_and_wait_stream_orders_it() {
+    let device = gpu_or_skip!();
+    let (home, writer, reader) =
+        (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let source = DeviceBuffer::from_slice(&home, &vec![7u32; N]).unwrap();
+    let mut target = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    home.synchronize().unwrap();
+    let scope = race_scope(RaceMode::Report);
+    // The writer stream is one the buffer does not know: its kernel gets a raw pointer.
+    slow_copy(&writer, source.as_ptr(), target.as_mut_ptr()).unwrap();
+    let mut seen = vec![0u32; N];
+    target.copy_to_slice(&reader, &mut seen).unwrap();
+    let reports = scope.take_reports();
+    assert_eq!(kinds(&reports), [RaceKind::WriteRead], "{reports:#?}");
+    let report = &reports[0];
+    assert_eq!((report.earlier.operation.as_str(), report.later.operation.as_str()), ("slow copy", "cudaMemcpyAsync"));
+    assert!(report.missing_edge.contains("wait_stream"), "{}", report.missing_edge);
+    assert_eq!(report.allocation.as_ref().map(|a| a.operation.as_str()), Some("cudaMallocAsync"));
+    if cuda_stream_tests::concurrency_visible() {
+        // The race is real: the copy read the target before the kernel wrote it.
+        assert!(seen.iter().all(|&v| v == 0), "the unordered copy ran first");
+    }
+    writer.synchronize().unwrap();
+
+    // The same with the edge: silent, and the copy sees the kernel's writes.
+    target.fill_bytes(&home, 0).unwrap();
+    home.synchronize().unwrap();
+    slow_copy(&writer, source.as_ptr(), target.as_mut_ptr()).unwrap();
+    reader.wait_stream(&writer).unwrap();
+    target.copy_to_slice(&reader, &mut seen).unwrap();
+    assert_eq!(scope.take_reports(), []);
+    assert!(seen.iter().all(|&v| v == 7));
+}
+
+#[test]
+fn fail_mode_refuses_the_racing_operation_before_it_is_enqueued() {
+    let device = gpu_or_skip!();
+    let (home, writer) = (non_blocking_stream(device), non_blocking_stream(device));
+    let source = DeviceBuffer::from_slice(&home, &vec![3u32; N]).unwrap();
+    let mut target = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    home.synchronize().unwrap();
+    let scope = race_scope(RaceMode::Fail);
+    slow_copy(&writer, source.as_ptr(), target.as_mut_ptr()).unwrap();
+    // A fill on the home stream would overwrite the kernel's output at any moment.
+    match target.fill_bytes(&home, 0xff) {
+        Err(Error::Race(report)) => {
+            assert_eq!(report.kind, RaceKind::WriteWrite);
+            assert!(report.to_string().contains("slow copy"), "{report}");
+        }
+        other => panic!("expected Error::Race, got {other:?}"),
+    }
+    writer.synchronize().unwrap();
+    // Refused before CUDA saw it: the kernel's 3s are all there.
+    home.wait_stream(&writer).unwrap();
+    assert!(target.to_vec().unwrap().iter().all(|&v| v == 3));
+    // Ordered now (the host synchronized the writer): allowed.
+    target.fill_bytes(&home, 0).unwrap();
+    drop(scope);
+}
+
+#[test]
+fn a_typed_launch_declares_what_it_reads_and_writes() {
+    let device = gpu_or_skip!();
+    let (home, other) = (non_blocking_stream(device), non_blocking_stream(device));
+    let mut x = DeviceBuffer::from_slice(&home, &vec![1.0f32; N]).unwrap();
+    let mut y = DeviceBuffer::from_slice(&home, &vec![2.0f32; N]).unwrap();
+    home.synchronize().unwrap();
+    let scope = race_scope(RaceMode::Report);
+    x.fill_bytes(&home, 0).unwrap();
+    let accesses = [x.read_access(), y.write_access()];
+    let config = LaunchConfig::new((N as u32).div_ceil(256), 256).accesses(&accesses);
+    // SAFETY: x and y are N floats of the device, alive until the synchronize below.
+    unsafe { SAXPY.launch(&other, &config, (2.0, x.as_ptr(), y.as_mut_ptr(), N as u32)) }.unwrap();
+    let reports = scope.take_reports();
+    assert_eq!(kinds(&reports), [RaceKind::WriteRead], "the fill of x on home, the read of x on other: {reports:#?}");
+    assert_eq!(reports[0].later.operation, "cs_saxpy");
+    other.synchronize().unwrap();
+    x.fill_bytes(&home, 0).unwrap();
+    other.wait_stream(&home).unwrap();
+    // SAFETY: as above.
+    unsafe { SAXPY.launch(&other, &config, (2.0, x.as_ptr(), y.as_mut_ptr(), N as u32)) }.unwrap();
+    assert_eq!(scope.take_reports(), []);
+    other.synchronize().unwrap();
+}
+
+#[test]
+fn a_free_while_another_stream_may_use_the_memory_is_reported() {
+    let device = gpu_or_skip!();
+    let (home, user) = (non_blocking_stream(device), non_blocking_stream(device));
+    let scope = race_scope(RaceMode::Report);
+    let source = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    let mut sink = DeviceBuffer::<u32, _>::zeroed(&user, N).unwrap();
+    user.wait_stream(&home).unwrap();
+    slow_copy(&user, source.as_ptr(), sink.as_mut_ptr()).unwrap();
+    // The drop frees `source` on its home stream, which never waited for the kernel.
+    drop(source);
+    let reports = scope.take_reports();
+    assert_eq!(kinds(&reports), [RaceKind::FreeInUse], "{reports:#?}");
+    assert_eq!(reports[0].later.operation, "cudaFreeAsync");
+    user.synchronize().unwrap();
+    home.synchronize().unwrap();
+
+    // With the edge: silent.
+    let source = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    user.wait_stream(&home).unwrap();
+    slow_copy(&user, source.as_ptr(), sink.as_mut_ptr()).unwrap();
+    home.wait_stream(&user).unwrap();
+    drop(source);
+    assert_eq!(scope.take_reports(), []);
+    user.synchronize().unwrap();
+}
+
+#[test]
+fn a_host_access_while_a_copy_into_pinned_memory_is_in_flight_is_reported() {
+    let device = gpu_or_skip!();
+    let stream = non_blocking_stream(device);
+    let source = DeviceBuffer::from_slice(&stream, &vec![9u32; N]).unwrap();
+    let mut pinned = PinnedBuffer::<u32>::zeroed(N).unwrap();
+    stream.synchronize().unwrap();
+    let scope = race_scope(RaceMode::Report);
+    let host = pinned.as_mut_slice().unwrap().as_mut_ptr();
+    // A kernel writes the pinned memory through its mapped address, 50 ms from now.
+    slow_copy(&stream, source.as_ptr(), host).unwrap();
+    let bytes = N * size_of::<u32>();
+    let read = cuda_stream::race::HostAccess { address: host.cast_const().cast(), bytes, kind: AccessKind::Read };
+    cuda_stream::race::host_access("reading the results", &[read]).unwrap();
+    let reports = scope.take_reports();
+    assert_eq!(kinds(&reports), [RaceKind::HostInFlight], "{reports:#?}");
+    assert!(reports[0].missing_edge.contains("the host must wait"), "{}", reports[0].missing_edge);
+    if cuda_stream_tests::concurrency_visible() {
+        // SAFETY: pinned memory of N u32s; the kernel may be writing it: a racy read, the
+        // point of the test.
+        let early = unsafe { std::ptr::read_volatile(host) };
+        assert_eq!(early, 0, "the race is real: the host read before the kernel wrote");
+    }
+    stream.synchronize().unwrap();
+    cuda_stream::race::host_access("reading the results", &[read]).unwrap();
+    assert_eq!(scope.take_reports(), []);
+    assert!(pinned.as_slice().unwrap().iter().all(|&v| v == 9));
+}
+
+#[test]
+fn the_detector_reports_exactly_the_pairs_the_ordering_model_leaves_unordered() {
+    let device = gpu_or_skip!();
+    let programs = std::env::var("CUDA_STREAM_MODEL_PROGRAMS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(cuda_stream_tests::scaled(1000, 50) as u64);
+    let scope = race_scope(RaceMode::Report);
+    let (mut expected_total, mut ordered_total) = (0, 0);
+    for seed in 0..programs {
+        let program = Program::generate(seed);
+        let base = 0x7e00_0000_0000 + seed * 0x10_0000;
+        program.run_declared(device, base).unwrap_or_else(|error| panic!("seed {seed}: {error}\n{program}"));
+        let step = |name: &str| name.strip_prefix("step ").and_then(|n| n.parse::<usize>().ok());
+        let reported: BTreeSet<(usize, usize)> = scope
+            .take_reports()
+            .iter()
+            .map(|r| (step(&r.earlier.operation).expect("a step"), step(&r.later.operation).expect("a step")))
+            .collect();
+        let expected = program.unordered_conflicts();
+        assert_eq!(reported, expected, "seed {seed}: reported pairs against the model's\n{program}");
+        expected_total += expected.len();
+        let accesses = program.accesses().iter().filter(|a| a.is_some()).count();
+        ordered_total += accesses * accesses.saturating_sub(1) / 2 - expected.len();
+    }
+    eprintln!(
+        "{programs} random programs: {expected_total} unordered conflicting pairs reported, none else \
+         (of {ordered_total} other access pairs): 0 false positives, 0 false negatives"
+    );
+    assert!(expected_total > programs as usize / 2, "the programs make enough races to test something");
+}
