@@ -386,4 +386,6 @@ pub(crate) fn update(update: impl FnOnce(&mut Model)) {
 }
 
 #[cfg(test)]
+mod pytorch_port;
+#[cfg(test)]
 mod tests;
