@@ -6,6 +6,7 @@
 //! min..max of 7 repetitions) and writes it as JSON to `$BENCH_OUT/bench-overhead.json`
 //! (default `target/`). `--quick` runs fewer operations, for smoke tests.
 
+use cuda_stream::race::{Access, AccessKind, RaceMode, race_scope};
 use cuda_stream::{
     Device, DeviceBuffer, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamOptions, StreamPool, capture,
     check, sys,
@@ -286,6 +287,37 @@ fn main() {
             safe: Box::new(|n| {
                 let t = time(n, || a.record(&event).unwrap());
                 a.synchronize().unwrap();
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "event record, race detector on",
+            iters: 20_000,
+            cpp: Some(floor(FloorOp::EventRecord)),
+            driver: driver_floor(FloorOp::EventRecord),
+            ffi: None,
+            safe: Box::new(|n| {
+                let scope = race_scope(RaceMode::Report);
+                let t = time(n, || a.record(&event).unwrap());
+                a.synchronize().unwrap();
+                drop(scope);
+                t
+            }),
+            per_iter: 1.0,
+        },
+        Op {
+            name: "declared access, race detector on",
+            iters: 20_000,
+            cpp: None,
+            driver: None,
+            ffi: None,
+            safe: Box::new(|n| {
+                let scope = race_scope(RaceMode::Report);
+                let access = Access::bytes(0x7e00_0000_0000, 256, AccessKind::Write);
+                let t = time(n, || a.declare_accesses("bench", &[access]).unwrap());
+                a.synchronize().unwrap();
+                drop(scope);
                 t
             }),
             per_iter: 1.0,

@@ -40,15 +40,17 @@ fn a_read_on_another_stream_races_a_kernel_still_writing_and_wait_stream_orders_
     let device = gpu_or_skip!();
     let (home, writer, reader) =
         (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let scope = race_scope(RaceMode::Report);
     let source = DeviceBuffer::from_slice(&home, &vec![7u32; N]).unwrap();
     let mut target = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
     home.synchronize().unwrap();
-    let scope = race_scope(RaceMode::Report);
     // The writer stream is one the buffer does not know: its kernel gets a raw pointer.
     slow_copy(&writer, source.as_ptr(), target.as_mut_ptr()).unwrap();
     let mut seen = vec![0u32; N];
     target.copy_to_slice(&reader, &mut seen).unwrap();
     let reports = scope.take_reports();
+    // Before any assertion: the kernel writes memory that a panic's drops would free.
+    writer.synchronize().unwrap();
     assert_eq!(kinds(&reports), [RaceKind::WriteRead], "{reports:#?}");
     let report = &reports[0];
     assert_eq!((report.earlier.operation.as_str(), report.later.operation.as_str()), ("slow copy", "cudaMemcpyAsync"));
@@ -58,7 +60,6 @@ fn a_read_on_another_stream_races_a_kernel_still_writing_and_wait_stream_orders_
         // The race is real: the copy read the target before the kernel wrote it.
         assert!(seen.iter().all(|&v| v == 0), "the unordered copy ran first");
     }
-    writer.synchronize().unwrap();
 
     // The same with the edge: silent, and the copy sees the kernel's writes.
     target.fill_bytes(&home, 0).unwrap();
@@ -127,25 +128,28 @@ fn a_free_while_another_stream_may_use_the_memory_is_reported() {
     let (home, user) = (non_blocking_stream(device), non_blocking_stream(device));
     let scope = race_scope(RaceMode::Report);
     let source = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
-    let mut sink = DeviceBuffer::<u32, _>::zeroed(&user, N).unwrap();
     user.wait_stream(&home).unwrap();
-    slow_copy(&user, source.as_ptr(), sink.as_mut_ptr()).unwrap();
-    // The drop frees `source` on its home stream, which never waited for the kernel.
+    // Work on `user` that reads `source` through a raw pointer, declared (not launched: it would
+    // read freed memory; `tests/memory/buffers.rs` shows that reuse with a kernel).
+    user.declare_accesses("reads source", &[source.read_access()]).unwrap();
+    // The drop frees `source` on its home stream, which never waited for that work.
     drop(source);
     let reports = scope.take_reports();
     assert_eq!(kinds(&reports), [RaceKind::FreeInUse], "{reports:#?}");
-    assert_eq!(reports[0].later.operation, "cudaFreeAsync");
-    user.synchronize().unwrap();
+    assert_eq!(
+        (reports[0].earlier.operation.as_str(), reports[0].later.operation.as_str()),
+        ("reads source", "cudaFreeAsync")
+    );
     home.synchronize().unwrap();
 
     // With the edge: silent.
     let source = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
     user.wait_stream(&home).unwrap();
-    slow_copy(&user, source.as_ptr(), sink.as_mut_ptr()).unwrap();
+    user.declare_accesses("reads source", &[source.read_access()]).unwrap();
     home.wait_stream(&user).unwrap();
     drop(source);
     assert_eq!(scope.take_reports(), []);
-    user.synchronize().unwrap();
+    home.synchronize().unwrap();
 }
 
 #[test]

@@ -61,7 +61,8 @@ pub struct RaceAccess {
 }
 
 /// Two accesses of the same memory that nothing orders: the device may run them in either
-/// order, or at once.
+/// order, or at once. Displayed with `{}`: both accesses, the missing edge and the
+/// allocation; with `{:#}` also the three backtraces.
 #[derive(Clone, Debug)]
 pub struct RaceReport {
     /// Which pair it is.
@@ -112,6 +113,9 @@ impl fmt::Display for RaceReport {
         writeln!(f, "  missing: {}", self.missing_edge)?;
         if let Some(allocation) = &self.allocation {
             writeln!(f, "  memory allocated by `{}` on {}", allocation.operation, allocation.stream)?;
+        }
+        if !f.alternate() {
+            return Ok(());
         }
         writeln!(f, "  earlier access enqueued at:\n{}", self.earlier.backtrace)?;
         writeln!(f, "  later access enqueued at:\n{}", self.later.backtrace)?;

@@ -23,7 +23,7 @@
 use super::clock::Clock;
 use crate::ffi::race_report::{AccessKind, HOST, RaceAccess, RaceKind, RaceReport, missing_edge};
 use std::backtrace::Backtrace;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// The index of the host in every clock.
@@ -131,7 +131,7 @@ struct Memory {
     bytes: u64,
     allocation: Option<RaceAccess>,
     /// Per stream index, its accesses in enqueue order (so in epoch order).
-    by_stream: BTreeMap<usize, Vec<Entry>>,
+    by_stream: BTreeMap<usize, VecDeque<Entry>>,
 }
 
 /// Everything the detector knows, behind one lock.
@@ -334,7 +334,7 @@ impl Model {
                     // Entries of one stream are in epoch order: those not before this
                     // operation are a suffix.
                     let first_unordered = entries.partition_point(|entry| clock.covers(stream, entry.epoch));
-                    for entry in &entries[first_unordered..] {
+                    for entry in entries.range(first_unordered..) {
                         if entry.access.kind.conflicts_with(access.kind)
                             && entry.access.overlaps(access.address, access.bytes)
                         {
@@ -392,9 +392,9 @@ impl Model {
             };
             let entries = self.memory.get_mut(&home).expect("found above").by_stream.entry(index).or_default();
             if entries.len() >= KEPT_PER_STREAM {
-                entries.remove(0);
+                entries.pop_front();
             }
-            entries.push(Entry { stream: index, epoch, access: *access, origin: origin.clone() });
+            entries.push_back(Entry { stream: index, epoch, access: *access, origin: origin.clone() });
         }
     }
 

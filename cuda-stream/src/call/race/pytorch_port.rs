@@ -390,7 +390,9 @@ fn error_message() {
     let allocation = race.allocation.as_ref().expect("the allocation is named");
     assert_eq!((allocation.operation.as_str(), allocation.stream.as_str()), ("alloc", "stream 0x3ed (device 0)"));
 
-    let message = race.to_string();
+    // `{:#}`: with the backtraces (plain `{}` leaves them out).
+    let message = format!("{race:#}");
+    assert!(!race.to_string().contains("enqueued at:"));
     for part in [
         "race (ReadWrite)",
         "earlier: Read by `schema` on stream 0x3e8 (device 0), 64 bytes at 0x2000",
