@@ -77,6 +77,9 @@
 //! * Stream attributes ([`attributes`]): synchronization policy, L2 access-policy window.
 //!   Hardware queues: [`Device::hardware_queues`], [`StreamPool::with_hardware_queues`].
 //! * [`StreamPool`]: exclusive leases, never one stream to two holders.
+//! * The race detector ([`race`]): two accesses of the same memory on different streams that
+//!   nothing orders are reported ([`race_scope`], [`set_race_mode`]) with both operations and
+//!   the missing edge; off, one relaxed load per operation.
 //! * [`Device::make_current`]: makes the device's primary context current, pushed over
 //!   another context and popped by its guard.
 //!

@@ -446,14 +446,12 @@ impl GraphExec {
     #[inline]
     pub fn launch(&self, stream: impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
-        let checked = stream.race_check(Step::Work, Vec::new, || "cudaGraphLaunch".to_owned())?;
-        match stream.enter()? {
+        stream.race_observed(Step::Work, "cudaGraphLaunch", || match stream.enter()? {
             // SAFETY: a live executable used by this thread only, and a live real stream.
             None => unsafe { crate::ffi::driver::graph_launch(self.raw, stream.as_raw()) },
             // SAFETY: as above, with a special handle of the current device.
             Some(_current) => check(unsafe { sys::cudaGraphLaunch(self.raw, stream.as_raw()) }, "cudaGraphLaunch"),
-        }
-        .map(|()| checked.enqueued())
+        })
     }
 
     /// Uploads the graph to the device ahead of its first launch

@@ -40,6 +40,29 @@ impl StreamRef {
         race::check(|| self.race_key(), step, uses, operation)
     }
 
+    /// Makes `call`, a CUDA call that enqueues operation `step` (no accesses) here, and tells
+    /// the detector once CUDA took it. While the detector is off: `call` after one relaxed
+    /// load and a branch, nothing else on the hot path.
+    #[inline(always)]
+    pub(crate) fn race_observed(
+        &self,
+        step: Step,
+        operation: &'static str,
+        call: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        if !race::tracking() {
+            return call();
+        }
+        self.race_observed_slow(step, operation, call)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn race_observed_slow(&self, step: Step, operation: &'static str, call: impl FnOnce() -> Result<()>) -> Result<()> {
+        let checked = self.race_check(step, Vec::new, || operation.to_owned())?;
+        call().map(|()| checked.enqueued())
+    }
+
     /// Whether this stream is capturing now, as far as the detector needs to know (a status
     /// that cannot be read counts as capturing: nothing is recorded).
     #[cold]

@@ -180,16 +180,14 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn record_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        let checked = self.race_check(Step::Record(event as usize), Vec::new, || "cudaEventRecord".to_owned())?;
-        match self.enter()? {
+        self.race_observed(Step::Record(event as usize), "cudaEventRecord", || match self.enter()? {
             None => driver::event_record(event, self.raw, flags),
             Some(_current) => {
                 // SAFETY: `event` is live, of the device whose stream the special handle `raw`
                 // names; `flags` is one of CUDA's record flags.
                 check(unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }, "cudaEventRecord")
             }
-        }
-        .map(|()| checked.enqueued())
+        })
     }
 
     /// Records a new event (default [`EventFlags`]: no timing) and returns it.
@@ -217,15 +215,12 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn wait_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        let checked =
-            self.race_check(Step::WaitEvent(event as usize), Vec::new, || "cudaStreamWaitEvent".to_owned())?;
-        match self.enter()? {
+        self.race_observed(Step::WaitEvent(event as usize), "cudaStreamWaitEvent", || match self.enter()? {
             None => driver::stream_wait_event(self.raw, event, flags),
             // SAFETY: `event` is live, `raw` a special handle; `flags` is one of CUDA's wait
             // flags.
             Some(_current) => check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent"),
-        }
-        .map(|()| checked.enqueued())
+        })
     }
 
     /// Makes later work on this stream wait for the work enqueued on `other` so far. Costs one

@@ -269,8 +269,12 @@ impl Access {
 /// An operation the detector checked, to be recorded once CUDA took it ([`Checked::enqueued`]).
 #[must_use]
 pub(crate) struct Checked {
-    pending: Option<(Pending, Vec<Use>, Arc<Origin>)>,
+    /// Boxed: a `Checked` of the detector off is one null pointer on the hot path.
+    pending: Option<Box<Unrecorded>>,
 }
+
+/// An operation checked and not yet recorded: the model's verdict, its uses, who made it.
+struct Unrecorded(Pending, Vec<Use>, Arc<Origin>);
 
 impl Checked {
     /// Nothing to record: the detector is off, or the operation goes into a capture.
@@ -283,7 +287,8 @@ impl Checked {
     /// refused the operation), the model does not see it.
     #[inline(always)]
     pub(crate) fn enqueued(self) {
-        if let Some((pending, uses, origin)) = self.pending {
+        if let Some(checked) = self.pending {
+            let Unrecorded(pending, uses, origin) = *checked;
             live_model().commit(pending, &uses, origin);
         }
     }
@@ -322,7 +327,7 @@ fn check_slow(stream: StreamKey, step: Step, uses: Vec<Use>, operation: String) 
     } else {
         report(mode, races);
     }
-    Ok(Checked { pending: Some((pending, uses, origin)) })
+    Ok(Checked { pending: Some(Box::new(Unrecorded(pending, uses, origin))) })
 }
 
 /// Memory a host access touches: `bytes` bytes at `address` of host memory, read or
