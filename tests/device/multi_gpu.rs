@@ -152,3 +152,58 @@ fn as_current_with_device_switches_both_and_restores_both_on_two_gpus() {
     assert_eq!(Device::current().unwrap(), gpu0, "the device is restored on panic");
     assert!(StreamRef::with_current(gpu1, |s| s == &*BuiltinStream::null(gpu1)), "and the stream");
 }
+
+/// Issue 22 item 9, shown on two GPUs: a fresh thread that uses only GPU 1, through every
+/// kind of call (streams, events and `elapsed`, priorities, capture info, attributes, graph
+/// capture and instantiation, completion futures, buffers), never creates GPU 0's primary
+/// context. In a child process: other tests here create GPU 0's.
+#[test]
+fn a_thread_using_only_gpu_1_never_creates_gpu_0s_primary_context() {
+    let _devices = gpus_or_skip!(2);
+    cuda_stream_tests::child_test_prints("gpu_1_only_child", &["GPU 0's primary context was never created"]);
+}
+
+#[test]
+#[ignore = "run in a child process by a_thread_using_only_gpu_1_never_creates_gpu_0s_primary_context"]
+fn gpu_1_only_child() {
+    let (gpu0, gpu1) = (Device::new(0).unwrap(), Device::new(1).unwrap());
+    assert!(!gpu0.has_primary_context().unwrap(), "a fresh process has no context on GPU 0");
+    std::thread::spawn(move || {
+        let untouched = |after: &str| {
+            assert!(!gpu0.has_primary_context().unwrap(), "{after} created GPU 0's primary context");
+        };
+        let stream = Stream::new(gpu1, StreamOptions::non_blocking()).unwrap();
+        untouched("Stream::new");
+        let (start, end) =
+            (Event::new(gpu1, EventFlags::timing()).unwrap(), Event::new(gpu1, EventFlags::timing()).unwrap());
+        stream.record(&start).unwrap();
+        cuda_stream_tests::spin(&stream, Duration::from_millis(2)).unwrap();
+        stream.record(&end).unwrap();
+        stream.synchronize().unwrap();
+        assert!(end.elapsed(&start).unwrap().is_some());
+        untouched("records, a launch, synchronize and elapsed");
+        stream.priority().unwrap();
+        stream.capture_info().unwrap();
+        stream.sync_policy().unwrap();
+        untouched("priority, capture_info and sync_policy");
+        let capture = stream.begin_capture(cuda_stream::capture::ThreadLocal).unwrap();
+        cuda_stream_tests::spin(&stream, Duration::from_micros(10)).unwrap();
+        let graph = capture.end().unwrap();
+        let exec = graph.instantiate().unwrap();
+        exec.launch(&stream).unwrap();
+        untouched("a capture, instantiate and a graph launch");
+        cuda_stream_tests::block_on(stream.completion()).unwrap();
+        let marker = std::sync::Arc::new(Event::new(gpu1, EventFlags::default()).unwrap());
+        stream.record(&marker).unwrap();
+        cuda_stream_tests::block_on(marker.completion()).unwrap();
+        untouched("completion futures");
+        let buffer = cuda_stream::DeviceBuffer::<u32, _>::zeroed(&stream, 1024).unwrap();
+        assert_eq!(buffer.to_vec().unwrap(), vec![0; 1024]);
+        drop(buffer);
+        stream.synchronize().unwrap();
+        untouched("a device buffer");
+    })
+    .join()
+    .unwrap();
+    println!("GPU 0's primary context was never created");
+}

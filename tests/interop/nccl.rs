@@ -87,6 +87,23 @@ fn expected_sum(ranks: usize) -> i32 {
 /// an event. Returns every rank's result.
 fn all_reduce(nccl: &'static Nccl, devices: &[Device], ordered: bool) -> Vec<Vec<i32>> {
     let comms = nccl.comms(devices).unwrap();
+    // NCCL's first collective on new communicators sets up memory, which may wait for the whole
+    // device: with the producers' kernels already waiting for the host's flag, it would wait out
+    // their timeout (seen on two H100s: the control then read written inputs after 20 s). One
+    // collective first, before any of them.
+    let warm: Vec<_> = devices
+        .iter()
+        .map(|device| {
+            (stream(*device), DeviceBuffer::filled(*device, 0).unwrap(), DeviceBuffer::filled(*device, 0).unwrap())
+        })
+        .collect();
+    let pointers: Vec<_> = warm.iter().map(|(_, send, receive)| (send.ptr.cast_const(), receive.ptr)).collect();
+    let stream_refs: Vec<_> = warm.iter().map(|(stream, _, _)| &**stream).collect();
+    // SAFETY: as below, for the warm-up's own buffers and streams, synchronized before they drop.
+    unsafe { comms.all_reduce_sum_i32(&pointers, COUNT, &stream_refs) }.unwrap();
+    for (stream, _, _) in &warm {
+        stream.synchronize().unwrap();
+    }
     let flag = MappedFlag::new().unwrap();
     let (mut streams, mut producers, mut readers, mut buffers) = (vec![], vec![], vec![], vec![]);
     for (rank, device) in devices.iter().enumerate() {
