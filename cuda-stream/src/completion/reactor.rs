@@ -18,7 +18,7 @@ use super::signal::Signal;
 use crate::call::reactor_passes;
 use crate::device::Device;
 use crate::event::Event;
-use crate::ffi::error::{Error, Result, check};
+use crate::ffi::error::{Error, Result};
 use crate::sys;
 use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -374,11 +374,12 @@ fn run() {
         if EXITING.load(Ordering::SeqCst) {
             park_forever();
         }
-        let mut mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
-        // SAFETY: a valid in/out pointer holding a valid mode. The thread keeps the mode for
-        // its whole life (`serve` never returns), so nothing is restored.
-        let code = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut mode) };
-        if check(code, "cudaThreadExchangeStreamCaptureMode").is_ok() { Query::Relaxed } else { Query::Checked }
+        // The driver's exchange: the runtime's would make device 0's primary context current
+        // on this fresh thread, creating it in a process that uses only other devices (seen
+        // on two H100s). The thread keeps the mode for its whole life (`serve` never returns),
+        // so nothing is restored.
+        let relaxed = sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
+        if crate::ffi::driver::thread_exchange_capture_mode(relaxed).is_ok() { Query::Relaxed } else { Query::Checked }
     };
     serve(query);
 }
