@@ -271,7 +271,7 @@ impl Program {
     }
 
     /// Runs the program on `device` with each kernel step replaced by a declaration of its
-    /// access to the race detector ([`StreamRef::declare_accesses`], named `step N`), at
+    /// access to the race detector ([`StreamRef::declare_accesses`](cuda_stream::StreamRef::declare_accesses), named `step N`), at
     /// addresses `base` + 4 KiB per buffer. Nothing touches memory.
     ///
     /// # Errors

@@ -123,6 +123,38 @@ fn a_typed_launch_declares_what_it_reads_and_writes() {
 }
 
 #[test]
+fn a_graph_launch_replays_the_accesses_its_capture_declared() {
+    let device = gpu_or_skip!();
+    let (capturing, other) = (non_blocking_stream(device), non_blocking_stream(device));
+    let scope = race_scope(RaceMode::Report);
+    let x = DeviceBuffer::from_slice(&other, &vec![1.0f32; N]).unwrap();
+    let mut y = DeviceBuffer::from_slice(&other, &vec![2.0f32; N]).unwrap();
+    other.synchronize().unwrap();
+    let accesses = [x.read_access(), y.write_access()];
+    let config = LaunchConfig::new((N as u32).div_ceil(256), 256).accesses(&accesses);
+    let capture = capturing.begin_capture(cuda_stream::capture::ThreadLocal).unwrap();
+    // SAFETY: x and y are N floats of the device, alive until every launch below synchronized.
+    unsafe { SAXPY.launch(&capturing, &config, (2.0, x.as_ptr(), y.as_mut_ptr(), N as u32)) }.unwrap();
+    let graph = capture.end().unwrap();
+    assert_eq!(scope.take_reports(), [], "captured work runs at the graph's launches, not at its capture");
+    let exec = graph.instantiate().unwrap();
+    y.fill_bytes(&other, 0).unwrap();
+    exec.launch(&capturing).unwrap();
+    let reports = scope.take_reports();
+    capturing.synchronize().unwrap();
+    assert_eq!(kinds(&reports), [RaceKind::WriteWrite], "the fill of y, the replayed write of y: {reports:#?}");
+    assert!(reports[0].later.operation.starts_with("cudaGraphLaunch (captured: cs_saxpy"), "{}", reports[0]);
+
+    // With the edge: silent.
+    y.fill_bytes(&other, 0).unwrap();
+    capturing.wait_stream(&other).unwrap();
+    exec.launch(&capturing).unwrap();
+    assert_eq!(scope.take_reports(), []);
+    capturing.synchronize().unwrap();
+    assert!(y.to_vec().unwrap().iter().all(|&v| v == 2.0), "y = 2 x + 0");
+}
+
+#[test]
 fn a_free_while_another_stream_may_use_the_memory_is_reported() {
     let device = gpu_or_skip!();
     let (home, user) = (non_blocking_stream(device), non_blocking_stream(device));

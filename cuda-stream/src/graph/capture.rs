@@ -127,6 +127,7 @@ pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
 
 use super::{Graph, leaves_of};
 use crate::call::live_captures::{self, capture_transition, no_capture_transitions};
+use crate::call::race;
 use crate::call::uncaptured_calls;
 use crate::device::same_device;
 use crate::ffi::error::{Error, Result, check};
@@ -346,8 +347,9 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// if a forked stream was not joined back. A graph given to `begin_capture_into` is then
     /// leaked (see there).
     pub fn end(mut self) -> Result<Graph> {
+        let race_accesses = race::take_captured(self.id);
         match self.finish() {
-            Ended::Graph(graph) => graph,
+            Ended::Graph(graph) => graph.map(|graph| graph.with_race_accesses(race_accesses)),
             // Captures into a borrowed graph are never handed out as a `Capture`.
             Ended::Borrowed(_) | Ended::StillOpen(_) => {
                 Err(Error::CaptureMisuse("this capture wrote into a graph it does not own"))
@@ -371,6 +373,9 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         let ended = end_capture(self.stream, into);
         drop(current);
         live_captures::ended(self.counted);
+        // Accesses declared into a capture whose graph does not keep them (a capture dropped,
+        // or into a builder's or a borrowed graph) are not replayed: forgotten with it.
+        drop(race::take_captured(self.id));
         ended
     }
 

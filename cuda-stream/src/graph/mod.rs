@@ -20,7 +20,7 @@ pub mod capture;
 pub mod conditional;
 
 use crate::call::capture_mode::{Relaxed, with_thread_mode};
-use crate::call::race::model::Step;
+use crate::call::race::{self, model::Step};
 use crate::device::Device;
 use crate::device::same_device;
 use crate::ffi::error::{Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check};
@@ -45,6 +45,8 @@ pub struct Graph {
     /// How many executables made from this graph are alive (a graph with conditional nodes
     /// may have one at a time).
     executables: Arc<AtomicUsize>,
+    /// The accesses its capture declared to the race detector, replayed by each launch.
+    race_accesses: Option<Arc<race::CapturedAccesses>>,
 }
 
 /// What a graph's builders, the builders of its conditional bodies and their captures share
@@ -115,7 +117,13 @@ unsafe impl Send for Graph {}
 
 impl Graph {
     pub(crate) fn from_captured(raw: sys::cudaGraph_t, device: Device) -> Graph {
-        Graph { raw, device, tree: Tree::new(), executables: Arc::new(AtomicUsize::new(0)) }
+        Graph { raw, device, tree: Tree::new(), executables: Arc::new(AtomicUsize::new(0)), race_accesses: None }
+    }
+
+    /// Gives the graph the accesses its capture declared to the race detector.
+    pub(crate) fn with_race_accesses(mut self, accesses: Option<Arc<race::CapturedAccesses>>) -> Graph {
+        self.race_accesses = accesses;
+        self
     }
 
     /// An empty graph of `device`, to build node by node ([`Graph::builder`]) or to capture
@@ -163,7 +171,12 @@ impl Graph {
     /// The executable `raw` if CUDA made it (`made`), else the claim undone.
     fn instantiated(&self, raw: sys::cudaGraphExec_t, made: Result<()>) -> Result<GraphExec> {
         match made {
-            Ok(()) => Ok(GraphExec { raw, device: self.device, executables: Arc::clone(&self.executables) }),
+            Ok(()) => Ok(GraphExec {
+                raw,
+                device: self.device,
+                executables: Arc::clone(&self.executables),
+                race_accesses: self.race_accesses.clone(),
+            }),
             Err(error) => {
                 self.executables.fetch_sub(1, Ordering::AcqRel);
                 Err(error)
@@ -428,6 +441,8 @@ pub struct GraphExec {
     device: Device,
     /// The live-executable count of the graph it was made from, uncounted once destroyed.
     executables: Arc<AtomicUsize>,
+    /// The accesses the graph's capture declared to the race detector, replayed by each launch.
+    race_accesses: Option<Arc<race::CapturedAccesses>>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread, one call at a time.
@@ -446,12 +461,21 @@ impl GraphExec {
     #[inline]
     pub fn launch(&self, stream: impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
-        stream.race_observed(Step::Work, "cudaGraphLaunch", || match stream.enter()? {
+        if let Some(accesses) = self.race_accesses.as_deref().filter(|_| race::tracking()) {
+            let checked = stream.race_check_replay(accesses)?;
+            return self.launch_unobserved(&stream).map(|()| checked.enqueued());
+        }
+        stream.race_observed(Step::Work, "cudaGraphLaunch", || self.launch_unobserved(&stream))
+    }
+
+    #[inline(always)]
+    fn launch_unobserved(&self, stream: &StreamRef) -> Result<()> {
+        match stream.enter()? {
             // SAFETY: a live executable used by this thread only, and a live real stream.
             None => unsafe { crate::ffi::driver::graph_launch(self.raw, stream.as_raw()) },
             // SAFETY: as above, with a special handle of the current device.
             Some(_current) => check(unsafe { sys::cudaGraphLaunch(self.raw, stream.as_raw()) }, "cudaGraphLaunch"),
-        })
+        }
     }
 
     /// Uploads the graph to the device ahead of its first launch
@@ -505,6 +529,7 @@ impl GraphExec {
         if let Err(Error::Cuda { code, .. }) = check(code, "cudaGraphExecUpdate") {
             return Err(Error::GraphUpdate { result: GraphExecUpdateResult(info.result.0), code });
         }
+        self.race_accesses = graph.race_accesses.clone();
         Ok(())
     }
 

@@ -34,10 +34,36 @@ impl StreamRef {
         uses: impl FnOnce() -> Vec<Use>,
         operation: impl FnOnce() -> String,
     ) -> Result<Checked> {
-        if !race::tracking() || self.is_being_captured() {
+        if !race::tracking() {
             return Ok(Checked::none());
         }
+        if self.may_be_captured_now() {
+            match self.capture_info() {
+                Ok(info) if info.status == CaptureStatus::None => {}
+                // Into a capture: the graph's launches replay the accesses.
+                Ok(info) if info.status == CaptureStatus::Active => {
+                    race::captured(info.id, uses(), operation());
+                    return Ok(Checked::none());
+                }
+                // Invalidated, or unreadable: nothing is recorded.
+                _ => return Ok(Checked::none()),
+            }
+        }
         race::check(|| self.race_key(), step, uses, operation)
+    }
+
+    /// Checks a launch here of a graph whose capture declared `accesses` (see
+    /// [`race::check_replay`]).
+    ///
+    /// # Errors
+    /// [`Error::Race`](crate::Error::Race) under [`RaceMode::Fail`](race::RaceMode::Fail).
+    #[cold]
+    pub(crate) fn race_check_replay(&self, accesses: &race::CapturedAccesses) -> Result<Checked> {
+        if self.may_be_captured_now() && self.capture_status() != Ok(CaptureStatus::None) {
+            // A graph launched into a capture (a child graph): not modelled.
+            return Ok(Checked::none());
+        }
+        race::check_replay(self.race_key(), accesses)
     }
 
     /// Makes `call`, a CUDA call that enqueues operation `step` (no accesses) here, and tells
@@ -61,13 +87,6 @@ impl StreamRef {
     fn race_observed_slow(&self, step: Step, operation: &'static str, call: impl FnOnce() -> Result<()>) -> Result<()> {
         let checked = self.race_check(step, Vec::new, || operation.to_owned())?;
         call().map(|()| checked.enqueued())
-    }
-
-    /// Whether this stream is capturing now, as far as the detector needs to know (a status
-    /// that cannot be read counts as capturing: nothing is recorded).
-    #[cold]
-    fn is_being_captured(&self) -> bool {
-        self.may_be_captured_now() && self.capture_status() != Ok(CaptureStatus::None)
     }
 
     /// The host saw everything enqueued here so far complete (a synchronize, a query that

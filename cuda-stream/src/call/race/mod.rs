@@ -382,6 +382,57 @@ pub(crate) fn allocated(stream: impl FnOnce() -> StreamKey, allocation: impl FnO
     }
 }
 
+/// The accesses declared while a capture was in progress, keyed by CUDA's capture id, until
+/// the capture ends and its graph takes them.
+static CAPTURED: Mutex<Vec<(u64, Use, Arc<Origin>)>> = Mutex::new(Vec::new());
+
+/// The accesses of the work a capture recorded: each launch of the graph replays them on its
+/// stream ([`GraphExec::launch`](crate::GraphExec::launch)).
+#[derive(Debug, Default)]
+pub(crate) struct CapturedAccesses(Vec<(Use, Arc<Origin>)>);
+
+/// Operation `operation` enqueued into the capture `capture` uses `uses`: kept for the graph.
+#[cold]
+pub(crate) fn captured(capture: u64, uses: Vec<Use>, operation: String) {
+    if uses.is_empty() {
+        return;
+    }
+    let origin = Arc::new(Origin::here(operation));
+    let mut captured = CAPTURED.lock().unwrap_or_else(PoisonError::into_inner);
+    captured.extend(uses.into_iter().map(|access| (capture, access, origin.clone())));
+}
+
+/// The accesses declared into capture `capture`, which has ended (`None` when there were
+/// none).
+pub(crate) fn take_captured(capture: u64) -> Option<Arc<CapturedAccesses>> {
+    let mut captured = CAPTURED.lock().unwrap_or_else(PoisonError::into_inner);
+    if captured.is_empty() {
+        return None;
+    }
+    let mut taken = Vec::new();
+    captured.retain(|(id, access, origin)| {
+        let mine = *id == capture;
+        if mine {
+            taken.push((*access, origin.clone()));
+        }
+        !mine
+    });
+    (!taken.is_empty()).then(|| Arc::new(CapturedAccesses(taken)))
+}
+
+/// Checks a launch of a graph whose capture declared `accesses` on `stream`: one operation
+/// that makes them all (the graph's own edges order them among themselves), named after the
+/// launch and the captured operations.
+///
+/// # Errors
+/// [`Error::Race`] as [`check`].
+pub(crate) fn check_replay(stream: StreamKey, accesses: &CapturedAccesses) -> Result<Checked> {
+    let uses: Vec<Use> = accesses.0.iter().map(|(access, _)| *access).collect();
+    let mut names: Vec<&str> = accesses.0.iter().map(|(_, origin)| origin.operation.as_str()).collect();
+    names.dedup();
+    check_slow(stream, Step::Work, uses, format!("cudaGraphLaunch (captured: {})", names.join(", ")))
+}
+
 /// Runs `update` on the model while the detector is on.
 #[inline(always)]
 pub(crate) fn update(update: impl FnOnce(&mut Model)) {
