@@ -18,9 +18,13 @@
 //! `fork` and the buffers make), stream, event and device synchronizes (and queries that saw
 //! the work complete), and work on the legacy stream. Work the crate does not see (raw FFI)
 //! orders nothing; a borrowed stream whose flags the crate does not know counts as
-//! non-blocking. Work enqueued into a capture is not checked (a graph's accesses replaying
-//! at launch are not modelled yet), and the detector starts with an empty history each time it
-//! is turned on: events recorded while it was off order nothing.
+//! non-blocking. Work enqueued into a capture is not checked when it is captured: its
+//! accesses go with the capture's graph ([`Capture::end`](crate::Capture::end)) to its
+//! executables, and each [`GraphExec::launch`](crate::GraphExec::launch) checks them as one
+//! operation on its stream (the graph's own edges order them among themselves). Captures into
+//! a builder's or a borrowed graph keep nothing, and NCCL calls are not seen (declare them).
+//! The detector starts with an empty history each time it is turned on: events recorded while
+//! it was off order nothing.
 //!
 //! A race is reported as a [`RaceReport`]: both operations, their streams, the bytes, both
 //! backtraces ([`Backtrace::capture`](std::backtrace::Backtrace::capture): set
