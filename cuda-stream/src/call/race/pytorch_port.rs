@@ -32,6 +32,7 @@
 //!   `error_message` below check what they carry instead.
 
 use super::model::{Model, Origin, Step, StreamClass, StreamKey, Use};
+use super::tests::op;
 use super::{AccessKind, RaceKind};
 use std::sync::Arc;
 
@@ -48,15 +49,6 @@ fn event(i: usize) -> usize {
 /// PyTorch's `tensor_id(t)`: 64 bytes of its own.
 fn tensor(t: usize, kind: AccessKind) -> Use {
     Use { address: 0x1000 * (t as u64 + 1), bytes: 64, kind }
-}
-
-/// Enqueues `step` with `uses` on `key` and returns the kinds of the races it made.
-fn op(model: &mut Model, key: &StreamKey, step: Step, uses: &[Use]) -> Vec<RaceKind> {
-    let origin = Arc::new(Origin::unseen("op"));
-    let mut pending = model.check(key, step, uses, &origin);
-    let races = std::mem::take(&mut pending.races);
-    model.commit(pending, uses, origin);
-    races.iter().map(|race| race.kind).collect()
 }
 
 /// PyTorch's `kernel_launch`: one kernel on stream `s` reading `read_only` and writing

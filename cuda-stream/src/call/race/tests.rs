@@ -12,8 +12,9 @@ fn buffer(kind: AccessKind) -> Use {
     Use { address: 0x1000, bytes: 256, kind }
 }
 
-/// Enqueues `step` with `uses` on `key` and returns the kinds of the races it made.
-fn op(model: &mut Model, key: &StreamKey, step: Step, uses: &[Use]) -> Vec<RaceKind> {
+/// Enqueues `step` with `uses` on `key` and returns the kinds of the races it made (also
+/// the PyTorch port's).
+pub(super) fn op(model: &mut Model, key: &StreamKey, step: Step, uses: &[Use]) -> Vec<RaceKind> {
     let origin = Arc::new(Origin::unseen("op"));
     let mut pending = model.check(key, step, uses, &origin);
     let races = std::mem::take(&mut pending.races);
