@@ -616,3 +616,50 @@ fn _compile_checks(stream: &StreamRef, owned: Stream) {
     let _borrowing: cuda_stream::Result<DeviceBuffer<u8, &StreamRef>> = DeviceBuffer::new(stream, 1);
     let _owning: cuda_stream::Result<DeviceBuffer<u8, Arc<Stream>>> = DeviceBuffer::new(Arc::new(owned), 1);
 }
+
+/// A copy between buffers of two GPUs (`cudaMemcpyPeerAsync`, on a stream of the target's
+/// device) waits for the work before it on the source's home stream, on the other GPU; the
+/// raw peer copy on the same stream, without that order, reads the source before that work
+/// wrote it (the control).
+#[test]
+fn a_peer_copy_between_two_gpus_waits_for_the_source_streams_work() {
+    let devices = cuda_stream_tests::gpus_or_skip!(2);
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    let (home0, home1) = (stream(gpu0), stream(gpu1));
+    let fives = DeviceBuffer::from_slice(&home0, &vec![5u32; N]).unwrap();
+    let mut source = DeviceBuffer::<u32, _>::zeroed(&home0, N).unwrap();
+    let mut target = DeviceBuffer::<u32, _>::zeroed(&home1, N).unwrap();
+    home0.synchronize().unwrap();
+    // SAFETY: N u32s of GPU 0 each, alive until home0 is synchronized below.
+    unsafe { spin_copy(&home0, fives.as_ptr(), source.as_mut_ptr(), N, Duration::from_millis(50)) }.unwrap();
+    target.copy_from(&home1, &source).unwrap();
+    assert!(target.to_vec().unwrap().iter().all(|&v| v == 5), "the peer copy ran after the kernel on GPU 0");
+    home0.synchronize().unwrap();
+
+    // The control: the same copy made raw, with no order between the two GPUs' streams.
+    source.fill_bytes(&home0, 0).unwrap();
+    target.fill_bytes(&home1, 0).unwrap();
+    home0.synchronize().unwrap();
+    home1.synchronize().unwrap();
+    // SAFETY: as above.
+    unsafe { spin_copy(&home0, fives.as_ptr(), source.as_mut_ptr(), N, Duration::from_millis(50)) }.unwrap();
+    let bytes = N * size_of::<u32>();
+    // SAFETY: two live allocations of `bytes` on GPUs 1 and 0; a live stream of GPU 1.
+    let code = unsafe {
+        sys::cudaMemcpyPeerAsync(
+            target.as_mut_ptr().cast(),
+            gpu1.ordinal(),
+            source.as_ptr().cast(),
+            gpu0.ordinal(),
+            bytes,
+            home1.as_raw(),
+        )
+    };
+    assert_eq!(code, sys::cudaError::cudaSuccess);
+    home1.synchronize().unwrap();
+    let raw = target.to_vec().unwrap();
+    home0.synchronize().unwrap();
+    if cuda_stream_tests::concurrency_visible() {
+        assert!(raw.iter().all(|&v| v == 0), "the raw copy read GPU 0's buffer before the kernel wrote it");
+    }
+}
