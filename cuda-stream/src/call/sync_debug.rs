@@ -220,7 +220,7 @@ fn decide(state: usize, api: &'static str, kind: SyncKind, refusable: bool) -> R
             let event = SyncEvent {
                 api,
                 kind,
-                thread: std::thread::current().name().map(str::to_owned),
+                thread: super::thread::thread_name(),
                 backtrace: Arc::new(Backtrace::capture()),
             };
             let keep = |events: &mut Vec<SyncEvent>| {

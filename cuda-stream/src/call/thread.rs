@@ -13,3 +13,10 @@ pub(crate) fn thread_identity() -> u64 {
     }
     IDENTITY.with(|identity| *identity)
 }
+
+/// The calling thread's name, if it has one, for reports. Never panics: called from a drop
+/// that runs while the thread's locals are torn down, where `std::thread::current` may panic,
+/// it gives `None`.
+pub(crate) fn thread_name() -> Option<String> {
+    std::panic::catch_unwind(|| std::thread::current().name().map(str::to_owned)).ok().flatten()
+}

@@ -47,6 +47,7 @@ pub use crate::ffi::race_report::{AccessKind, RaceAccess, RaceKind, RaceReport};
 use self::model::{Model, Origin, Pending, Step, StreamKey, Use};
 use crate::ffi::error::{Error, Result};
 use std::cell::RefCell;
+use std::io::Write;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -218,8 +219,12 @@ fn report(mode: RaceMode, races: Vec<RaceReport>) {
     if mode == RaceMode::Off || races.is_empty() {
         return;
     }
-    for race in &races {
-        eprintln!("cuda-stream race detector: {race}");
+    {
+        // Not `eprintln!`, which panics when stderr is closed: this runs in drops too.
+        let mut stderr = std::io::stderr().lock();
+        for race in &races {
+            let _ = writeln!(stderr, "cuda-stream race detector: {race}");
+        }
     }
     let keep = |reports: &mut Vec<RaceReport>| {
         let room = KEPT_REPORTS.saturating_sub(reports.len());

@@ -100,7 +100,7 @@ impl Origin {
     pub(crate) fn here(operation: impl Into<String>) -> Origin {
         Origin {
             operation: operation.into(),
-            thread: std::thread::current().name().map(str::to_owned),
+            thread: crate::call::thread::thread_name(),
             backtrace: Arc::new(Backtrace::capture()),
         }
     }
