@@ -89,9 +89,10 @@ impl Device {
             live_captures::refuse_device_synchronize(self.ordinal())?;
         }
         sync_debug::before_sync("cudaDeviceSynchronize", SyncKind::DeviceSynchronize)?;
+        let snapshot = race::snapshot(|model| model.device_clock(self.ordinal()));
         // SAFETY: no arguments; the device is current.
         check(unsafe { sys::cudaDeviceSynchronize() }, "cudaDeviceSynchronize")?;
-        race::update(|model| model.device_synchronized(self.ordinal()));
+        race::host_saw(snapshot);
         Ok(())
     }
 

@@ -255,9 +255,10 @@ impl Event {
     /// ([the rules](crate::capture#calls-refused-during-a-capture)).
     #[inline]
     pub fn query(&self) -> Result<bool> {
+        let snapshot = self.race_snapshot();
         let done = self.query_checked()?;
         if done {
-            self.race_seen_complete();
+            race::host_saw(snapshot);
         }
         Ok(done)
     }
@@ -319,16 +320,17 @@ impl Event {
     /// Blocks until the work before the last record has completed, after the caller made the
     /// checks of [`Event::synchronize`] itself, before it recorded the event.
     pub(crate) fn synchronize_checked_earlier(&self) -> Result<()> {
+        let snapshot = self.race_snapshot();
         crate::ffi::driver::event_synchronize(self.raw)?;
-        self.race_seen_complete();
+        race::host_saw(snapshot);
         Ok(())
     }
 
-    /// The host saw the work before the last record complete: later work on any stream comes
-    /// after it, to the race detector.
+    /// What a wait for this event waits for (the work before its last record), read before
+    /// the wait, for [`race::host_saw`] after it: later work on any stream comes after it.
     #[inline(always)]
-    fn race_seen_complete(&self) {
-        race::update(|model| model.event_synchronized(self.raw as usize));
+    pub(crate) fn race_snapshot(&self) -> Option<race::Snapshot> {
+        race::snapshot(|model| model.event_clock(self.raw as usize))
     }
 
     /// The GPU time from `start` to this event, or `None` while either has not completed
@@ -414,9 +416,10 @@ impl Drop for Event {
         if self.ownership == EventOwnership::Owned {
             live::event_released();
         }
-        // A later event may get the handle: it has no record.
-        race::update(|model| model.forget_event(self.raw as usize));
         if self.ownership != EventOwnership::Borrowed {
+            // A later event may get the handle: it has no record (a borrowed view's drop
+            // destroys nothing).
+            race::update(|model| model.forget_event(self.raw as usize));
             let raw = self.raw as usize;
             // Errors cannot be reported from drop and leave nothing behind. Inside a host
             // function the destroy is made outside it.

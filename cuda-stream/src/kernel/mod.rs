@@ -213,12 +213,13 @@ impl<A: KernelArgs> Kernel<A> {
                 }
                 let ticket = event.records().before_record();
                 // To the race detector, the event records the work before the kernel (it
-                // fires once the kernel's blocks have begun, not after their accesses).
-                stream
-                    .race_check(Step::Record(event.as_raw() as usize), Vec::new, || "completion event".to_owned())?
-                    .enqueued();
+                // fires once the kernel's blocks have begun, not after their accesses): both
+                // checked before the launch, recorded after it, the record first.
+                let recorded = stream
+                    .race_check(Step::Record(event.as_raw() as usize), Vec::new, || "completion event".to_owned())?;
                 let checked = race_check()?;
                 self.launch_now(&stream, config, &args)?;
+                recorded.enqueued();
                 checked.enqueued();
                 event.records().note_uncaptured_record(ticket);
                 Ok(())

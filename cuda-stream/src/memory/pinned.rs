@@ -8,7 +8,6 @@ use crate::call::race::{self, AccessKind, HostAccess};
 use crate::call::sync_debug::{self, SyncKind};
 use crate::device::Device;
 use crate::event::Event;
-use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
@@ -147,7 +146,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         // Queries only while no stream of the process can be capturing (a query would break a
         // capture of this thread's).
         if self.in_flight.len() >= 16 && !live_captures::may_capture() {
-            self.in_flight.retain(|event| driver::event_query(event.as_raw()) != Ok(true));
+            self.in_flight.retain(|event| !super::uses::seen_complete(event));
         }
         self.in_flight.push(done);
     }

@@ -5,6 +5,7 @@
 //! already waited for the home stream's current event does not wait again.
 
 use crate::call::live_captures::{self, no_capture_transitions};
+use crate::call::race;
 use crate::event::Event;
 use crate::ffi::driver;
 use crate::ffi::error::Result;
@@ -157,7 +158,7 @@ impl Uses {
                 // break a capture of this thread's).
                 if state.others.len() >= PRUNE_AT && !live_captures::may_capture() {
                     // Slots whose last use has completed order nothing any more.
-                    state.others.retain(|other| driver::event_query(other.event.as_raw()) != Ok(true));
+                    state.others.retain(|other| !seen_complete(&other.event));
                 }
                 stream.record_raw(event.as_raw(), 0)?;
                 state.others.push(OtherUse { stream: key, event, seen_home: generation });
@@ -295,3 +296,14 @@ pub(super) fn refuse_capture(stream: &StreamRef) -> Result<()> {
 
 const CAPTURED: &str =
     "device memory is not allocated, copied, filled or freed during a capture (a replay would outlive it)";
+
+/// Whether the work before `event`'s last record has completed (a query), told to the race
+/// detector when it has: what the caller stops waiting for is done.
+pub(super) fn seen_complete(event: &Event) -> bool {
+    let snapshot = event.race_snapshot();
+    let done = driver::event_query(event.as_raw()) == Ok(true);
+    if done {
+        race::host_saw(snapshot);
+    }
+    done
+}

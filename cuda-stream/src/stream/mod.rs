@@ -331,13 +331,14 @@ impl StreamRef {
         if transitions.is_some() {
             self.refuse_capturing_for_query()?;
         }
+        let snapshot = self.race_snapshot();
         let done = match current {
             None => driver::stream_query(self.raw),
             // SAFETY: `raw` is a special handle, for the stream of the current device.
             Some(_current) => check_ready(unsafe { sys::cudaStreamQuery(self.raw) }, "cudaStreamQuery"),
         }?;
         if done {
-            self.race_seen_complete();
+            race::host_saw(snapshot);
         }
         Ok(done)
     }
@@ -367,12 +368,13 @@ impl StreamRef {
 
     #[inline(always)]
     fn synchronize_entered(&self, current: Option<DeviceGuard>) -> Result<()> {
+        let snapshot = self.race_snapshot();
         match current {
             None => driver::stream_synchronize(self.raw),
             // SAFETY: `raw` is a special handle, for the stream of the current device.
             Some(_current) => check(unsafe { sys::cudaStreamSynchronize(self.raw) }, "cudaStreamSynchronize"),
         }
-        .map(|()| self.race_seen_complete())
+        .map(|()| race::host_saw(snapshot))
     }
 
     /// Refuses a query or synchronize of this stream while it is being captured.

@@ -37,7 +37,10 @@ impl StreamRef {
         if !race::tracking() {
             return Ok(Checked::none());
         }
-        if self.may_be_captured_now() {
+        // The legacy stream is never captured (and asking fails while another stream of its
+        // device is captured in Global mode).
+        let legacy = self.builtin().map(Builtin::canonical) == Some(Builtin::Legacy);
+        if !legacy && self.may_be_captured_now() {
             match self.capture_info() {
                 Ok(info) if info.status == CaptureStatus::None => {}
                 // Into a capture: the graph's launches replay the accesses.
@@ -89,11 +92,11 @@ impl StreamRef {
         call().map(|()| checked.enqueued())
     }
 
-    /// The host saw everything enqueued here so far complete (a synchronize, a query that
-    /// answered true): later work on any stream comes after it.
+    /// What a synchronize (or a query that answers true) of this stream waits for, read
+    /// before it, for [`race::host_saw`] after it: later work on any stream comes after it.
     #[inline(always)]
-    pub(crate) fn race_seen_complete(&self) {
-        race::update(|model| model.stream_synchronized(&self.race_key()));
+    pub(crate) fn race_snapshot(&self) -> Option<race::Snapshot> {
+        race::snapshot(|model| model.stream_clock(&self.race_key()))
     }
 
     /// Tells the race detector that work enqueued here (by raw FFI, another library, a kernel

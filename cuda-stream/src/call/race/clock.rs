@@ -3,7 +3,7 @@
 
 /// A vector clock over stream indices; missing entries are 0.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Clock(Vec<u64>);
+pub(crate) struct Clock(Vec<u64>);
 
 impl Clock {
     /// The count of `stream`'s operations this clock knows of.

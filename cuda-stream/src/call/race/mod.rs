@@ -16,12 +16,15 @@
 //!
 //! Ordering comes from what the crate enqueues: records and waits (also those `wait_stream`,
 //! `fork` and the buffers make), stream, event and device synchronizes (and queries that saw
-//! the work complete), and work on the legacy stream. Work the crate does not see (raw FFI)
+//! the work complete; the clock a wait covers is read before it, so work another thread
+//! enqueues meanwhile is not taken as done), and work on the legacy stream. Completion futures
+//! do not count as host waits. Work the crate does not see (raw FFI)
 //! orders nothing; a borrowed stream whose flags the crate does not know counts as
 //! non-blocking. Work enqueued into a capture is not checked when it is captured: its
 //! accesses go with the capture's graph ([`Capture::end`](crate::Capture::end)) to its
 //! executables, and each [`GraphExec::launch`](crate::GraphExec::launch) checks them as one
-//! operation on its stream (the graph's own edges order them among themselves). Captures into
+//! operation on its stream (treated as ordered among themselves, as the graph's edges
+//! normally make them). Captures into
 //! a builder's or a borrowed graph keep nothing, and NCCL calls are not seen (declare them).
 //! The detector starts with an empty history each time it is turned on: events recorded while
 //! it was off order nothing.
@@ -34,19 +37,21 @@
 //! scope ([`race_scope`], which overrides the process mode on its thread until dropped, and
 //! nests): [`RaceMode::Report`] prints each race to stderr and keeps it ([`take_race_reports`],
 //! [`RaceScope::take_reports`]); [`RaceMode::Fail`] refuses the operation with
-//! [`Error::Race`](crate::Error::Race) before it is enqueued (nothing is lost; the model does
-//! not record it). The model follows every thread's operations while any thread has a mode
+//! [`Error::Race`](crate::Error::Race) before it is enqueued (the model does not record it). A
+//! buffer's free in its drop cannot fail: its race is reported instead. Operations of two
+//! threads checked at once are checked again against each other when CUDA has taken them:
+//! a race found then is reported (the operation is enqueued already), also under `Fail`. The model follows every thread's operations while any thread has a mode
 //! other than [`RaceMode::Off`]; races are reported for the operations made under one. Off
 //! (the default), it costs each operation one relaxed load.
 
-mod clock;
+pub(crate) mod clock;
 pub(crate) mod model;
 
 pub use crate::ffi::race_report::{AccessKind, RaceAccess, RaceKind, RaceReport};
 
 use self::model::{Model, Origin, Pending, Step, StreamKey, Use};
 use crate::ffi::error::{Error, Result};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -80,6 +85,24 @@ static MODEL: Mutex<Option<Model>> = Mutex::new(None);
 thread_local! {
     /// The innermost scope's mode and its reports, one entry per open scope of this thread.
     static SCOPES: RefCell<Vec<(RaceMode, Vec<RaceReport>)>> = const { RefCell::new(Vec::new()) };
+    /// Inside [`reporting_only`]: `Fail` reports instead.
+    static REPORT_ONLY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `drop` (a destructor that frees, and cannot fail) with `Fail` turned into `Report`: a
+/// refused free would leak the memory and lose the report.
+pub(crate) fn reporting_only<R>(drop: impl FnOnce() -> R) -> R {
+    if !tracking() {
+        return drop();
+    }
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = REPORT_ONLY.try_with(|flag| flag.set(self.0));
+        }
+    }
+    let _restore = Restore(REPORT_ONLY.try_with(|flag| flag.replace(true)).unwrap_or(false));
+    drop()
 }
 
 fn encode(mode: RaceMode) -> usize {
@@ -156,7 +179,7 @@ impl RaceScope {
 impl Drop for RaceScope {
     fn drop(&mut self) {
         // Scopes inside this one that were leaked close with it (they stay counted: leaked).
-        SCOPES.with(|scopes| scopes.borrow_mut().truncate(self.depth - 1));
+        let _ = SCOPES.try_with(|scopes| scopes.borrow_mut().truncate(self.depth - 1));
         if self.counted {
             STATE.fetch_sub(SCOPE, Ordering::AcqRel);
             forget_when_off();
@@ -180,13 +203,9 @@ pub(crate) fn tracking() -> bool {
 
 /// The calling thread's mode.
 fn this_threads_mode() -> RaceMode {
-    let state = STATE.load(Ordering::Acquire);
-    let scoped = if state >= SCOPE {
-        SCOPES.try_with(|scopes| scopes.borrow().last().map(|(mode, _)| *mode)).ok().flatten()
-    } else {
-        None
-    };
-    scoped.unwrap_or(decode(state))
+    // A scope decides on its thread, also an `Off` one under a process mode that is on.
+    let scoped = SCOPES.try_with(|scopes| scopes.borrow().last().map(|(mode, _)| *mode)).ok().flatten();
+    scoped.unwrap_or(decode(STATE.load(Ordering::Acquire)))
 }
 
 struct ModelGuard(MutexGuard<'static, Option<Model>>);
@@ -275,6 +294,36 @@ impl Access {
     }
 }
 
+/// What a wait for the device waits for, read before the wait ([`snapshot`]).
+pub(crate) struct Snapshot {
+    generation: u64,
+    clock: clock::Clock,
+}
+
+/// Reads, while the detector is on, what a wait about to be made waits for (`read`: a
+/// stream's, an event's or a device's clock). Before the wait: work another thread enqueues
+/// during it is not taken as done.
+#[inline(always)]
+pub(crate) fn snapshot(read: impl FnOnce(&mut Model) -> clock::Clock) -> Option<Snapshot> {
+    if !tracking() {
+        return None;
+    }
+    let mut model = live_model();
+    let generation = model.generation();
+    Some(Snapshot { generation, clock: read(&mut model) })
+}
+
+/// The host saw the work of `snapshot` complete: everything enqueued later comes after it.
+#[inline(always)]
+pub(crate) fn host_saw(snapshot: Option<Snapshot>) {
+    if let Some(snapshot) = snapshot {
+        let mut guard = model();
+        if let Some(model) = guard.as_mut().filter(|model| model.generation() == snapshot.generation) {
+            model.host_saw(&snapshot.clock);
+        }
+    }
+}
+
 /// An operation the detector checked, to be recorded once CUDA took it ([`Checked::enqueued`]).
 #[must_use]
 pub(crate) struct Checked {
@@ -282,8 +331,9 @@ pub(crate) struct Checked {
     pending: Option<Box<Unrecorded>>,
 }
 
-/// An operation checked and not yet recorded: the model's verdict, its uses, who made it.
-struct Unrecorded(Pending, Vec<Use>, Arc<Origin>);
+/// An operation checked and not yet recorded: the model's verdict, its uses, who made it, and
+/// what the thread's mode does with races found when it is recorded.
+struct Unrecorded(Pending, Vec<Use>, Arc<Origin>, RaceMode);
 
 impl Checked {
     /// Nothing to record: the detector is off, or the operation goes into a capture.
@@ -297,8 +347,12 @@ impl Checked {
     #[inline(always)]
     pub(crate) fn enqueued(self) {
         if let Some(checked) = self.pending {
-            let Unrecorded(pending, uses, origin) = *checked;
-            live_model().commit(pending, &uses, origin);
+            let Unrecorded(pending, uses, origin, mode) = *checked;
+            // Not into a model made since the check (the detector was turned off and on).
+            let late = model().as_mut().map(|model| model.commit(pending, &uses, origin)).unwrap_or_default();
+            // Races with operations another thread recorded between the check and this: the
+            // operation is enqueued already, so they are reported, also under `Fail`.
+            report(if mode == RaceMode::Off { mode } else { RaceMode::Report }, late);
         }
     }
 }
@@ -329,6 +383,11 @@ fn check_slow(stream: StreamKey, step: Step, uses: Vec<Use>, operation: String) 
     let origin = Arc::new(if uses.is_empty() { Origin::unseen(operation) } else { Origin::here(operation) });
     let mut pending = live_model().check(&stream, step, &uses, &origin);
     let races = std::mem::take(&mut pending.races);
+    let mode = if mode == RaceMode::Fail && REPORT_ONLY.try_with(Cell::get).unwrap_or(false) {
+        RaceMode::Report
+    } else {
+        mode
+    };
     if mode == RaceMode::Fail {
         if let Some(first) = races.into_iter().next() {
             return Err(Error::Race(Box::new(first)));
@@ -336,7 +395,7 @@ fn check_slow(stream: StreamKey, step: Step, uses: Vec<Use>, operation: String) 
     } else {
         report(mode, races);
     }
-    Ok(Checked { pending: Some(Box::new(Unrecorded(pending, uses, origin))) })
+    Ok(Checked { pending: Some(Box::new(Unrecorded(pending, uses, origin, mode))) })
 }
 
 /// Memory a host access touches: `bytes` bytes at `address` of host memory, read or
@@ -368,8 +427,14 @@ pub fn host_access(operation: &str, accesses: &[HostAccess]) -> Result<()> {
         .collect();
     let mode = this_threads_mode();
     let origin = Arc::new(Origin::here(operation));
-    let mut model = live_model();
-    let races = model.host_check(&uses, &origin);
+    let races = {
+        let mut model = live_model();
+        let races = model.host_check(&uses, &origin);
+        if mode != RaceMode::Fail || races.is_empty() {
+            model.host_commit(&uses, origin);
+        }
+        races
+    };
     if mode == RaceMode::Fail {
         if let Some(first) = races.into_iter().next() {
             return Err(Error::Race(Box::new(first)));
@@ -377,7 +442,6 @@ pub fn host_access(operation: &str, accesses: &[HostAccess]) -> Result<()> {
     } else {
         report(mode, races);
     }
-    model.host_commit(&uses, origin);
     Ok(())
 }
 

@@ -17,7 +17,7 @@
 //! An access made by operation `epoch` of stream `s` comes before an operation with clock `c`
 //! exactly when `c[s] >= epoch`. Two accesses of overlapping bytes conflict when one of them
 //! writes (or frees) and neither comes before the other. This is the relation
-//! `tests/stream/ordering_model.rs` checks the GPU against; the detector reports exactly its
+//! the ordering model (`src/ordering_model.rs`, run by `tests/stream/ordering_model.rs`) checks the GPU against; the detector reports exactly its
 //! unordered conflicting pairs (cross-checked in the tests).
 
 use super::clock::Clock;
@@ -45,13 +45,29 @@ pub(crate) enum StreamClass {
 }
 
 /// Which stream an operation is on: its device, handle and thread (the per-thread stream is
-/// one per thread; 0 for the others), and its class.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// one per thread; 0 for the others), and its class. Two keys are one stream when device,
+/// handle and thread agree, whatever class each wrapper knew (a borrowed view of an owned
+/// stream may not know its flags).
+#[derive(Clone, Debug)]
 pub(crate) struct StreamKey {
     pub(crate) device: i32,
     pub(crate) handle: usize,
     pub(crate) thread: u64,
     pub(crate) class: StreamClass,
+}
+
+impl PartialEq for StreamKey {
+    fn eq(&self, other: &StreamKey) -> bool {
+        (self.device, self.handle, self.thread) == (other.device, other.handle, other.thread)
+    }
+}
+
+impl Eq for StreamKey {}
+
+impl std::hash::Hash for StreamKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.device, self.handle, self.thread).hash(state);
+    }
 }
 
 impl StreamKey {
@@ -121,6 +137,8 @@ struct StreamState {
 struct Entry {
     stream: usize,
     epoch: u64,
+    /// When it was recorded ([`Model::sequence`]).
+    sequence: u64,
     access: Use,
     origin: Arc<Origin>,
 }
@@ -137,7 +155,15 @@ struct Memory {
 /// Everything the detector knows, behind one lock.
 #[derive(Debug)]
 pub(crate) struct Model {
+    /// Which model this is: an operation checked against an earlier one (the detector was
+    /// turned off and on meanwhile) is not recorded in this one.
+    generation: u64,
+    /// How many operations were recorded: an operation recorded after another was checked is
+    /// checked again when that one is recorded.
+    sequence: u64,
     streams: HashMap<StreamKey, StreamState>,
+    /// Per device, what its destroyed streams had enqueued: a device synchronize covers it.
+    retired: HashMap<i32, Clock>,
     labels: Vec<String>,
     events: HashMap<usize, Clock>,
     host: Clock,
@@ -146,8 +172,12 @@ pub(crate) struct Model {
 
 impl Default for Model {
     fn default() -> Model {
+        static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Model {
+            generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            sequence: 0,
             streams: HashMap::new(),
+            retired: HashMap::new(),
             labels: vec![HOST.to_owned()],
             events: HashMap::new(),
             host: Clock::default(),
@@ -225,13 +255,22 @@ impl Model {
     /// refuses the operation).
     pub(crate) fn check(&mut self, key: &StreamKey, step: Step, uses: &[Use], origin: &Arc<Origin>) -> Pending {
         let (index, clock) = self.next_clock(key, step);
-        let races = self.races(index, &clock, uses, origin);
-        Pending { key: key.clone(), step, index, clock, races }
+        let races = self.races(index, &clock, uses, origin, 0);
+        Pending { key: key.clone(), step, generation: self.generation, seen: self.sequence, races }
     }
 
-    /// Records an operation checked by [`Model::check`].
-    pub(crate) fn commit(&mut self, pending: Pending, uses: &[Use], origin: Arc<Origin>) {
-        let Pending { key, step, index, clock, .. } = pending;
+    /// Records an operation checked by [`Model::check`] (nothing, if the model was replaced
+    /// since), and returns the races it makes with the operations recorded since its check
+    /// (other threads' operations that CUDA took between the check and this).
+    pub(crate) fn commit(&mut self, pending: Pending, uses: &[Use], origin: Arc<Origin>) -> Vec<RaceReport> {
+        let Pending { key, step, generation, seen, .. } = pending;
+        if generation != self.generation {
+            return Vec::new();
+        }
+        // The clock as of now: records, waits and synchronizes recorded since the check count.
+        let (index, clock) = self.next_clock(&key, step);
+        let late = if self.sequence > seen { self.races(index, &clock, uses, &origin, seen) } else { Vec::new() };
+        self.sequence += 1;
         let epoch = clock.get(index);
         self.remember(index, epoch, uses, &origin);
         match step {
@@ -242,6 +281,7 @@ impl Model {
             Step::WaitEvent(_) => {}
         }
         self.stream(&key).clock = clock;
+        late
     }
 
     /// The races a host access of `uses` would make: with the device's accesses the host has
@@ -249,44 +289,76 @@ impl Model {
     pub(crate) fn host_check(&self, uses: &[Use], origin: &Arc<Origin>) -> Vec<RaceReport> {
         let mut clock = self.host.clone();
         clock.tick(HOST_INDEX);
-        self.races(HOST_INDEX, &clock, uses, origin)
+        self.races(HOST_INDEX, &clock, uses, origin, 0)
     }
 
     /// Records a host access checked by [`Model::host_check`]: every operation enqueued later
     /// comes after it.
     pub(crate) fn host_commit(&mut self, uses: &[Use], origin: Arc<Origin>) {
+        self.sequence += 1;
         let epoch = self.host.tick(HOST_INDEX);
         self.remember(HOST_INDEX, epoch, uses, &origin);
     }
 
-    /// The host saw everything enqueued on `key` so far complete.
-    pub(crate) fn stream_synchronized(&mut self, key: &StreamKey) {
-        let theirs = self.stream(key).clock.clone();
-        self.host.join(&theirs);
+    /// What a synchronize of `key` waits for: everything enqueued on it so far. Read before
+    /// the synchronize, so that another thread's work enqueued during it is not taken as done.
+    pub(crate) fn stream_clock(&mut self, key: &StreamKey) -> Clock {
+        self.stream(key).clock.clone()
+    }
+
+    /// What a synchronize of `event` waits for: the work before its last record.
+    pub(crate) fn event_clock(&self, event: usize) -> Clock {
+        self.events.get(&event).cloned().unwrap_or_default()
+    }
+
+    /// What a device synchronize waits for: everything enqueued on `device` so far, on live
+    /// and destroyed streams.
+    pub(crate) fn device_clock(&self, device: i32) -> Clock {
+        let mut clock = self.retired.get(&device).cloned().unwrap_or_default();
+        for state in self.streams.values().filter(|state| state.device == device) {
+            clock.join(&state.clock);
+        }
+        clock
+    }
+
+    /// The host saw the work of `clock` complete (a clock read before the wait).
+    pub(crate) fn host_saw(&mut self, clock: &Clock) {
+        self.host.join(clock);
         self.prune();
+    }
+
+    /// Which model this is (see [`Model::generation`]).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The host saw everything enqueued on `key` so far complete.
+    #[cfg(test)]
+    pub(crate) fn stream_synchronized(&mut self, key: &StreamKey) {
+        let clock = self.stream_clock(key);
+        self.host_saw(&clock);
     }
 
     /// The host saw the work before `event`'s last record complete.
+    #[cfg(test)]
     pub(crate) fn event_synchronized(&mut self, event: usize) {
-        if let Some(theirs) = self.events.get(&event).cloned() {
-            self.host.join(&theirs);
-            self.prune();
-        }
+        let clock = self.event_clock(event);
+        self.host_saw(&clock);
     }
 
     /// The host saw everything enqueued on `device` so far complete.
+    #[cfg(test)]
     pub(crate) fn device_synchronized(&mut self, device: i32) {
-        let clocks: Vec<Clock> =
-            self.streams.values().filter(|state| state.device == device).map(|state| state.clock.clone()).collect();
-        for clock in &clocks {
-            self.host.join(clock);
-        }
-        self.prune();
+        let clock = self.device_clock(device);
+        self.host_saw(&clock);
     }
 
-    /// A stream was destroyed: a new stream that gets its handle is another stream.
+    /// A stream was destroyed: a new stream that gets its handle is another stream. What it
+    /// enqueued still runs: a device synchronize still covers it.
     pub(crate) fn forget_stream(&mut self, key: &StreamKey) {
-        self.streams.remove(key);
+        if let Some(state) = self.streams.remove(key) {
+            self.retired.entry(state.device).or_default().join(&state.clock);
+        }
     }
 
     /// An event was destroyed: a new event that gets its handle has no record.
@@ -303,7 +375,7 @@ impl Model {
         let memory = Memory { bytes: allocation.bytes, allocation: Some(description), by_stream: BTreeMap::new() };
         self.memory.insert(allocation.address, memory);
         let pending = self.check(key, Step::Work, &[allocation], &origin);
-        self.commit(pending, &[allocation], origin);
+        let _ = self.commit(pending, &[allocation], origin);
     }
 
     /// The histories of memory overlapping `[address, address + bytes)` end (it was freed).
@@ -322,9 +394,20 @@ impl Model {
             .map(|(key, _)| *key)
     }
 
-    fn races(&self, index: usize, clock: &Clock, uses: &[Use], origin: &Arc<Origin>) -> Vec<RaceReport> {
+    /// The races of operation `index` with `clock` accessing `uses`, with the accesses
+    /// recorded after operation number `newer_than` (0: all).
+    fn races(
+        &self,
+        index: usize,
+        clock: &Clock,
+        uses: &[Use],
+        origin: &Arc<Origin>,
+        newer_than: u64,
+    ) -> Vec<RaceReport> {
         let mut races = Vec::new();
-        for access in uses {
+        // An access spanning several histories is in each of them: each pair once.
+        let mut seen: Vec<(usize, u64, u64)> = Vec::new();
+        for access in uses.iter().filter(|access| access.bytes > 0) {
             for key in self.overlapping(access.address, access.bytes) {
                 let memory = &self.memory[&key];
                 for (&stream, entries) in &memory.by_stream {
@@ -335,9 +418,13 @@ impl Model {
                     // operation are a suffix.
                     let first_unordered = entries.partition_point(|entry| clock.covers(stream, entry.epoch));
                     for entry in entries.range(first_unordered..) {
-                        if entry.access.kind.conflicts_with(access.kind)
+                        let pair = (entry.stream, entry.sequence, access.address);
+                        if entry.sequence > newer_than
+                            && entry.access.kind.conflicts_with(access.kind)
                             && entry.access.overlaps(access.address, access.bytes)
+                            && !seen.contains(&pair)
                         {
+                            seen.push(pair);
                             races.push(self.report(entry, index, access, origin, memory));
                         }
                     }
@@ -374,28 +461,50 @@ impl Model {
     }
 
     fn remember(&mut self, index: usize, epoch: u64, uses: &[Use], origin: &Arc<Origin>) {
-        for access in uses {
+        let sequence = self.sequence;
+        for access in uses.iter().filter(|access| access.bytes > 0) {
             if access.kind == AccessKind::Free {
                 self.forget_memory(access.address, access.bytes);
                 continue;
             }
-            let found = self.overlapping(access.address, access.bytes).next();
-            let home = match found {
-                Some(key) => key,
-                None => {
-                    // Bytes the crate did not allocate (raw memory declared by hand): a
-                    // history of their own.
-                    let key = access.address;
-                    self.memory.insert(key, Memory { bytes: access.bytes, ..Memory::default() });
-                    key
+            // In every history it overlaps: a later access of any part of it meets it.
+            for home in self.homes(access) {
+                let Some(memory) = self.memory.get_mut(&home) else { continue };
+                let entries = memory.by_stream.entry(index).or_default();
+                if entries.len() >= KEPT_PER_STREAM {
+                    entries.pop_front();
                 }
-            };
-            let entries = self.memory.get_mut(&home).expect("found above").by_stream.entry(index).or_default();
-            if entries.len() >= KEPT_PER_STREAM {
-                entries.pop_front();
+                entries.push_back(Entry { stream: index, epoch, sequence, access: *access, origin: origin.clone() });
             }
-            entries.push_back(Entry { stream: index, epoch, access: *access, origin: origin.clone() });
         }
+    }
+
+    /// The histories `access` goes into: the allocations it overlaps; in memory the crate did
+    /// not allocate (declared by hand), one history spanning it and every such history it
+    /// overlaps, merged.
+    fn homes(&mut self, access: &Use) -> Vec<u64> {
+        let overlapping: Vec<u64> = self.overlapping(access.address, access.bytes).collect();
+        if overlapping.iter().any(|start| self.memory[start].allocation.is_some()) {
+            return overlapping;
+        }
+        let mut start = access.address;
+        let mut end = access.address.saturating_add(access.bytes);
+        let mut merged = Memory::default();
+        for key in overlapping {
+            let Some(memory) = self.memory.remove(&key) else { continue };
+            start = start.min(key);
+            end = end.max(key.saturating_add(memory.bytes));
+            for (stream, entries) in memory.by_stream {
+                merged.by_stream.entry(stream).or_default().extend(entries);
+            }
+        }
+        for entries in merged.by_stream.values_mut() {
+            // Each stream's accesses in enqueue order again.
+            entries.make_contiguous().sort_by_key(|entry| (entry.epoch, entry.sequence));
+        }
+        merged.bytes = end - start;
+        self.memory.insert(start, merged);
+        vec![start]
     }
 
     /// Drops the accesses the host has seen complete: they come before every later operation.
@@ -416,8 +525,10 @@ impl Model {
 pub(crate) struct Pending {
     key: StreamKey,
     step: Step,
-    index: usize,
-    clock: Clock,
+    /// The model it was checked against.
+    generation: u64,
+    /// How many operations that model had recorded when it was checked.
+    seen: u64,
     /// The races it would make.
     pub(crate) races: Vec<RaceReport>,
 }

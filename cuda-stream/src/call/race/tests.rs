@@ -145,3 +145,93 @@ fn a_forgotten_stream_handle_is_a_new_stream() {
     op(&mut m, &a, Step::WaitEvent(1), &[]);
     assert_eq!(op(&mut m, &a, Step::Work, &[buffer(AccessKind::Read)]), [RaceKind::WriteRead]);
 }
+
+#[test]
+fn an_operation_recorded_between_a_check_and_its_record_is_checked_at_the_record() {
+    // Two threads: each checks a write of the same buffer on its stream before either records.
+    let (a, b) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    let origin = Arc::new(Origin::unseen("op"));
+    let write = [buffer(AccessKind::Write)];
+    let first = m.check(&a, Step::Work, &write, &origin);
+    let second = m.check(&b, Step::Work, &write, &origin);
+    assert!(first.races.is_empty() && second.races.is_empty(), "neither saw the other");
+    assert!(m.commit(first, &write, origin.clone()).is_empty());
+    let late = m.commit(second, &write, origin.clone());
+    assert_eq!(late.iter().map(|race| race.kind).collect::<Vec<_>>(), [RaceKind::WriteWrite]);
+    // A wait recorded between a check and its record counts at the record: no false race.
+    op(&mut m, &a, Step::Record(9), &[]);
+    let pending = m.check(&b, Step::Work, &[buffer(AccessKind::Read)], &origin);
+    op(&mut m, &b, Step::WaitEvent(9), &[]);
+    assert!(m.commit(pending, &[buffer(AccessKind::Read)], origin).is_empty());
+}
+
+#[test]
+fn an_operation_checked_against_an_older_model_is_not_recorded_in_a_newer_one() {
+    let a = stream(A, StreamClass::NonBlocking);
+    let (mut old, mut new) = (Model::default(), Model::default());
+    let origin = Arc::new(Origin::unseen("op"));
+    let pending = old.check(&a, Step::Work, &[buffer(AccessKind::Write)], &origin);
+    assert!(new.commit(pending, &[buffer(AccessKind::Write)], origin).is_empty());
+    let b = stream(B, StreamClass::NonBlocking);
+    assert!(op(&mut new, &b, Step::Work, &[buffer(AccessKind::Write)]).is_empty(), "nothing was recorded");
+}
+
+#[test]
+fn one_stream_is_one_stream_whatever_class_a_wrapper_knew() {
+    let (owned, borrowed) = (stream(A, StreamClass::Blocking), stream(A, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    op(&mut m, &owned, Step::Work, &[buffer(AccessKind::Write)]);
+    assert!(op(&mut m, &borrowed, Step::Work, &[buffer(AccessKind::Write)]).is_empty());
+}
+
+#[test]
+fn a_device_synchronize_covers_the_work_of_destroyed_streams() {
+    let (gone, b) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    op(&mut m, &gone, Step::Work, &[buffer(AccessKind::Write)]);
+    m.forget_stream(&gone);
+    m.device_synchronized(0);
+    assert!(op(&mut m, &b, Step::Work, &[buffer(AccessKind::Write)]).is_empty());
+}
+
+#[test]
+fn a_synchronize_covers_what_was_enqueued_before_it_only() {
+    let (a, b) = (stream(A, StreamClass::NonBlocking), stream(B, StreamClass::NonBlocking));
+    let mut m = Model::default();
+    op(&mut m, &a, Step::Work, &[]);
+    let before = m.stream_clock(&a);
+    // Another thread enqueues a write on `a` while this one waits.
+    op(&mut m, &a, Step::Work, &[buffer(AccessKind::Write)]);
+    m.host_saw(&before);
+    assert_eq!(op(&mut m, &b, Step::Work, &[buffer(AccessKind::Read)]), [RaceKind::WriteRead]);
+}
+
+#[test]
+fn empty_accesses_are_nothing_and_a_spanning_access_is_in_every_history_it_meets() {
+    let (a, b, c) = (
+        stream(A, StreamClass::NonBlocking),
+        stream(B, StreamClass::NonBlocking),
+        stream(0xc, StreamClass::NonBlocking),
+    );
+    let at = |address: u64, bytes: u64, kind| Use { address, bytes, kind };
+    let mut m = Model::default();
+    op(&mut m, &a, Step::Work, &[at(0x1000, 100, AccessKind::Write)]);
+    assert!(op(&mut m, &b, Step::Work, &[at(0x1000, 0, AccessKind::Write)]).is_empty(), "zero bytes");
+    assert_eq!(op(&mut m, &b, Step::Work, &[at(0x1000, 1, AccessKind::Read)]), [RaceKind::WriteRead], "history kept");
+    // [0x1000, 0x10c8) spans the first history and new bytes; its tail is met later.
+    op(&mut m, &b, Step::Work, &[at(0x1000, 200, AccessKind::Write)]);
+    let races = op(&mut m, &c, Step::Work, &[at(0x1096, 10, AccessKind::Read)]);
+    assert_eq!(races, [RaceKind::WriteRead], "the spanning write, once");
+}
+
+#[test]
+fn an_off_scope_decides_on_its_thread() {
+    let _report = super::race_scope(super::RaceMode::Report);
+    assert_eq!(super::this_threads_mode(), super::RaceMode::Report);
+    {
+        let _off = super::race_scope(super::RaceMode::Off);
+        assert_eq!(super::this_threads_mode(), super::RaceMode::Off);
+    }
+    assert_eq!(super::this_threads_mode(), super::RaceMode::Report);
+}
