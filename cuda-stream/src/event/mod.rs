@@ -255,6 +255,17 @@ impl Event {
     /// ([the rules](crate::capture#calls-refused-during-a-capture)).
     #[inline]
     pub fn query(&self) -> Result<bool> {
+        if race::tracking() {
+            return self.query_seen_by_the_race_detector();
+        }
+        self.query_checked()
+    }
+
+    /// [`Event::query`] while the race detector is on: an answer of true is a host wait for
+    /// the work before the last record.
+    #[cold]
+    #[inline(never)]
+    fn query_seen_by_the_race_detector(&self) -> Result<bool> {
         let snapshot = self.race_snapshot();
         let done = self.query_checked()?;
         if done {
