@@ -205,7 +205,9 @@ pub(crate) fn tracking() -> bool {
 fn this_threads_mode() -> RaceMode {
     // A scope decides on its thread, also an `Off` one under a process mode that is on.
     let scoped = SCOPES.try_with(|scopes| scopes.borrow().last().map(|(mode, _)| *mode)).ok().flatten();
-    scoped.unwrap_or(decode(STATE.load(Ordering::Acquire)))
+    let mode = scoped.unwrap_or(decode(STATE.load(Ordering::Acquire)));
+    // Inside a destructor that cannot fail ([`reporting_only`]), `Fail` reports.
+    if mode == RaceMode::Fail && REPORT_ONLY.try_with(Cell::get).unwrap_or(false) { RaceMode::Report } else { mode }
 }
 
 struct ModelGuard(MutexGuard<'static, Option<Model>>);
@@ -382,19 +384,7 @@ fn check_slow(stream: StreamKey, step: Step, uses: Vec<Use>, operation: String) 
     let mode = this_threads_mode();
     let origin = Arc::new(if uses.is_empty() { Origin::unseen(operation) } else { Origin::here(operation) });
     let mut pending = live_model().check(&stream, step, &uses, &origin);
-    let races = std::mem::take(&mut pending.races);
-    let mode = if mode == RaceMode::Fail && REPORT_ONLY.try_with(Cell::get).unwrap_or(false) {
-        RaceMode::Report
-    } else {
-        mode
-    };
-    if mode == RaceMode::Fail {
-        if let Some(first) = races.into_iter().next() {
-            return Err(Error::Race(Box::new(first)));
-        }
-    } else {
-        report(mode, races);
-    }
+    decide(mode, std::mem::take(&mut pending.races))?;
     Ok(Checked { pending: Some(Box::new(Unrecorded(pending, uses, origin, mode))) })
 }
 
@@ -435,14 +425,20 @@ pub fn host_access(operation: &str, accesses: &[HostAccess]) -> Result<()> {
         }
         races
     };
-    if mode == RaceMode::Fail {
-        if let Some(first) = races.into_iter().next() {
-            return Err(Error::Race(Box::new(first)));
-        }
-    } else {
+    decide(mode, races)
+}
+
+/// What `mode` does with `races` found before an operation: under `Fail`, the first is the
+/// operation's [`Error::Race`]; otherwise they are reported as the mode says.
+fn decide(mode: RaceMode, races: Vec<RaceReport>) -> Result<()> {
+    if mode != RaceMode::Fail {
         report(mode, races);
+        return Ok(());
     }
-    Ok(())
+    match races.into_iter().next() {
+        Some(first) => Err(Error::Race(Box::new(first))),
+        None => Ok(()),
+    }
 }
 
 /// Memory allocated on `stream` by `operation` (stream-ordered: a write of all of it there):
