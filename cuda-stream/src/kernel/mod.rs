@@ -56,7 +56,7 @@ pub use args::{KernelArg, KernelArgs};
 pub use config::{Dim3, LaunchConfig, MemSyncDomain};
 
 use crate::call::live_captures::no_capture_transitions;
-use crate::call::race::model::Step;
+use crate::call::race::{self, model::Step};
 use crate::device::Device;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result};
@@ -196,7 +196,7 @@ impl<A: KernelArgs> Kernel<A> {
         }
         config.check(stream.device())?;
         let race_check =
-            || stream.race_check(Step::Work, || stream.race_uses(config.declared_accesses()), || self.name.to_owned());
+            || stream.race_check(Step::Work, || race::uses(config.declared_accesses()), || self.name.to_owned());
         match config.launch_completion_event() {
             None => {
                 let checked = race_check()?;

@@ -296,12 +296,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
                 return copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
             }
             let _current = stream.enter_runtime()?;
-            let uses = || {
-                vec![
-                    Access::bytes(from as u64, bytes as u64, AccessKind::Read).as_use(),
-                    Access::bytes(to as u64, bytes as u64, AccessKind::Write).as_use(),
-                ]
-            };
+            let uses = || copy_uses(to, from, bytes);
             let checked = stream.race_check(Step::Work, uses, || "cudaMemcpyPeerAsync".to_owned())?;
             // SAFETY: two live allocations of `bytes` on their devices, the ordinals of those
             // devices; a live stream of one of them.

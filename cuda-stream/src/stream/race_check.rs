@@ -12,8 +12,8 @@ impl StreamRef {
     /// This stream as the detector knows it.
     pub(crate) fn race_key(&self) -> StreamKey {
         let (device, handle, thread) = self.identity();
-        let class = match (self.builtin().map(Builtin::canonical), self.non_blocking) {
-            (Some(Builtin::Legacy), _) => StreamClass::Legacy,
+        let class = match (self.builtin(), self.non_blocking) {
+            (Some(builtin), _) if builtin.is_legacy() => StreamClass::Legacy,
             (Some(_), _) | (None, Some(false)) => StreamClass::Blocking,
             // Non-blocking, or flags unknown (a borrowed stream): no implicit order assumed.
             (None, _) => StreamClass::NonBlocking,
@@ -37,22 +37,31 @@ impl StreamRef {
         if !race::tracking() {
             return Ok(Checked::none());
         }
+        match self.race_destination() {
+            Destination::Stream => race::check(self.race_key(), step, uses(), operation()),
+            // Into a capture: the graph's launches replay the accesses.
+            Destination::Capture(id) => {
+                race::captured(id, uses(), operation());
+                Ok(Checked::none())
+            }
+            Destination::Nowhere => Ok(Checked::none()),
+        }
+    }
+
+    /// Where an operation enqueued here now goes, as the detector sees it.
+    #[cold]
+    fn race_destination(&self) -> Destination {
         // The legacy stream is never captured (and asking fails while another stream of its
         // device is captured in Global mode).
-        let legacy = self.builtin().map(Builtin::canonical) == Some(Builtin::Legacy);
-        if !legacy && self.may_be_captured_now() {
-            match self.capture_info() {
-                Ok(info) if info.status == CaptureStatus::None => {}
-                // Into a capture: the graph's launches replay the accesses.
-                Ok(info) if info.status == CaptureStatus::Active => {
-                    race::captured(info.id, uses(), operation());
-                    return Ok(Checked::none());
-                }
-                // Invalidated, or unreadable: nothing is recorded.
-                _ => return Ok(Checked::none()),
-            }
+        if self.builtin().is_some_and(Builtin::is_legacy) || !self.may_be_captured_now() {
+            return Destination::Stream;
         }
-        race::check(|| self.race_key(), step, uses, operation)
+        match self.capture_info() {
+            Ok(info) if info.status == CaptureStatus::None => Destination::Stream,
+            Ok(info) if info.status == CaptureStatus::Active => Destination::Capture(info.id),
+            // Invalidated, or unreadable: nothing is recorded.
+            _ => Destination::Nowhere,
+        }
     }
 
     /// Checks a launch here of a graph whose capture declared `accesses` (see
@@ -62,11 +71,11 @@ impl StreamRef {
     /// [`Error::Race`](crate::Error::Race) under [`RaceMode::Fail`](race::RaceMode::Fail).
     #[cold]
     pub(crate) fn race_check_replay(&self, accesses: &race::CapturedAccesses) -> Result<Checked> {
-        if self.may_be_captured_now() && self.capture_status() != Ok(CaptureStatus::None) {
+        match self.race_destination() {
+            Destination::Stream => race::check_replay(self.race_key(), accesses),
             // A graph launched into a capture (a child graph): not modelled.
-            return Ok(Checked::none());
+            Destination::Capture(_) | Destination::Nowhere => Ok(Checked::none()),
         }
-        race::check_replay(self.race_key(), accesses)
     }
 
     /// Makes `call`, a CUDA call that enqueues operation `step` (no accesses) here, and tells
@@ -114,7 +123,7 @@ impl StreamRef {
     pub fn declare_accesses(&self, operation: &str, accesses: &[Access]) -> Result<()> {
         refuse_inside_host_fn()?;
         let _current = self.enter_to_read()?;
-        self.race_check(Step::Work, || self.race_uses(accesses), || operation.to_owned())?.enqueued();
+        self.race_check(Step::Work, || race::uses(accesses), || operation.to_owned())?.enqueued();
         Ok(())
     }
 
@@ -123,9 +132,14 @@ impl StreamRef {
     pub(crate) fn race_allocated(&self, address: u64, bytes: u64, operation: &str) {
         race::allocated(|| self.race_key(), || Access::bytes(address, bytes, AccessKind::Write).as_use(), operation);
     }
+}
 
-    /// `accesses` as the model's uses.
-    pub(crate) fn race_uses(&self, accesses: &[Access]) -> Vec<Use> {
-        accesses.iter().map(|access| access.as_use()).collect()
-    }
+/// Where an operation enqueued on a stream goes, as the race detector sees it.
+enum Destination {
+    /// The stream itself: checked now.
+    Stream,
+    /// Capture `0` (CUDA's id): replayed by the graph's launches.
+    Capture(u64),
+    /// A capture that was invalidated, or a status that cannot be read: not recorded.
+    Nowhere,
 }

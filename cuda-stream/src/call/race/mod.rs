@@ -296,6 +296,11 @@ impl Access {
     }
 }
 
+/// `accesses` as the model's uses.
+pub(crate) fn uses(accesses: &[Access]) -> Vec<Use> {
+    accesses.iter().map(|access| access.as_use()).collect()
+}
+
 /// What a wait for the device waits for, read before the wait ([`snapshot`]).
 pub(crate) struct Snapshot {
     generation: u64,
@@ -359,28 +364,15 @@ impl Checked {
     }
 }
 
-/// Checks an operation about to be enqueued on `stream`: `Err(Error::Race)` under
-/// [`RaceMode::Fail`] when it races; otherwise the races are reported as this thread's mode
-/// says, and the returned [`Checked`] records it once CUDA took it.
+/// Checks an operation about to be enqueued on `stream`, while the detector is on:
+/// `Err(Error::Race)` under [`RaceMode::Fail`] when it races; otherwise the races are reported
+/// as this thread's mode says, and the returned [`Checked`] records it once CUDA took it.
 ///
 /// # Errors
 /// [`Error::Race`] as above.
-#[inline(always)]
-pub(crate) fn check(
-    stream: impl FnOnce() -> StreamKey,
-    step: Step,
-    uses: impl FnOnce() -> Vec<Use>,
-    operation: impl FnOnce() -> String,
-) -> Result<Checked> {
-    if !tracking() {
-        return Ok(Checked::none());
-    }
-    check_slow(stream(), step, uses(), operation())
-}
-
 #[cold]
 #[inline(never)]
-fn check_slow(stream: StreamKey, step: Step, uses: Vec<Use>, operation: String) -> Result<Checked> {
+pub(crate) fn check(stream: StreamKey, step: Step, uses: Vec<Use>, operation: String) -> Result<Checked> {
     let mode = this_threads_mode();
     let origin = Arc::new(if uses.is_empty() { Origin::unseen(operation) } else { Origin::here(operation) });
     let mut pending = live_model().check(&stream, step, &uses, &origin);
@@ -413,7 +405,7 @@ pub fn host_access(operation: &str, accesses: &[HostAccess]) -> Result<()> {
     }
     let uses: Vec<Use> = accesses
         .iter()
-        .map(|access| Use { address: access.address as u64, bytes: access.bytes as u64, kind: access.kind })
+        .map(|access| Access::bytes(access.address as u64, access.bytes as u64, access.kind).as_use())
         .collect();
     let mode = this_threads_mode();
     let origin = Arc::new(Origin::here(operation));
@@ -499,7 +491,7 @@ pub(crate) fn check_replay(stream: StreamKey, accesses: &CapturedAccesses) -> Re
     let uses: Vec<Use> = accesses.0.iter().map(|(access, _)| *access).collect();
     let mut names: Vec<&str> = accesses.0.iter().map(|(_, origin)| origin.operation.as_str()).collect();
     names.dedup();
-    check_slow(stream, Step::Work, uses, format!("cudaGraphLaunch (captured: {})", names.join(", ")))
+    check(stream, Step::Work, uses, format!("cudaGraphLaunch (captured: {})", names.join(", ")))
 }
 
 /// Runs `update` on the model while the detector is on.
