@@ -1,12 +1,14 @@
 //! NVIDIA's NCCL, loaded at run time (`libnccl.so.2` of the `nvidia-nccl-cu13` wheel, which
 //! PyTorch's CUDA 13 wheels bring along), for the tests and the example that run a real
 //! all-reduce on our streams. Only the few calls they need are bound, with the signatures of
-//! `nccl.h` (2.x); nothing here is a collective of its own.
+//! `nccl.h` (2.x); nothing here is a collective of its own. Each collective is declared to the
+//! race detector ([`race::declare_collective`]): its accesses, and the ranks' rendezvous.
 //!
 //! Where the library comes from, first hit wins: the file `CUDA_STREAM_NCCL` names; the wheel in
 //! the site-packages of `python3` (`nvidia/nccl/lib/libnccl.so.2`); `libnccl.so.2` on the
 //! loader's path.
 
+use cuda_stream::race::{self, Access};
 use cuda_stream::{Device, StreamRef, sys};
 use libloading::Library;
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -152,7 +154,7 @@ impl Comms {
     /// device.
     ///
     /// # Errors
-    /// NCCL's.
+    /// NCCL's; the race detector's refusal under `RaceMode::Fail` (nothing is enqueued).
     pub unsafe fn all_reduce_sum_i32(
         &self,
         buffers: &[(*const c_void, *mut c_void)],
@@ -160,6 +162,16 @@ impl Comms {
         streams: &[&StreamRef],
     ) -> Result<(), String> {
         let nccl = self.nccl;
+        // Each rank reads its `send` and writes its `receive` on its stream; the ranks meet.
+        let accesses: Vec<[Access; 2]> = buffers
+            .iter()
+            .map(|(send, receive)| {
+                [Access::read(send.cast::<i32>(), count), Access::write(receive.cast::<i32>(), count)]
+            })
+            .collect();
+        let ranks: Vec<(&StreamRef, &[Access])> =
+            streams.iter().zip(&accesses).map(|(stream, accesses)| (*stream, &accesses[..])).collect();
+        race::declare_collective("ncclAllReduce", &ranks).map_err(|error| error.to_string())?;
         // SAFETY: no arguments.
         nccl.check(unsafe { (nccl.group_start)() }, "ncclGroupStart")?;
         let mut result = Ok(());

@@ -155,6 +155,59 @@ fn a_graph_launch_replays_the_accesses_its_capture_declared() {
 }
 
 #[test]
+fn a_built_graph_replays_its_kernel_nodes_and_builder_captures_accesses() {
+    let device = gpu_or_skip!();
+    let (capturing, other) = (non_blocking_stream(device), non_blocking_stream(device));
+    let scope = race_scope(RaceMode::Report);
+    let x = DeviceBuffer::from_slice(&other, &vec![1.0f32; N]).unwrap();
+    let mut y = DeviceBuffer::from_slice(&other, &vec![2.0f32; N]).unwrap();
+    let mut z = DeviceBuffer::from_slice(&other, &vec![2.0f32; N]).unwrap();
+    other.synchronize().unwrap();
+    let (node_accesses, captured_accesses) = ([x.read_access(), y.write_access()], [x.read_access(), z.write_access()]);
+    let blocks = (N as u32).div_ceil(256);
+    let mut graph = cuda_stream::Graph::new(device).unwrap();
+    let mut builder = graph.builder();
+    // SAFETY: x, y and z are N floats of the device, alive until every launch below synchronized.
+    let node = unsafe {
+        builder.add_kernel(
+            &SAXPY,
+            &LaunchConfig::new(blocks, 256).accesses(&node_accesses),
+            (2.0, x.as_ptr(), y.as_mut_ptr(), N as u32),
+            &[],
+        )
+    }
+    .unwrap();
+    let capture = builder.capture(&capturing, cuda_stream::capture::ThreadLocal).unwrap();
+    let config = LaunchConfig::new(blocks, 256).accesses(&captured_accesses);
+    // SAFETY: as above.
+    unsafe { SAXPY.launch(&capturing, &config, (3.0, x.as_ptr(), z.as_mut_ptr(), N as u32)) }.unwrap();
+    capture.end().unwrap();
+    assert_eq!(builder.leaves().unwrap().len(), 1, "the captured kernel runs after the node {node:?}");
+    drop(builder);
+    assert_eq!(scope.take_reports(), [], "built and captured work runs at the graph's launches");
+    let exec = graph.instantiate().unwrap();
+    y.fill_bytes(&other, 0).unwrap();
+    z.fill_bytes(&other, 0).unwrap();
+    exec.launch(&capturing).unwrap();
+    let reports = scope.take_reports();
+    capturing.synchronize().unwrap();
+    let written: BTreeSet<u64> = reports.iter().map(|report| report.later.address).collect();
+    assert_eq!(kinds(&reports), [RaceKind::WriteWrite; 2], "the fills of y and z, the replayed writes: {reports:#?}");
+    assert_eq!(written, BTreeSet::from([y.as_ptr() as u64, z.as_ptr() as u64]), "{reports:#?}");
+    assert!(reports.iter().all(|report| report.later.operation.contains("cs_saxpy")), "{reports:#?}");
+
+    // With the edge: silent, and both kernels ran.
+    y.fill_bytes(&other, 0).unwrap();
+    z.fill_bytes(&other, 0).unwrap();
+    capturing.wait_stream(&other).unwrap();
+    exec.launch(&capturing).unwrap();
+    assert_eq!(scope.take_reports(), []);
+    capturing.synchronize().unwrap();
+    assert!(y.to_vec().unwrap().iter().all(|&v| v == 2.0), "y = 2 x + 0");
+    assert!(z.to_vec().unwrap().iter().all(|&v| v == 3.0), "z = 3 x + 0");
+}
+
+#[test]
 fn a_free_while_another_stream_may_use_the_memory_is_reported() {
     let device = gpu_or_skip!();
     let (home, user) = (non_blocking_stream(device), non_blocking_stream(device));

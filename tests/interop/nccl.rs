@@ -5,8 +5,13 @@
 //! it (the control) the all-reduce reads the inputs before they are written. One GPU is a
 //! clique of one; the two-GPU test skips with fewer (fails under `CUDA_STREAM_REQUIRE_GPUS=2`).
 //! Without NCCL the tests skip loudly, or fail under `CUDA_STREAM_REQUIRE_NCCL=1`.
+//!
+//! The race detector watches each program (the loader declares every collective, the tests
+//! their raw copies and fills): silent when ordered, and in the control it names the
+//! all-reduce's read of each input that the producer was still to write.
 
-use cuda_stream::{Device, Result, Stream, check, sys};
+use cuda_stream::race::{Access, RaceKind};
+use cuda_stream::{Device, RaceMode, RaceReport, Result, Stream, check, race_scope, sys};
 use cuda_stream_tests::nccl::{Nccl, nccl};
 use cuda_stream_tests::non_blocking_stream as stream;
 use cuda_stream_tests::{MappedFlag, gpu_or_skip, gpus_or_skip};
@@ -57,6 +62,7 @@ impl DeviceBuffer {
     /// once the copy is done).
     fn read_on(&self, stream: &Stream) -> Result<Vec<i32>> {
         let mut host = vec![0i32; COUNT];
+        stream.declare_accesses("cudaMemcpyAsync", &[Access::read(self.ptr.cast::<u8>(), BYTES)])?;
         let kind = sys::cudaMemcpyKind::cudaMemcpyDeviceToHost;
         // SAFETY: `host` and the buffer hold BYTES bytes; `stream` is live.
         let code = unsafe { sys::cudaMemcpyAsync(host.as_mut_ptr().cast(), self.ptr, BYTES, kind, stream.as_raw()) };
@@ -84,8 +90,9 @@ fn expected_sum(ranks: usize) -> i32 {
 /// The all-reduce over `devices`, each rank's input written late (behind a host flag) on a
 /// producer stream. With `ordered`, each rank's stream waits for its producer first
 /// (`wait_stream`); the results are read on a third stream that waits for the all-reduce by
-/// an event. Returns every rank's result.
-fn all_reduce(nccl: &'static Nccl, devices: &[Device], ordered: bool) -> Vec<Vec<i32>> {
+/// an event. Returns every rank's result, and the races the detector reported.
+fn all_reduce(nccl: &'static Nccl, devices: &[Device], ordered: bool) -> (Vec<Vec<i32>>, Vec<RaceReport>) {
+    let races = race_scope(RaceMode::Report);
     let comms = nccl.comms(devices).unwrap();
     // NCCL's first collective on new communicators sets up memory, which may wait for the whole
     // device: with the producers' kernels already waiting for the host's flag, it would wait out
@@ -110,6 +117,7 @@ fn all_reduce(nccl: &'static Nccl, devices: &[Device], ordered: bool) -> Vec<Vec
         let (work, producer, reader) = (stream(*device), stream(*device), stream(*device));
         let (send, receive) = (DeviceBuffer::filled(*device, 0).unwrap(), DeviceBuffer::filled(*device, 0xff).unwrap());
         cuda_stream_tests::wait_flag(&producer, &flag, Duration::from_secs(20)).unwrap();
+        producer.declare_accesses("cudaMemsetAsync", &[Access::write(send.ptr.cast::<u8>(), BYTES)]).unwrap();
         // SAFETY: `send` holds BYTES bytes and outlives the producer's work (synchronized below).
         let code = unsafe { sys::cudaMemsetAsync(send.ptr, rank as i32 + 1, BYTES, producer.as_raw()) };
         check(code, "cudaMemsetAsync").unwrap();
@@ -145,7 +153,7 @@ fn all_reduce(nccl: &'static Nccl, devices: &[Device], ordered: bool) -> Vec<Vec
     for stream in producers.iter().chain(&streams) {
         stream.synchronize().unwrap();
     }
-    results
+    (results, races.take_reports())
 }
 
 fn assert_every_element(results: &[Vec<i32>], expected: i32, what: &str) {
@@ -168,23 +176,29 @@ fn an_all_reduce_on_our_streams_is_ordered_by_wait_stream_and_events() {
     let _device = gpu_or_skip!();
     let Some(nccl) = nccl_or_skip("an_all_reduce_on_our_streams_is_ordered_by_wait_stream_and_events") else { return };
     let devices = every_device();
-    let results = all_reduce(nccl, &devices, true);
+    let (results, races) = all_reduce(nccl, &devices, true);
     assert_every_element(&results, expected_sum(devices.len()), "ordered by wait_stream");
+    assert!(races.is_empty(), "the ordered program raced: {races:#?}");
 }
 
 #[test]
 fn without_the_wait_the_all_reduce_reads_inputs_not_yet_written() {
     let _device = gpu_or_skip!();
     let Some(nccl) = nccl_or_skip("without_the_wait_the_all_reduce_reads_inputs_not_yet_written") else { return };
-    let results = all_reduce(nccl, &every_device(), false);
+    let devices = every_device();
+    let (results, races) = all_reduce(nccl, &devices, false);
     assert_every_element(&results, 0, "the control, without wait_stream");
+    // The detector saw it: each rank's input read by the all-reduce before the fill.
+    let seen: Vec<_> = races.iter().map(|race| (race.kind, &*race.earlier.operation, &*race.later.operation)).collect();
+    assert_eq!(seen, vec![(RaceKind::WriteRead, "cudaMemsetAsync", "ncclAllReduce"); devices.len()], "{races:#?}");
 }
 
 #[test]
 fn two_gpus_all_reduce_on_our_streams() {
     let devices = gpus_or_skip!(2);
     let Some(nccl) = nccl_or_skip("two_gpus_all_reduce_on_our_streams") else { return };
-    let results = all_reduce(nccl, &devices, true);
+    let (results, races) = all_reduce(nccl, &devices, true);
     assert_eq!(results.len(), 2);
     assert_every_element(&results, expected_sum(2), "two GPUs, ordered by wait_stream");
+    assert!(races.is_empty(), "the ordered program raced: {races:#?}");
 }

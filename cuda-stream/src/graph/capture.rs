@@ -374,7 +374,7 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         drop(current);
         live_captures::ended(self.counted);
         // Accesses declared into a capture whose graph does not keep them (a capture dropped,
-        // or into a builder's or a borrowed graph) are not replayed: forgotten with it.
+        // or one that failed) are not replayed: forgotten with it.
         drop(race::take_captured(self.id));
         ended
     }

@@ -100,6 +100,7 @@
 use super::capture::{Capture, Ended, Target};
 use super::{Graph, Tree, leaves_of, level_id};
 use crate::call::capture_mode::{CaptureMode, Relaxed, with_thread_mode};
+use crate::call::race;
 use crate::device::{Device, same_device};
 use crate::ffi::error::{Error, Result, check};
 use crate::stream::StreamRef;
@@ -219,6 +220,11 @@ impl<'g> GraphBuilder<'g> {
 
     fn level(&self) -> u64 {
         self.path[self.path.len() - 1]
+    }
+
+    /// Adds accesses declared to the race detector by a node added here.
+    pub(crate) fn add_race_accesses(&self, accesses: Option<std::sync::Arc<race::CapturedAccesses>>) {
+        self.tree.add_race_accesses(accesses);
     }
 
     /// [`Error::GraphMisuse`] while a capture into this level is open (one leaked with
@@ -578,6 +584,7 @@ impl<'a, M: CaptureMode> BuilderCapture<'a, M> {
     /// Ends the capture in CUDA (see [`Capture::finish`]) and notes how it went in the graph;
     /// `dropped` says why the body is incomplete even if the capture ends.
     fn finish(&mut self, dropped: Option<&'static str>) -> Result<()> {
+        let race_accesses = race::take_captured(self.capture.id());
         let ended = match self.capture.finish() {
             Ended::Borrowed(ended) => ended,
             // It stays open in CUDA: the level stays listed as capturing.
@@ -600,7 +607,8 @@ impl<'a, M: CaptureMode> BuilderCapture<'a, M> {
                 self.tree.incomplete.set(Some(FAILED));
             }
             (Ok(()), Some(why)) => self.tree.incomplete.set(Some(why)),
-            (Ok(()), None) => {}
+            // The captured work is nodes of the graph now: its launches replay its accesses.
+            (Ok(()), None) => self.tree.add_race_accesses(race_accesses),
         }
         ended
     }

@@ -45,8 +45,6 @@ pub struct Graph {
     /// How many executables made from this graph are alive (a graph with conditional nodes
     /// may have one at a time).
     executables: Arc<AtomicUsize>,
-    /// The accesses its capture declared to the race detector, replayed by each launch.
-    race_accesses: Option<Arc<race::CapturedAccesses>>,
 }
 
 /// What a graph's builders, the builders of its conditional bodies and their captures share
@@ -71,6 +69,9 @@ pub(crate) struct Tree {
     /// A conditional node was added to the graph or to one of its bodies: CUDA allows only
     /// one executable of it at a time.
     pub(crate) conditional: Cell<bool>,
+    /// The accesses declared to the race detector by the work captured into the graph and its
+    /// bodies, and by its kernel nodes: each launch of an executable made from it replays them.
+    pub(crate) race_accesses: RefCell<Option<Arc<race::CapturedAccesses>>>,
 }
 
 impl Tree {
@@ -89,6 +90,12 @@ impl Tree {
         Ok(())
     }
 
+    /// Adds accesses declared to the race detector by work that became nodes of the graph.
+    pub(crate) fn add_race_accesses(&self, accesses: Option<Arc<race::CapturedAccesses>>) {
+        let mut kept = self.race_accesses.borrow_mut();
+        *kept = race::CapturedAccesses::append(kept.take(), accesses);
+    }
+
     fn new() -> Tree {
         Tree {
             level: level_id(),
@@ -96,6 +103,7 @@ impl Tree {
             incomplete: Cell::new(None),
             leak: Cell::new(false),
             conditional: Cell::new(false),
+            race_accesses: RefCell::new(None),
         }
     }
 }
@@ -117,12 +125,12 @@ unsafe impl Send for Graph {}
 
 impl Graph {
     pub(crate) fn from_captured(raw: sys::cudaGraph_t, device: Device) -> Graph {
-        Graph { raw, device, tree: Tree::new(), executables: Arc::new(AtomicUsize::new(0)), race_accesses: None }
+        Graph { raw, device, tree: Tree::new(), executables: Arc::new(AtomicUsize::new(0)) }
     }
 
-    /// Gives the graph the accesses its capture declared to the race detector.
-    pub(crate) fn with_race_accesses(mut self, accesses: Option<Arc<race::CapturedAccesses>>) -> Graph {
-        self.race_accesses = accesses;
+    /// Adds the accesses a capture into the graph declared to the race detector.
+    pub(crate) fn with_race_accesses(self, accesses: Option<Arc<race::CapturedAccesses>>) -> Graph {
+        self.tree.add_race_accesses(accesses);
         self
     }
 
@@ -175,7 +183,7 @@ impl Graph {
                 raw,
                 device: self.device,
                 executables: Arc::clone(&self.executables),
-                race_accesses: self.race_accesses.clone(),
+                race_accesses: self.tree.race_accesses.borrow().clone(),
             }),
             Err(error) => {
                 self.executables.fetch_sub(1, Ordering::AcqRel);
@@ -529,7 +537,7 @@ impl GraphExec {
         if let Err(Error::Cuda { code, .. }) = check(code, "cudaGraphExecUpdate") {
             return Err(Error::GraphUpdate { result: GraphExecUpdateResult(info.result.0), code });
         }
-        self.race_accesses = graph.race_accesses.clone();
+        self.race_accesses = graph.tree.race_accesses.borrow().clone();
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 //! `cudaGraphKernelNodeSetAttribute`); and [`ConditionHandle`] as a kernel argument.
 
 use super::{Kernel, KernelArgs, LaunchConfig, UNCHECKED};
+use crate::call::race::CapturedAccesses;
 use crate::conditional::{ConditionHandle, GraphBuilder, GraphNode};
 use crate::ffi::error::{Error, Result, check};
 use crate::memory::DeviceCopy;
@@ -63,7 +64,7 @@ impl GraphBuilder<'_> {
             ));
         }
         let device = self.device();
-        self.add_node_with(after, |graph, dependencies| {
+        let node = self.add_node_with(after, |graph, dependencies| {
             // The device is current here (`add_node_with`).
             if kernel.signature.load(Ordering::Acquire) == UNCHECKED {
                 kernel.check_signature(device)?;
@@ -117,6 +118,9 @@ impl GraphBuilder<'_> {
                     Ok(node)
                 })
             })
-        })
+        })?;
+        // Each launch of the graph replays the declared accesses (see `race`).
+        self.add_race_accesses(CapturedAccesses::of_node(kernel.name(), config.declared_accesses()));
+        Ok(node)
     }
 }

@@ -12,20 +12,25 @@
 //! | [`DeviceBuffer`](crate::DeviceBuffer) allocation, copies, fills, free | the buffer's bytes (reads and writes as the copy goes; the free conflicts as a write) |
 //! | [`Kernel::launch`](crate::Kernel::launch) with [`LaunchConfig::accesses`](crate::LaunchConfig::accesses) | what the launch declares |
 //! | [`StreamRef::declare_accesses`](crate::StreamRef::declare_accesses) | what you declare, for work the crate cannot see (raw FFI, another library) |
+//! | [`declare_collective`] | each rank's accesses of a collective (NCCL's), on its stream |
 //! | [`host_access`] | host memory the host reads or writes (a pinned buffer a copy may still use) |
 //!
 //! Ordering comes from what the crate enqueues: records and waits (also those `wait_stream`,
 //! `fork` and the buffers make), stream, event and device synchronizes (and queries that saw
 //! the work complete; the clock a wait covers is read before it, so work another thread
-//! enqueues meanwhile is not taken as done), and work on the legacy stream. Completion futures
+//! enqueues meanwhile is not taken as done), work on the legacy stream, and the rendezvous of
+//! a declared collective (each rank's later work comes after every rank's earlier work). Completion futures
 //! do not count as host waits. Work the crate does not see (raw FFI)
 //! orders nothing; a borrowed stream whose flags the crate does not know counts as
 //! non-blocking. Work enqueued into a capture is not checked when it is captured: its
 //! accesses go with the capture's graph ([`Capture::end`](crate::Capture::end)) to its
 //! executables, and each [`GraphExec::launch`](crate::GraphExec::launch) checks them as one
 //! operation on its stream (treated as ordered among themselves, as the graph's edges
-//! normally make them). Captures into
-//! a builder's or a borrowed graph keep nothing, and NCCL calls are not seen (declare them).
+//! normally make them); so do captures into a [`GraphBuilder`](crate::GraphBuilder)'s graph or
+//! bodies, and its kernel nodes' [`LaunchConfig::accesses`](crate::LaunchConfig::accesses)
+//! (a body's accesses count as made, however often it runs). Accesses declared into a capture
+//! that the crate did not begin (another library's) are kept for its graph, which the crate
+//! never launches: the oldest are dropped past [`KEPT_CAPTURED`].
 //! The detector starts with an empty history each time it is turned on: events recorded while
 //! it was off order nothing.
 //!
@@ -48,10 +53,12 @@ pub(crate) mod clock;
 pub(crate) mod model;
 
 pub use crate::ffi::race_report::{AccessKind, RaceAccess, RaceKind, RaceReport};
+pub use crate::stream::race_check::declare_collective;
 
 use self::model::{Model, Origin, Pending, Step, StreamKey, Use};
 use crate::ffi::error::{Error, Result};
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io::Write;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -380,6 +387,45 @@ pub(crate) fn check(stream: StreamKey, step: Step, uses: Vec<Use>, operation: St
     Ok(Checked { pending: Some(Box::new(Unrecorded(pending, uses, origin, mode))) })
 }
 
+/// Checks a collective about to be enqueued (see
+/// [`declare_collective`](crate::race::declare_collective)): each rank's accesses on its
+/// stream, as one operation there; then each rank's stream takes in what every rank's came
+/// after. Under [`RaceMode::Fail`] a race of any rank refuses them all, before any is recorded;
+/// races between the ranks themselves are found when they are recorded, and reported.
+///
+/// # Errors
+/// [`Error::Race`] as above.
+#[cold]
+#[inline(never)]
+pub(crate) fn check_collective(ranks: Vec<(StreamKey, Vec<Use>)>, operation: &str) -> Result<()> {
+    let mode = this_threads_mode();
+    let origin = Arc::new(Origin::here(operation));
+    let mut model = live_model();
+    let mut checked = Vec::with_capacity(ranks.len());
+    let mut races = Vec::new();
+    for (key, uses) in ranks {
+        let before = model.before(&key, Step::Work);
+        let mut pending = model.check(&key, Step::Work, &uses, &origin);
+        races.append(&mut pending.races);
+        checked.push((key, before, pending, uses));
+    }
+    if mode == RaceMode::Fail && !races.is_empty() {
+        drop(model);
+        return decide(mode, races);
+    }
+    let mut late = Vec::new();
+    let mut rendezvous = Vec::with_capacity(checked.len());
+    for (key, before, pending, uses) in checked {
+        late.append(&mut model.commit(pending, &uses, origin.clone()));
+        rendezvous.push((key, before));
+    }
+    model.rendezvous(&rendezvous);
+    drop(model);
+    let decided = decide(mode, races);
+    report(if mode == RaceMode::Off { mode } else { RaceMode::Report }, late);
+    decided
+}
+
 /// Memory a host access touches: `bytes` bytes at `address` of host memory, read or
 /// written.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -445,12 +491,42 @@ pub(crate) fn allocated(stream: impl FnOnce() -> StreamKey, allocation: impl FnO
 
 /// The accesses declared while a capture was in progress, keyed by CUDA's capture id, until
 /// the capture ends and its graph takes them.
-static CAPTURED: Mutex<Vec<(u64, Use, Arc<Origin>)>> = Mutex::new(Vec::new());
+static CAPTURED: Mutex<VecDeque<(u64, Use, Arc<Origin>)>> = Mutex::new(VecDeque::new());
+
+/// How many accesses declared into captures in progress are kept; past it the oldest are
+/// dropped (those of captures begun outside the crate are never taken: their graphs are not
+/// the crate's to launch).
+pub const KEPT_CAPTURED: usize = 1 << 16;
 
 /// The accesses of the work a capture recorded: each launch of the graph replays them on its
 /// stream ([`GraphExec::launch`](crate::GraphExec::launch)).
 #[derive(Debug, Default)]
 pub(crate) struct CapturedAccesses(Vec<(Use, Arc<Origin>)>);
+
+impl CapturedAccesses {
+    /// `earlier`'s accesses and then `later`'s: a graph's, grown by another capture into it.
+    pub(crate) fn append(
+        earlier: Option<Arc<CapturedAccesses>>,
+        later: Option<Arc<CapturedAccesses>>,
+    ) -> Option<Arc<CapturedAccesses>> {
+        match (earlier, later) {
+            (Some(earlier), Some(later)) => {
+                Some(Arc::new(CapturedAccesses(earlier.0.iter().chain(&later.0).cloned().collect())))
+            }
+            (earlier, later) => earlier.or(later),
+        }
+    }
+
+    /// The accesses `accesses` of a node `operation` added to a graph, while the detector is on
+    /// (`None` otherwise, or when there are none).
+    pub(crate) fn of_node(operation: &str, accesses: &[Access]) -> Option<Arc<CapturedAccesses>> {
+        if !tracking() || accesses.iter().all(|access| access.bytes == 0) {
+            return None;
+        }
+        let origin = Arc::new(Origin::here(operation));
+        Some(Arc::new(CapturedAccesses(accesses.iter().map(|access| (access.as_use(), origin.clone())).collect())))
+    }
+}
 
 /// Operation `operation` enqueued into the capture `capture` uses `uses`: kept for the graph.
 #[cold]
@@ -461,6 +537,8 @@ pub(crate) fn captured(capture: u64, uses: Vec<Use>, operation: String) {
     let origin = Arc::new(Origin::here(operation));
     let mut captured = CAPTURED.lock().unwrap_or_else(PoisonError::into_inner);
     captured.extend(uses.into_iter().map(|access| (capture, access, origin.clone())));
+    let over = captured.len().saturating_sub(KEPT_CAPTURED);
+    captured.drain(..over);
 }
 
 /// The accesses declared into capture `capture`, which has ended (`None` when there were

@@ -284,6 +284,27 @@ impl Model {
         late
     }
 
+    /// What operation `step` on `key` knows of before itself: the work it comes after.
+    pub(crate) fn before(&mut self, key: &StreamKey, step: Step) -> Clock {
+        let (index, mut clock) = self.next_clock(key, step);
+        clock.set(index, clock.get(index) - 1);
+        clock
+    }
+
+    /// The ranks of a collective, each on its stream (`key`) after the work it knew of
+    /// (`before`, read before its operation was recorded): no rank's collective ends before
+    /// every rank's has begun, so each stream's later work comes after every rank's earlier
+    /// work (not after the other ranks' own accesses of the collective).
+    pub(crate) fn rendezvous(&mut self, ranks: &[(StreamKey, Clock)]) {
+        let mut joined = Clock::default();
+        for (_, before) in ranks {
+            joined.join(before);
+        }
+        for (key, _) in ranks {
+            self.stream(key).clock.join(&joined);
+        }
+    }
+
     /// The races a host access of `uses` would make: with the device's accesses the host has
     /// not waited for.
     pub(crate) fn host_check(&self, uses: &[Use], origin: &Arc<Origin>) -> Vec<RaceReport> {
@@ -484,23 +505,36 @@ impl Model {
     /// overlaps, merged.
     fn homes(&mut self, access: &Use) -> Vec<u64> {
         let overlapping: Vec<u64> = self.overlapping(access.address, access.bytes).collect();
-        if overlapping.iter().any(|start| self.memory[start].allocation.is_some()) {
+        let end = access.address.saturating_add(access.bytes);
+        let spans = |start: &u64| *start <= access.address && start.saturating_add(self.memory[start].bytes) >= end;
+        if overlapping.iter().any(|start| self.memory[start].allocation.is_some())
+            || (overlapping.len() == 1 && spans(&overlapping[0]))
+        {
+            // An allocation's, or the one history that holds all of it already.
             return overlapping;
         }
         let mut start = access.address;
-        let mut end = access.address.saturating_add(access.bytes);
+        let mut end = end;
+        let several = overlapping.len() > 1;
         let mut merged = Memory::default();
         for key in overlapping {
             let Some(memory) = self.memory.remove(&key) else { continue };
             start = start.min(key);
             end = end.max(key.saturating_add(memory.bytes));
+            if !several {
+                // One history grows: its entries stay as they are.
+                merged = memory;
+                continue;
+            }
             for (stream, entries) in memory.by_stream {
                 merged.by_stream.entry(stream).or_default().extend(entries);
             }
         }
-        for entries in merged.by_stream.values_mut() {
-            // Each stream's accesses in enqueue order again.
-            entries.make_contiguous().sort_by_key(|entry| (entry.epoch, entry.sequence));
+        if several {
+            for entries in merged.by_stream.values_mut() {
+                // Each stream's accesses in enqueue order again.
+                entries.make_contiguous().sort_by_key(|entry| (entry.epoch, entry.sequence));
+            }
         }
         merged.bytes = end - start;
         self.memory.insert(start, merged);

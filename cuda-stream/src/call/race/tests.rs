@@ -235,3 +235,67 @@ fn an_off_scope_decides_on_its_thread() {
     }
     assert_eq!(super::this_threads_mode(), super::RaceMode::Report);
 }
+
+#[test]
+fn a_collective_orders_each_ranks_later_work_after_every_ranks_earlier_work() {
+    let (a, b, c) = (
+        stream(A, StreamClass::NonBlocking),
+        stream(B, StreamClass::NonBlocking),
+        stream(0xc, StreamClass::NonBlocking),
+    );
+    let at = |address: u64, kind: AccessKind| Use { address, bytes: 256, kind };
+    let mut m = Model::default();
+    // Before the collective, rank a writes X.
+    op(&mut m, &a, Step::Work, &[at(0x1000, AccessKind::Write)]);
+    // The collective: rank a reads 0x2000 and writes 0x3000, rank b reads 0x4000 and writes 0x5000.
+    let ranks = [
+        (a.clone(), [at(0x2000, AccessKind::Read), at(0x3000, AccessKind::Write)]),
+        (b.clone(), [at(0x4000, AccessKind::Read), at(0x5000, AccessKind::Write)]),
+    ];
+    let mut rendezvous = Vec::new();
+    for (key, uses) in &ranks {
+        let before = m.before(key, Step::Work);
+        assert!(op(&mut m, key, Step::Work, uses).is_empty());
+        rendezvous.push((key.clone(), before));
+    }
+    m.rendezvous(&rendezvous);
+    // Rank b's later work comes after rank a's work before the collective ...
+    assert!(op(&mut m, &b, Step::Work, &[at(0x1000, AccessKind::Read)]).is_empty());
+    // ... not after rank a's own part of it ...
+    assert_eq!(op(&mut m, &b, Step::Work, &[at(0x3000, AccessKind::Read)]), [RaceKind::WriteRead]);
+    // ... and a stream outside the collective is ordered by nothing: a's write, b's read.
+    assert_eq!(
+        op(&mut m, &c, Step::Work, &[at(0x1000, AccessKind::Write)]),
+        [RaceKind::WriteWrite, RaceKind::ReadWrite]
+    );
+}
+
+#[test]
+fn under_fail_a_collective_with_a_racing_rank_is_refused_whole() {
+    let _fail = super::race_scope(super::RaceMode::Fail);
+    // Streams and memory of this test only: the detector's model is the process's.
+    let key = |handle: usize| StreamKey {
+        device: 0,
+        handle: 0xc011_0000 + handle,
+        thread: 0,
+        class: StreamClass::NonBlocking,
+    };
+    let (producer, a, b) = (key(1), key(2), key(3));
+    let at = |offset: u64, kind: AccessKind| Use { address: 0x7c11_0000_0000 + offset, bytes: 256, kind };
+    let (input_a, output_a, input_b, output_b) = (0, 0x100, 0x200, 0x300);
+    super::check(producer.clone(), Step::Work, vec![at(input_b, AccessKind::Write)], "producer".into())
+        .unwrap()
+        .enqueued();
+    let ranks = vec![
+        (a, vec![at(input_a, AccessKind::Read), at(output_a, AccessKind::Write)]),
+        (b, vec![at(input_b, AccessKind::Read), at(output_b, AccessKind::Write)]),
+    ];
+    match super::check_collective(ranks, "ncclAllReduce") {
+        Err(crate::Error::Race(race)) => {
+            assert_eq!((race.kind, race.later.operation.as_str()), (RaceKind::WriteRead, "ncclAllReduce"));
+        }
+        other => panic!("rank b reads what the producer may still write: {other:?}"),
+    }
+    // Nothing of it was recorded, rank a's part neither: the producer may write rank a's output.
+    super::check(producer, Step::Work, vec![at(output_a, AccessKind::Write)], "after".into()).unwrap().enqueued();
+}
