@@ -6,7 +6,8 @@
 //! ([`reactor_passes`]), the calling thread's identity ([`thread`]), the counts of live
 //! handles ([`live`]), the fast calls a capture's begin waits for ([`uncaptured_calls`]), and
 //! the sync-debug mode that calls waiting for the device consult
-//! ([`sync_debug`]), and the race detector's model of what is enqueued ([`race`]).
+//! ([`sync_debug`]), and the race detector's model of what is enqueued ([`race`]), whose
+//! modes and scopes are one switch ([`mode_switch`]).
 //!
 //! Uses only the floor. Knows devices by ordinal, streams and events not at all: each layer
 //! above asks here and decides.
@@ -14,6 +15,7 @@
 pub(crate) mod capture_mode;
 pub(crate) mod live;
 pub(crate) mod live_captures;
+pub(crate) mod mode_switch;
 pub mod race;
 pub(crate) mod reactor_passes;
 pub mod sync_debug;

@@ -25,12 +25,11 @@
 //! ([`sync_debug_scope`], which overrides the process mode on its thread until dropped, and
 //! nests). Off, it costs each of those calls one relaxed load.
 
+use super::mode_switch::{self, ModeScope, ModeSwitch, ThreadScopes};
 use crate::ffi::error::{Error, Result};
 use std::backtrace::Backtrace;
 use std::cell::{Cell, RefCell};
-use std::marker::PhantomData;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 /// What the sync-debug mode does with a call that makes the host wait for the device.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
@@ -75,77 +74,55 @@ pub struct SyncEvent {
     pub backtrace: Arc<Backtrace>,
 }
 
-/// Bit 0-1: the process mode; the rest counts live scopes (in steps of [`SCOPE`]). Zero means
-/// off everywhere: the one relaxed load of the fast path.
-static STATE: AtomicUsize = AtomicUsize::new(0);
-const MODE_BITS: usize = 0b11;
-const SCOPE: usize = 0b100;
+impl mode_switch::Mode for SyncDebugMode {
+    const OFF: Self = SyncDebugMode::Off;
+    const REPORT: Self = SyncDebugMode::Report;
+    const REFUSE: Self = SyncDebugMode::Refuse;
+}
 
-/// The events of calls reported under the process mode (not under a scope), at most
-/// [`KEPT_EVENTS`].
-static PROCESS_EVENTS: Mutex<Vec<SyncEvent>> = Mutex::new(Vec::new());
+thread_local! {
+    /// This thread's open scopes, innermost last, with their events.
+    static SCOPES: ThreadScopes<SyncDebugMode, SyncEvent> = const { RefCell::new(Vec::new()) };
+    /// Inside [`reporting_only`]: refusals are reports.
+    static REPORTING_ONLY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The mode, process-wide and per scope, and the events reported under it.
+static SWITCH: ModeSwitch<SyncDebugMode, SyncEvent> = ModeSwitch::new(&SCOPES, &REPORTING_ONLY, KEPT_EVENTS, None);
+
 /// How many events are kept for [`take_sync_events`] (and per scope); later ones are counted
 /// in [`dropped_sync_events`] only.
 pub const KEPT_EVENTS: usize = 4096;
-static DROPPED: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// The innermost scope's mode and its events, one entry per open scope of this thread.
-    static SCOPES: RefCell<Vec<(SyncDebugMode, Vec<SyncEvent>)>> = const { RefCell::new(Vec::new()) };
-    /// Inside [`reporting_only`]: refusals are reports.
-    static DROPPING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn encode(mode: SyncDebugMode) -> usize {
-    match mode {
-        SyncDebugMode::Off => 0,
-        SyncDebugMode::Report => 1,
-        SyncDebugMode::Refuse => 2,
-    }
-}
-
-fn decode(bits: usize) -> SyncDebugMode {
-    match bits & MODE_BITS {
-        1 => SyncDebugMode::Report,
-        2 => SyncDebugMode::Refuse,
-        _ => SyncDebugMode::Off,
-    }
-}
 
 /// Sets the process-wide mode, for every thread without a scope of its own; returns the
 /// previous one.
 pub fn set_sync_debug_mode(mode: SyncDebugMode) -> SyncDebugMode {
-    let previous = STATE
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| Some((state & !MODE_BITS) | encode(mode)))
-        .unwrap_or_else(|state| state);
-    decode(previous)
+    SWITCH.set_process_mode(mode)
 }
 
 /// The process-wide mode.
 pub fn sync_debug_mode() -> SyncDebugMode {
-    decode(STATE.load(Ordering::Acquire))
+    SWITCH.process_mode()
 }
 
 /// Takes the events reported under the process mode so far (those under a scope belong to
 /// the scope: [`SyncDebugScope::take_events`]).
 pub fn take_sync_events() -> Vec<SyncEvent> {
-    std::mem::take(&mut *PROCESS_EVENTS.lock().unwrap_or_else(PoisonError::into_inner))
+    SWITCH.take_process_kept()
 }
 
 /// How many reported events were not kept (beyond [`KEPT_EVENTS`] in one list).
 pub fn dropped_sync_events() -> usize {
-    DROPPED.load(Ordering::Relaxed)
+    SWITCH.dropped()
 }
 
 /// Opens a scope with `mode` on this thread: until the returned guard drops, calls of this
 /// thread follow `mode` instead of the process mode, and their events are kept in the scope.
 /// Scopes nest; the innermost one decides. A guard leaked with `mem::forget` keeps its mode
-/// on this thread, and the other threads' calls take the slow path (a thread-local read) for
-/// the rest of the process.
+/// on this thread, and (unless its mode is off) the other threads' calls take the slow path (a
+/// thread-local read) for the rest of the process.
 pub fn sync_debug_scope(mode: SyncDebugMode) -> SyncDebugScope {
-    SCOPES.with(|scopes| scopes.borrow_mut().push((mode, Vec::new())));
-    STATE.fetch_add(SCOPE, Ordering::AcqRel);
-    SyncDebugScope { depth: SCOPES.with(|scopes| scopes.borrow().len()), not_send: PhantomData }
+    SyncDebugScope { scope: SWITCH.open_scope(mode) }
 }
 
 /// A sync-debug scope of this thread ([`sync_debug_scope`]): the mode is restored when it
@@ -153,25 +130,14 @@ pub fn sync_debug_scope(mode: SyncDebugMode) -> SyncDebugScope {
 #[derive(Debug)]
 #[must_use = "the scope ends when this guard drops"]
 pub struct SyncDebugScope {
-    /// How many scopes this thread had open, this one included.
-    depth: usize,
-    not_send: PhantomData<*const ()>,
+    /// The scope on the switch, which closes it when dropped.
+    scope: ModeScope<SyncDebugMode, SyncEvent>,
 }
 
 impl SyncDebugScope {
     /// Takes the events reported in this scope so far.
     pub fn take_events(&self) -> Vec<SyncEvent> {
-        SCOPES.with(|scopes| {
-            scopes.borrow_mut().get_mut(self.depth - 1).map(|(_, events)| std::mem::take(events)).unwrap_or_default()
-        })
-    }
-}
-
-impl Drop for SyncDebugScope {
-    fn drop(&mut self) {
-        // Scopes inside this one that were leaked close with it.
-        SCOPES.with(|scopes| scopes.borrow_mut().truncate(self.depth - 1));
-        STATE.fetch_sub(SCOPE, Ordering::AcqRel);
+        self.scope.take_kept()
     }
 }
 
@@ -183,58 +149,26 @@ impl Drop for SyncDebugScope {
 /// [`Error::SyncRefused`] under [`SyncDebugMode::Refuse`].
 #[inline(always)]
 pub(crate) fn before_sync(api: &'static str, kind: SyncKind) -> Result<()> {
-    let state = STATE.load(Ordering::Relaxed);
-    if state == 0 { Ok(()) } else { decide(state, api, kind, true) }
+    if SWITCH.is_on_anywhere() { decide(api, kind) } else { Ok(()) }
 }
 
 /// Runs `drop` (a destructor that waits or enqueues, and cannot fail) with refusals turned
 /// into reports: a refused wait would make it leak.
 pub(crate) fn reporting_only<R>(drop: impl FnOnce() -> R) -> R {
-    if STATE.load(Ordering::Relaxed) == 0 {
-        return drop();
-    }
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let _ = DROPPING.try_with(|dropping| dropping.set(self.0));
-        }
-    }
-    let _restore = Restore(DROPPING.try_with(|dropping| dropping.replace(true)).unwrap_or(false));
-    drop()
+    SWITCH.reporting_only(drop)
 }
 
+/// What this thread's mode does with a call of `kind` about to wait (the slow path of
+/// [`before_sync`]).
 #[cold]
 #[inline(never)]
-fn decide(state: usize, api: &'static str, kind: SyncKind, refusable: bool) -> Result<()> {
-    let scoped = if state >= SCOPE {
-        SCOPES.try_with(|scopes| scopes.borrow().last().map(|(mode, _)| *mode)).ok().flatten()
-    } else {
-        None
-    };
-    let mode = scoped.unwrap_or(decode(state));
-    let refusable = refusable && !DROPPING.try_with(Cell::get).unwrap_or(false);
-    match mode {
+fn decide(api: &'static str, kind: SyncKind) -> Result<()> {
+    match SWITCH.this_threads_mode() {
         SyncDebugMode::Off => Ok(()),
-        SyncDebugMode::Refuse if refusable => Err(Error::SyncRefused { api }),
-        SyncDebugMode::Report | SyncDebugMode::Refuse => {
-            let event = SyncEvent {
-                api,
-                kind,
-                thread: super::thread::thread_name(),
-                backtrace: Arc::new(Backtrace::capture()),
-            };
-            let keep = |events: &mut Vec<SyncEvent>| {
-                if events.len() < KEPT_EVENTS {
-                    events.push(event);
-                } else {
-                    DROPPED.fetch_add(1, Ordering::Relaxed);
-                }
-            };
-            if scoped.is_some() {
-                let _ = SCOPES.try_with(|scopes| scopes.borrow_mut().last_mut().map(|(_, events)| keep(events)));
-            } else {
-                keep(&mut PROCESS_EVENTS.lock().unwrap_or_else(PoisonError::into_inner));
-            }
+        SyncDebugMode::Refuse => Err(Error::SyncRefused { api }),
+        SyncDebugMode::Report => {
+            let thread = super::thread::thread_name();
+            SWITCH.keep([SyncEvent { api, kind, thread, backtrace: Arc::new(Backtrace::capture()) }]);
             Ok(())
         }
     }
@@ -276,12 +210,5 @@ mod tests {
         std::thread::scope(|scope| {
             scope.spawn(|| assert_eq!(before_sync("elsewhere", SyncKind::StreamSynchronize), Ok(()))).join().unwrap()
         });
-    }
-
-    #[test]
-    fn modes_encode_in_two_bits() {
-        for mode in [SyncDebugMode::Off, SyncDebugMode::Report, SyncDebugMode::Refuse] {
-            assert_eq!(decode(encode(mode) | (7 * SCOPE)), mode);
-        }
     }
 }

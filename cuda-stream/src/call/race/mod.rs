@@ -56,12 +56,11 @@ pub use crate::ffi::race_report::{AccessKind, RaceAccess, RaceKind, RaceReport};
 pub use crate::stream::race_check::declare_collective;
 
 use self::model::{Model, Origin, Pending, Step, StreamKey, Use};
+use super::mode_switch::{self, ModeScope, ModeSwitch, ThreadScopes};
 use crate::ffi::error::{Error, Result};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io::Write;
-use std::marker::PhantomData;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// What the race detector does with an operation that races another.
@@ -76,77 +75,51 @@ pub enum RaceMode {
     Fail,
 }
 
-/// Bit 0-1: the process mode; the rest counts live scopes that are not off (in steps of
-/// [`SCOPE`]). Zero means off everywhere: the one relaxed load of the fast path.
-static STATE: AtomicUsize = AtomicUsize::new(0);
-const MODE_BITS: usize = 0b11;
-const SCOPE: usize = 0b100;
+impl mode_switch::Mode for RaceMode {
+    const OFF: Self = RaceMode::Off;
+    const REPORT: Self = RaceMode::Report;
+    const REFUSE: Self = RaceMode::Fail;
+}
 
 /// How many reports are kept for [`take_race_reports`] (and per scope); later ones are only
 /// printed.
 pub const KEPT_REPORTS: usize = 4096;
 
-static PROCESS_REPORTS: Mutex<Vec<RaceReport>> = Mutex::new(Vec::new());
 static MODEL: Mutex<Option<Model>> = Mutex::new(None);
 
 thread_local! {
-    /// The innermost scope's mode and its reports, one entry per open scope of this thread.
-    static SCOPES: RefCell<Vec<(RaceMode, Vec<RaceReport>)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's open scopes, innermost last, with their reports.
+    static SCOPES: ThreadScopes<RaceMode, RaceReport> = const { RefCell::new(Vec::new()) };
     /// Inside [`reporting_only`]: `Fail` reports instead.
-    static REPORT_ONLY: Cell<bool> = const { Cell::new(false) };
+    static REPORTING_ONLY: Cell<bool> = const { Cell::new(false) };
 }
+
+/// The detector's mode, process-wide and per scope, and the reports of races found under it.
+/// Once it is off everywhere, the history ends ([`forget_history`]).
+static SWITCH: ModeSwitch<RaceMode, RaceReport> =
+    ModeSwitch::new(&SCOPES, &REPORTING_ONLY, KEPT_REPORTS, Some(forget_history));
 
 /// Runs `drop` (a destructor that frees, and cannot fail) with `Fail` turned into `Report`: a
 /// refused free would leak the memory and lose the report.
 pub(crate) fn reporting_only<R>(drop: impl FnOnce() -> R) -> R {
-    if !tracking() {
-        return drop();
-    }
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let _ = REPORT_ONLY.try_with(|flag| flag.set(self.0));
-        }
-    }
-    let _restore = Restore(REPORT_ONLY.try_with(|flag| flag.replace(true)).unwrap_or(false));
-    drop()
-}
-
-fn encode(mode: RaceMode) -> usize {
-    match mode {
-        RaceMode::Off => 0,
-        RaceMode::Report => 1,
-        RaceMode::Fail => 2,
-    }
-}
-
-fn decode(bits: usize) -> RaceMode {
-    match bits & MODE_BITS {
-        1 => RaceMode::Report,
-        2 => RaceMode::Fail,
-        _ => RaceMode::Off,
-    }
+    SWITCH.reporting_only(drop)
 }
 
 /// Sets the process-wide mode, for every thread without a scope of its own; returns the
 /// previous one. Turning the detector on from off everywhere starts an empty history.
 pub fn set_race_mode(mode: RaceMode) -> RaceMode {
-    let previous = STATE
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| Some((state & !MODE_BITS) | encode(mode)))
-        .unwrap_or_else(|state| state);
-    forget_when_off();
-    decode(previous)
+    SWITCH.set_process_mode(mode)
 }
 
 /// The process-wide mode.
 pub fn race_mode() -> RaceMode {
-    decode(STATE.load(Ordering::Acquire))
+    SWITCH.process_mode()
 }
 
 /// Takes the reports of races found under the process mode so far (those under a scope
 /// belong to the scope: [`RaceScope::take_reports`]).
 pub fn take_race_reports() -> Vec<RaceReport> {
-    std::mem::take(&mut *PROCESS_REPORTS.lock().unwrap_or_else(PoisonError::into_inner))
+    SWITCH.take_process_kept()
 }
 
 /// Opens a scope with `mode` on this thread: until the returned guard drops, operations of
@@ -154,12 +127,7 @@ pub fn take_race_reports() -> Vec<RaceReport> {
 /// scope. Scopes nest; the innermost one decides. A guard leaked with `mem::forget` keeps the
 /// detector on for the rest of the process.
 pub fn race_scope(mode: RaceMode) -> RaceScope {
-    SCOPES.with(|scopes| scopes.borrow_mut().push((mode, Vec::new())));
-    let counted = mode != RaceMode::Off;
-    if counted {
-        STATE.fetch_add(SCOPE, Ordering::AcqRel);
-    }
-    RaceScope { depth: SCOPES.with(|scopes| scopes.borrow().len()), counted, not_send: PhantomData }
+    RaceScope { scope: SWITCH.open_scope(mode) }
 }
 
 /// A race-detector scope of this thread ([`race_scope`]): the mode is restored when it
@@ -167,54 +135,35 @@ pub fn race_scope(mode: RaceMode) -> RaceScope {
 #[derive(Debug)]
 #[must_use = "the scope ends when this guard drops"]
 pub struct RaceScope {
-    /// How many scopes this thread had open, this one included.
-    depth: usize,
-    /// Whether it counts in [`STATE`] (its mode is not off).
-    counted: bool,
-    not_send: PhantomData<*const ()>,
+    /// The scope on the switch, which closes it when dropped (and ends the history when that
+    /// leaves the detector off everywhere).
+    scope: ModeScope<RaceMode, RaceReport>,
 }
 
 impl RaceScope {
     /// Takes the reports of races found in this scope so far.
     pub fn take_reports(&self) -> Vec<RaceReport> {
-        SCOPES.with(|scopes| {
-            scopes.borrow_mut().get_mut(self.depth - 1).map(|(_, reports)| std::mem::take(reports)).unwrap_or_default()
-        })
+        self.scope.take_kept()
     }
 }
 
-impl Drop for RaceScope {
-    fn drop(&mut self) {
-        // Scopes inside this one that were leaked close with it (they stay counted: leaked).
-        let _ = SCOPES.try_with(|scopes| scopes.borrow_mut().truncate(self.depth - 1));
-        if self.counted {
-            STATE.fetch_sub(SCOPE, Ordering::AcqRel);
-            forget_when_off();
-        }
-    }
-}
-
-/// Ends the history once the detector is off everywhere: edges made while it is off are not
-/// seen, so an old history would report races that are not.
-fn forget_when_off() {
-    if STATE.load(Ordering::Acquire) == 0 {
-        *model() = None;
-    }
+/// Ends the history; the switch calls it once the detector is off everywhere: edges made
+/// while it is off are not seen, so an old history would report races that are not.
+fn forget_history() {
+    *model() = None;
 }
 
 /// Whether the detector follows operations now. One relaxed load.
 #[inline(always)]
 pub(crate) fn tracking() -> bool {
-    STATE.load(Ordering::Relaxed) != 0
+    SWITCH.is_on_anywhere()
 }
 
-/// The calling thread's mode.
+/// The calling thread's mode: its innermost scope's (also an `Off` one under a process mode
+/// that is on), else the process mode; inside a destructor that cannot fail
+/// ([`reporting_only`]), `Fail` reports.
 fn this_threads_mode() -> RaceMode {
-    // A scope decides on its thread, also an `Off` one under a process mode that is on.
-    let scoped = SCOPES.try_with(|scopes| scopes.borrow().last().map(|(mode, _)| *mode)).ok().flatten();
-    let mode = scoped.unwrap_or(decode(STATE.load(Ordering::Acquire)));
-    // Inside a destructor that cannot fail ([`reporting_only`]), `Fail` reports.
-    if mode == RaceMode::Fail && REPORT_ONLY.try_with(Cell::get).unwrap_or(false) { RaceMode::Report } else { mode }
+    SWITCH.this_threads_mode()
 }
 
 struct ModelGuard(MutexGuard<'static, Option<Model>>);
@@ -254,16 +203,7 @@ fn report(mode: RaceMode, races: Vec<RaceReport>) {
             let _ = writeln!(stderr, "cuda-stream race detector: {race}");
         }
     }
-    let keep = |reports: &mut Vec<RaceReport>| {
-        let room = KEPT_REPORTS.saturating_sub(reports.len());
-        reports.extend(races.into_iter().take(room));
-    };
-    let scoped = SCOPES.try_with(|scopes| scopes.borrow().last().is_some()).unwrap_or(false);
-    if scoped {
-        let _ = SCOPES.try_with(|scopes| scopes.borrow_mut().last_mut().map(|(_, reports)| keep(reports)));
-    } else {
-        keep(&mut PROCESS_REPORTS.lock().unwrap_or_else(PoisonError::into_inner));
-    }
+    SWITCH.keep(races);
 }
 
 /// Memory of a stream's device that an operation reads or writes: declared for a typed
