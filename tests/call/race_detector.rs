@@ -72,6 +72,40 @@ fn a_read_on_another_stream_races_a_kernel_still_writing_and_wait_stream_orders_
 }
 
 #[test]
+fn a_pool_lease_is_its_stream_two_leases_race_and_a_returned_stream_keeps_its_order() {
+    let device = gpu_or_skip!();
+    let home = non_blocking_stream(device);
+    let pool = cuda_stream::StreamPool::new(device, cuda_stream::StreamOptions::non_blocking(), 2).unwrap();
+    let scope = race_scope(RaceMode::Report);
+    let source = DeviceBuffer::from_slice(&home, &vec![7u32; N]).unwrap();
+    let mut target = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    home.synchronize().unwrap();
+    let (writer, reader) = (pool.acquire().unwrap(), pool.acquire().unwrap());
+    slow_copy(&writer, source.as_ptr(), target.as_mut_ptr()).unwrap();
+    let mut seen = vec![0u32; N];
+    target.copy_to_slice(&reader, &mut seen).unwrap();
+    let reports = scope.take_reports();
+    writer.synchronize().unwrap();
+    assert_eq!(kinds(&reports), [RaceKind::WriteRead], "two leases are two streams: {reports:#?}");
+    if cuda_stream_tests::concurrency_visible() {
+        assert!(seen.iter().all(|&v| v == 0), "the other lease's copy ran before the kernel wrote");
+    }
+
+    // The writer's stream goes back to the pool and comes out again (this thread's shard, last
+    // in first out): its new holder's work comes after the old holder's, with no edge.
+    target.fill_bytes(&home, 0).unwrap();
+    home.synchronize().unwrap();
+    slow_copy(&writer, source.as_ptr(), target.as_mut_ptr()).unwrap();
+    let written_on = writer.as_raw();
+    drop(writer);
+    let next = pool.acquire().unwrap();
+    assert_eq!(next.as_raw(), written_on, "the same stream, leased again");
+    target.copy_to_slice(&next, &mut seen).unwrap();
+    assert_eq!(scope.take_reports(), []);
+    assert!(seen.iter().all(|&v| v == 7), "stream order: the copy saw the kernel's writes");
+}
+
+#[test]
 fn fail_mode_refuses_the_racing_operation_before_it_is_enqueued() {
     let device = gpu_or_skip!();
     let (home, writer) = (non_blocking_stream(device), non_blocking_stream(device));
@@ -208,23 +242,103 @@ fn a_built_graph_replays_its_kernel_nodes_and_builder_captures_accesses() {
 }
 
 #[test]
+fn two_streams_writing_one_buffer_race_and_the_kernel_that_runs_last_wins() {
+    let device = gpu_or_skip!();
+    let (home, writer, other) = (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let scope = race_scope(RaceMode::Report);
+    let source = DeviceBuffer::from_slice(&home, &vec![7u32; N]).unwrap();
+    let mut target = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    home.synchronize().unwrap();
+    let zeros = vec![0u32; N];
+    // The kernel writes 7s, 50 ms from now; the copy of zeros, enqueued after it, is meant to
+    // be the last word.
+    slow_copy(&writer, source.as_ptr(), target.as_mut_ptr()).unwrap();
+    target.copy_from_slice(&other, &zeros).unwrap();
+    let reports = scope.take_reports();
+    writer.synchronize().unwrap();
+    assert_eq!(kinds(&reports), [RaceKind::WriteWrite], "{reports:#?}");
+    assert_eq!(
+        (reports[0].earlier.operation.as_str(), reports[0].later.operation.as_str()),
+        ("slow copy", "cudaMemcpyAsync")
+    );
+    if cuda_stream_tests::concurrency_visible() {
+        // The race is real: the zeros landed first, and the kernel overwrote them.
+        assert!(target.to_vec().unwrap().iter().all(|&v| v == 7), "the kernel ran last");
+    }
+
+    // With the edge: silent, and the zeros are the last word.
+    device.synchronize().unwrap();
+    slow_copy(&writer, source.as_ptr(), target.as_mut_ptr()).unwrap();
+    other.wait_stream(&writer).unwrap();
+    target.copy_from_slice(&other, &zeros).unwrap();
+    assert_eq!(scope.take_reports(), []);
+    assert!(target.to_vec().unwrap().iter().all(|&v| v == 0));
+}
+
+#[test]
+fn a_write_on_another_stream_races_a_kernel_still_reading() {
+    let device = gpu_or_skip!();
+    let (home, reader, other) = (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let scope = race_scope(RaceMode::Report);
+    let (sevens, nines) = (vec![7u32; N], vec![9u32; N]);
+    let mut source = DeviceBuffer::from_slice(&home, &sevens).unwrap();
+    let mut out = DeviceBuffer::<u32, _>::zeroed(&reader, N).unwrap();
+    home.synchronize().unwrap();
+    // The kernel reads the 7s, 50 ms from now; the 9s are meant to come after that read.
+    slow_copy(&reader, source.as_ptr(), out.as_mut_ptr()).unwrap();
+    source.copy_from_slice(&other, &nines).unwrap();
+    let reports = scope.take_reports();
+    reader.synchronize().unwrap();
+    assert_eq!(kinds(&reports), [RaceKind::ReadWrite], "{reports:#?}");
+    assert_eq!(
+        (reports[0].earlier.operation.as_str(), reports[0].later.operation.as_str()),
+        ("slow copy", "cudaMemcpyAsync")
+    );
+    if cuda_stream_tests::concurrency_visible() {
+        // The race is real: the kernel read the 9s written after it was enqueued.
+        assert!(out.to_vec().unwrap().iter().all(|&v| v == 9), "the write overtook the read");
+    }
+
+    // With the edge: silent, and the kernel reads the 7s.
+    device.synchronize().unwrap();
+    source.copy_from_slice(&home, &sevens).unwrap();
+    slow_copy(&reader, source.as_ptr(), out.as_mut_ptr()).unwrap();
+    other.wait_stream(&reader).unwrap();
+    source.copy_from_slice(&other, &nines).unwrap();
+    assert_eq!(scope.take_reports(), []);
+    reader.synchronize().unwrap();
+    assert!(out.to_vec().unwrap().iter().all(|&v| v == 7));
+}
+
+#[test]
 fn a_free_while_another_stream_may_use_the_memory_is_reported() {
     let device = gpu_or_skip!();
     let (home, user) = (non_blocking_stream(device), non_blocking_stream(device));
     let scope = race_scope(RaceMode::Report);
-    let source = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
-    user.wait_stream(&home).unwrap();
-    // Work on `user` that reads `source` through a raw pointer, declared (not launched: it would
-    // read freed memory; `tests/memory/buffers.rs` shows that reuse with a kernel).
-    user.declare_accesses("reads source", &[source.read_access()]).unwrap();
-    // The drop frees `source` on its home stream, which never waited for that work.
+    let source = DeviceBuffer::from_slice(&home, &vec![7u32; N]).unwrap();
+    let mut seen = DeviceBuffer::<u32, _>::zeroed(&user, N).unwrap();
+    home.synchronize().unwrap();
+    // A kernel on `user` reads `source` through a raw pointer, 50 ms from now.
+    slow_copy(&user, source.as_ptr(), seen.as_mut_ptr()).unwrap();
+    let freed = source.as_ptr() as usize;
+    // The drop frees `source` on its home stream, which never waited for that kernel; the next
+    // allocation there may get the memory at once, and its bytes are copied in.
     drop(source);
+    let mut next = DeviceBuffer::<u32, _>::new(&home, N).unwrap();
+    next.copy_from_slice(&home, &vec![0xabab_abab; N]).unwrap();
     let reports = scope.take_reports();
+    user.synchronize().unwrap();
     assert_eq!(kinds(&reports), [RaceKind::FreeInUse], "{reports:#?}");
     assert_eq!(
         (reports[0].earlier.operation.as_str(), reports[0].later.operation.as_str()),
-        ("reads source", "cudaFreeAsync")
+        ("slow copy", "cudaFreeAsync")
     );
+    if next.as_ptr() as usize == freed && cuda_stream_tests::concurrency_visible() {
+        // The race is real: the kernel read the next allocation's bytes, not the freed data.
+        assert!(seen.to_vec().unwrap().iter().all(|&v| v == 0xabab_abab), "the kernel read reused memory");
+    }
+    println!("the next allocation reused the freed address: {}", next.as_ptr() as usize == freed);
+    drop(next);
     home.synchronize().unwrap();
 
     // With the edge: silent.
