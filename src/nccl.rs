@@ -2,13 +2,13 @@
 //! PyTorch's CUDA 13 wheels bring along), for the tests and the example that run a real
 //! all-reduce on our streams. Only the few calls they need are bound, with the signatures of
 //! `nccl.h` (2.x); nothing here is a collective of its own. Each collective is declared to the
-//! race detector ([`race::declare_collective`]): its accesses, and the ranks' rendezvous.
+//! race detector ([`StreamRef::declare_collective`]): its accesses, and the ranks' rendezvous.
 //!
 //! Where the library comes from, first hit wins: the file `CUDA_STREAM_NCCL` names; the wheel in
 //! the site-packages of `python3` (`nvidia/nccl/lib/libnccl.so.2`); `libnccl.so.2` on the
 //! loader's path.
 
-use cuda_stream::race::{self, Access};
+use cuda_stream::race::Access;
 use cuda_stream::{Device, StreamRef, sys};
 use libloading::Library;
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -171,7 +171,7 @@ impl Comms {
             .collect();
         let ranks: Vec<(&StreamRef, &[Access])> =
             streams.iter().zip(&accesses).map(|(stream, accesses)| (*stream, &accesses[..])).collect();
-        race::declare_collective("ncclAllReduce", &ranks).map_err(|error| error.to_string())?;
+        StreamRef::declare_collective("ncclAllReduce", &ranks).map_err(|error| error.to_string())?;
         // SAFETY: no arguments.
         nccl.check(unsafe { (nccl.group_start)() }, "ncclGroupStart")?;
         let mut result = Ok(());

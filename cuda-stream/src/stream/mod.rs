@@ -21,7 +21,7 @@ pub(crate) mod current;
 mod launch;
 pub(crate) mod partition;
 pub(crate) mod pool;
-pub(crate) mod race_check;
+mod race_check;
 pub(crate) mod record;
 
 pub use self::as_stream::AsStream;

@@ -127,49 +127,53 @@ impl StreamRef {
         Ok(())
     }
 
+    /// Tells the race detector that a collective (an NCCL all-reduce, broadcast, ...; any
+    /// operation that several streams make together) is about to be enqueued by work the crate
+    /// cannot see: rank `i` runs on `ranks[i].0` and accesses `ranks[i].1` there. Each rank is
+    /// checked as one operation of its stream, as [`StreamRef::declare_accesses`] does. And since
+    /// no rank's part completes before every rank's part has begun, each stream's later work
+    /// comes after the work every rank's stream had before the collective (not after the other
+    /// ranks' own accesses in it). Enqueues nothing: call it just before the collective's calls
+    /// (inside or outside `ncclGroupStart`). Ranks whose stream is being captured go with the
+    /// capture's graph, as their accesses alone (the rendezvous orders nothing there). Costs one
+    /// relaxed load while the detector is off.
+    ///
+    /// # Errors
+    /// [`Error::Race`](crate::Error::Race) under [`RaceMode::Fail`](race::RaceMode::Fail) when
+    /// a rank's accesses race earlier work: nothing is recorded (races between the ranks
+    /// themselves are found as they are recorded, and reported);
+    /// [`Error::InsideHostFn`](crate::Error::InsideHostFn); a per-thread stream's
+    /// [`Error::WrongThread`](crate::Error::WrongThread) on another thread.
+    pub fn declare_collective(operation: &str, ranks: &[(&StreamRef, &[Access])]) -> Result<()> {
+        refuse_inside_host_fn()?;
+        for (stream, _) in ranks {
+            // Each stream may be used here (its thread); no guard is held across the ranks,
+            // whose devices may differ.
+            drop(stream.enter_to_read()?);
+        }
+        if !race::tracking() {
+            return Ok(());
+        }
+        let (mut on_streams, mut captured) = (Vec::with_capacity(ranks.len()), Vec::new());
+        for (stream, accesses) in ranks {
+            match stream.race_destination() {
+                Destination::Stream => on_streams.push((stream.race_key(), race::uses(accesses))),
+                Destination::Capture(id) => captured.push((id, race::uses(accesses))),
+                Destination::Nowhere => {}
+            }
+        }
+        race::check_collective(on_streams, operation)?;
+        for (id, uses) in captured {
+            race::captured(id, uses, operation.to_owned());
+        }
+        Ok(())
+    }
+
     /// `bytes` bytes at `address` were allocated here (stream-ordered).
     #[inline(always)]
     pub(crate) fn race_allocated(&self, address: u64, bytes: u64, operation: &str) {
         race::allocated(|| self.race_key(), || Access::bytes(address, bytes, AccessKind::Write).as_use(), operation);
     }
-}
-
-/// Tells the race detector that a collective (an NCCL all-reduce, broadcast, ...; any
-/// operation that several streams make together) is about to be enqueued by work the crate
-/// cannot see: rank `i` runs on `ranks[i].0` and accesses `ranks[i].1` there. Each rank is
-/// checked as one operation of its stream, as [`StreamRef::declare_accesses`] does. And since
-/// no rank's part completes before every rank's part has begun, each stream's later work
-/// comes after the work every rank's stream had before the collective (not after the other
-/// ranks' own accesses in it). Enqueues nothing: call it just before the collective's calls
-/// (inside or outside `ncclGroupStart`). Ranks whose stream is being captured go with the
-/// capture's graph, as their accesses alone (the rendezvous orders nothing there). Costs one
-/// relaxed load while the detector is off.
-///
-/// # Errors
-/// [`Error::Race`](crate::Error::Race) under [`RaceMode::Fail`](race::RaceMode::Fail) when
-/// a rank's accesses race earlier work: nothing is recorded (races between the ranks
-/// themselves are found as they are recorded, and reported);
-/// [`Error::InsideHostFn`](crate::Error::InsideHostFn); a per-thread stream's
-/// [`Error::WrongThread`](crate::Error::WrongThread) on another thread.
-pub fn declare_collective(operation: &str, ranks: &[(&StreamRef, &[Access])]) -> Result<()> {
-    refuse_inside_host_fn()?;
-    let _current: Vec<_> = ranks.iter().map(|(stream, _)| stream.enter_to_read()).collect::<Result<_>>()?;
-    if !race::tracking() {
-        return Ok(());
-    }
-    let (mut on_streams, mut captured) = (Vec::with_capacity(ranks.len()), Vec::new());
-    for (stream, accesses) in ranks {
-        match stream.race_destination() {
-            Destination::Stream => on_streams.push((stream.race_key(), race::uses(accesses))),
-            Destination::Capture(id) => captured.push((id, race::uses(accesses))),
-            Destination::Nowhere => {}
-        }
-    }
-    race::check_collective(on_streams, operation)?;
-    for (id, uses) in captured {
-        race::captured(id, uses, operation.to_owned());
-    }
-    Ok(())
 }
 
 /// Where an operation enqueued on a stream goes, as the race detector sees it.

@@ -12,7 +12,7 @@
 //! | [`DeviceBuffer`](crate::DeviceBuffer) allocation, copies, fills, free | the buffer's bytes (reads and writes as the copy goes; the free conflicts as a write) |
 //! | [`Kernel::launch`](crate::Kernel::launch) with [`LaunchConfig::accesses`](crate::LaunchConfig::accesses) | what the launch declares |
 //! | [`StreamRef::declare_accesses`](crate::StreamRef::declare_accesses) | what you declare, for work the crate cannot see (raw FFI, another library) |
-//! | [`declare_collective`] | each rank's accesses of a collective (NCCL's), on its stream |
+//! | [`StreamRef::declare_collective`](crate::StreamRef::declare_collective) | each rank's accesses of a collective (NCCL's), on its stream |
 //! | [`host_access`] | host memory the host reads or writes (a pinned buffer a copy may still use) |
 //!
 //! Ordering comes from what the crate enqueues: records and waits (also those `wait_stream`,
@@ -53,7 +53,6 @@ pub(crate) mod clock;
 pub(crate) mod model;
 
 pub use crate::ffi::race_report::{AccessKind, RaceAccess, RaceKind, RaceReport};
-pub use crate::stream::race_check::declare_collective;
 
 use self::model::{Model, Origin, Pending, Step, StreamKey, Use};
 use super::mode_switch::{self, ModeScope, ModeSwitch, ThreadScopes};
@@ -328,7 +327,7 @@ pub(crate) fn check(stream: StreamKey, step: Step, uses: Vec<Use>, operation: St
 }
 
 /// Checks a collective about to be enqueued (see
-/// [`declare_collective`](crate::race::declare_collective)): each rank's accesses on its
+/// [`StreamRef::declare_collective`](crate::StreamRef::declare_collective)): each rank's accesses on its
 /// stream, as one operation there; then each rank's stream takes in what every rank's came
 /// after. Under [`RaceMode::Fail`] a race of any rank refuses them all, before any is recorded;
 /// races between the ranks themselves are found when they are recorded, and reported.
