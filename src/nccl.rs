@@ -8,7 +8,7 @@
 //! the site-packages of `python3` (`nvidia/nccl/lib/libnccl.so.2`); `libnccl.so.2` on the
 //! loader's path.
 
-use cuda_stream::race::Access;
+use cuda_stream::race::{Access, CollectiveOrder};
 use cuda_stream::{Device, StreamRef, sys};
 use libloading::Library;
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -162,7 +162,8 @@ impl Comms {
         streams: &[&StreamRef],
     ) -> Result<(), String> {
         let nccl = self.nccl;
-        // Each rank reads its `send` and writes its `receive` on its stream; the ranks meet.
+        // Each rank reads its `send` and writes its `receive` on its stream; every rank
+        // receives from every rank.
         let accesses: Vec<[Access; 2]> = buffers
             .iter()
             .map(|(send, receive)| {
@@ -171,18 +172,21 @@ impl Comms {
             .collect();
         let ranks: Vec<(&StreamRef, &[Access])> =
             streams.iter().zip(&accesses).map(|(stream, accesses)| (*stream, &accesses[..])).collect();
-        StreamRef::declare_collective("ncclAllReduce", &ranks).map_err(|error| error.to_string())?;
-        // SAFETY: no arguments.
-        nccl.check(unsafe { (nccl.group_start)() }, "ncclGroupStart")?;
-        let mut result = Ok(());
-        for ((comm, (send, receive)), stream) in self.raw.iter().zip(buffers).zip(streams) {
-            // SAFETY: the caller's contract for the buffers and streams; a live communicator.
-            let code = unsafe { (nccl.all_reduce)(*send, *receive, count, INT32, SUM, *comm, stream.as_raw()) };
-            result = result.and(nccl.check(code, "ncclAllReduce"));
-        }
-        // SAFETY: closes the group opened above, also after a failed enqueue.
-        let ended = nccl.check(unsafe { (nccl.group_end)() }, "ncclGroupEnd");
-        result.and(ended)
+        let enqueue = || {
+            // SAFETY: no arguments.
+            nccl.check(unsafe { (nccl.group_start)() }, "ncclGroupStart")?;
+            let mut result = Ok(());
+            for ((comm, (send, receive)), stream) in self.raw.iter().zip(buffers).zip(streams) {
+                // SAFETY: the caller's contract for the buffers and streams; a live communicator.
+                let code = unsafe { (nccl.all_reduce)(*send, *receive, count, INT32, SUM, *comm, stream.as_raw()) };
+                result = result.and(nccl.check(code, "ncclAllReduce"));
+            }
+            // SAFETY: closes the group opened above, also after a failed enqueue.
+            let ended = nccl.check(unsafe { (nccl.group_end)() }, "ncclGroupEnd");
+            result.and(ended)
+        };
+        StreamRef::declare_collective("ncclAllReduce", CollectiveOrder::AllToAll, &ranks, enqueue)
+            .map_err(|error| error.to_string())?
     }
 }
 

@@ -127,24 +127,34 @@ impl StreamRef {
         Ok(())
     }
 
-    /// Tells the race detector that a collective (an NCCL all-reduce, broadcast, ...; any
-    /// operation that several streams make together) is about to be enqueued by work the crate
-    /// cannot see: rank `i` runs on `ranks[i].0` and accesses `ranks[i].1` there. Each rank is
-    /// checked as one operation of its stream, as [`StreamRef::declare_accesses`] does. And since
-    /// no rank's part completes before every rank's part has begun, each stream's later work
-    /// comes after the work every rank's stream had before the collective (not after the other
-    /// ranks' own accesses in it). Enqueues nothing: call it just before the collective's calls
-    /// (inside or outside `ncclGroupStart`). Ranks whose stream is being captured go with the
-    /// capture's graph, as their accesses alone (the rendezvous orders nothing there). Costs one
-    /// relaxed load while the detector is off.
+    /// Enqueues a collective that the crate cannot see (NCCL's, through `enqueue`) and tells
+    /// the race detector about it: rank `i` runs on `ranks[i].0` and accesses `ranks[i].1`
+    /// there, and `order` says which ranks receive data from which. Each rank is checked as
+    /// one operation of its stream, as [`StreamRef::declare_accesses`] does; then `enqueue`
+    /// runs, and only if it returns `Ok` is the collective recorded: its accesses, and its
+    /// rendezvous (each rank's later work comes after the earlier work of every rank it
+    /// receives from; not after those ranks' own accesses in the collective). A collective
+    /// whose ranks access no bytes orders nothing (NCCL enqueues nothing for zero elements).
+    /// Ranks whose stream is being captured go with the capture's graph, as their accesses
+    /// alone. While the detector is off, this is `enqueue()` after each rank's thread check.
+    ///
+    /// Enqueue nothing else on the ranks' streams between this call's start and `enqueue`'s
+    /// return: work another thread enqueues there meanwhile may run before the collective,
+    /// and is taken as after it.
     ///
     /// # Errors
     /// [`Error::Race`](crate::Error::Race) under [`RaceMode::Fail`](race::RaceMode::Fail) when
-    /// a rank's accesses race earlier work: nothing is recorded (races between the ranks
-    /// themselves are found as they are recorded, and reported);
+    /// a rank's accesses race earlier work: `enqueue` is not run, nothing is recorded (races
+    /// between the ranks themselves are found as they are recorded, and reported);
     /// [`Error::InsideHostFn`](crate::Error::InsideHostFn); a per-thread stream's
-    /// [`Error::WrongThread`](crate::Error::WrongThread) on another thread.
-    pub fn declare_collective(operation: &str, ranks: &[(&StreamRef, &[Access])]) -> Result<()> {
+    /// [`Error::WrongThread`](crate::Error::WrongThread) on another thread. Otherwise `Ok` with
+    /// what `enqueue` returned.
+    pub fn declare_collective<T, E>(
+        operation: &str,
+        order: race::CollectiveOrder,
+        ranks: &[(&StreamRef, &[Access])],
+        enqueue: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> Result<std::result::Result<T, E>> {
         refuse_inside_host_fn()?;
         for (stream, _) in ranks {
             // Each stream may be used here (its thread); no guard is held across the ranks,
@@ -152,7 +162,7 @@ impl StreamRef {
             drop(stream.enter_to_read()?);
         }
         if !race::tracking() {
-            return Ok(());
+            return Ok(enqueue());
         }
         let (mut on_streams, mut captured) = (Vec::with_capacity(ranks.len()), Vec::new());
         for (stream, accesses) in ranks {
@@ -162,11 +172,15 @@ impl StreamRef {
                 Destination::Nowhere => {}
             }
         }
-        race::check_collective(on_streams, operation)?;
-        for (id, uses) in captured {
-            race::captured(id, uses, operation.to_owned());
+        let checked = race::check_collective(on_streams, order, operation)?;
+        let enqueued = enqueue();
+        if enqueued.is_ok() {
+            checked.enqueued();
+            for (id, uses) in captured {
+                race::captured(id, uses, operation.to_owned());
+            }
         }
-        Ok(())
+        Ok(enqueued)
     }
 
     /// `bytes` bytes at `address` were allocated here (stream-ordered).

@@ -12,14 +12,15 @@
 //! | [`DeviceBuffer`](crate::DeviceBuffer) allocation, copies, fills, free | the buffer's bytes (reads and writes as the copy goes; the free conflicts as a write) |
 //! | [`Kernel::launch`](crate::Kernel::launch) with [`LaunchConfig::accesses`](crate::LaunchConfig::accesses) | what the launch declares |
 //! | [`StreamRef::declare_accesses`](crate::StreamRef::declare_accesses) | what you declare, for work the crate cannot see (raw FFI, another library) |
-//! | [`StreamRef::declare_collective`](crate::StreamRef::declare_collective) | each rank's accesses of a collective (NCCL's), on its stream |
+//! | [`StreamRef::declare_collective`](crate::StreamRef::declare_collective) | each rank's accesses of a collective (NCCL's), on its stream, enqueued through it |
 //! | [`host_access`] | host memory the host reads or writes (a pinned buffer a copy may still use) |
 //!
 //! Ordering comes from what the crate enqueues: records and waits (also those `wait_stream`,
 //! `fork` and the buffers make), stream, event and device synchronizes (and queries that saw
 //! the work complete; the clock a wait covers is read before it, so work another thread
 //! enqueues meanwhile is not taken as done), work on the legacy stream, and the rendezvous of
-//! a declared collective (each rank's later work comes after every rank's earlier work). Completion futures
+//! a declared collective (each rank's later work comes after the earlier work of the ranks it
+//! receives from, as its [`CollectiveOrder`] says). Completion futures
 //! do not count as host waits. Work the crate does not see (raw FFI)
 //! orders nothing; a borrowed stream whose flags the crate does not know counts as
 //! non-blocking. Work enqueued into a capture is not checked when it is captured: its
@@ -28,9 +29,10 @@
 //! operation on its stream (treated as ordered among themselves, as the graph's edges
 //! normally make them); so do captures into a [`GraphBuilder`](crate::GraphBuilder)'s graph or
 //! bodies, and its kernel nodes' [`LaunchConfig::accesses`](crate::LaunchConfig::accesses)
-//! (a body's accesses count as made, however often it runs). Accesses declared into a capture
-//! that the crate did not begin (another library's) are kept for its graph, which the crate
-//! never launches: the oldest are dropped past [`KEPT_CAPTURED`].
+//! (a body's accesses count as made, however often it runs; nodes added while the detector
+//! is off keep nothing). Accesses declared into a capture that the crate did not begin
+//! (another library's) are kept for its graph, which the crate never launches: past
+//! [`KEPT_CAPTURED`] accesses of captures in progress, the oldest are dropped.
 //! The detector starts with an empty history each time it is turned on: events recorded while
 //! it was off order nothing.
 //!
@@ -326,20 +328,66 @@ pub(crate) fn check(stream: StreamKey, step: Step, uses: Vec<Use>, operation: St
     Ok(Checked { pending: Some(Box::new(Unrecorded(pending, uses, origin, mode))) })
 }
 
+/// Which ranks of a collective wait for which: what the rendezvous of
+/// [`StreamRef::declare_collective`](crate::StreamRef::declare_collective) orders. A rank's
+/// part cannot complete before the parts it receives data from have begun, and a part begins
+/// only after the work enqueued before it on its stream: so a rank's later work comes after
+/// the earlier work of every rank it receives from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CollectiveOrder {
+    /// Every rank receives from every rank: all-reduce, all-gather, reduce-scatter,
+    /// all-to-all.
+    AllToAll,
+    /// Every rank receives from the first rank (the root) and from no other: broadcast,
+    /// scatter, and a send (first rank) with its receive (second rank).
+    FromFirstRank,
+    /// The first rank (the root) receives from every rank, the others from none: reduce,
+    /// gather.
+    IntoFirstRank,
+}
+
+impl CollectiveOrder {
+    /// Whether rank `rank` receives data from rank `from`.
+    fn receives(self, rank: usize, from: usize) -> bool {
+        match self {
+            CollectiveOrder::AllToAll => true,
+            CollectiveOrder::FromFirstRank => from == 0,
+            CollectiveOrder::IntoFirstRank => rank == 0,
+        }
+    }
+}
+
+/// A collective checked and not yet recorded ([`check_collective`]): recorded by
+/// [`CheckedCollective::enqueued`] once the collective was enqueued.
+#[must_use]
+pub(crate) struct CheckedCollective {
+    mode: RaceMode,
+    order: CollectiveOrder,
+    origin: Arc<Origin>,
+    /// The model the ranks were checked against.
+    generation: u64,
+    /// Per rank: its stream, what it knew of before the collective, its check, its uses.
+    ranks: Vec<(StreamKey, clock::Clock, Pending, Vec<Use>)>,
+}
+
 /// Checks a collective about to be enqueued (see
-/// [`StreamRef::declare_collective`](crate::StreamRef::declare_collective)): each rank's accesses on its
-/// stream, as one operation there; then each rank's stream takes in what every rank's came
-/// after. Under [`RaceMode::Fail`] a race of any rank refuses them all, before any is recorded;
-/// races between the ranks themselves are found when they are recorded, and reported.
+/// [`StreamRef::declare_collective`](crate::StreamRef::declare_collective)): each rank's
+/// accesses on its stream, as one operation there. Under [`RaceMode::Fail`] a race of any rank
+/// refuses them all; otherwise the races are reported as this thread's mode says.
 ///
 /// # Errors
 /// [`Error::Race`] as above.
 #[cold]
 #[inline(never)]
-pub(crate) fn check_collective(ranks: Vec<(StreamKey, Vec<Use>)>, operation: &str) -> Result<()> {
+pub(crate) fn check_collective(
+    ranks: Vec<(StreamKey, Vec<Use>)>,
+    order: CollectiveOrder,
+    operation: &str,
+) -> Result<CheckedCollective> {
     let mode = this_threads_mode();
     let origin = Arc::new(Origin::here(operation));
     let mut model = live_model();
+    let generation = model.generation();
     let mut checked = Vec::with_capacity(ranks.len());
     let mut races = Vec::new();
     for (key, uses) in ranks {
@@ -348,21 +396,32 @@ pub(crate) fn check_collective(ranks: Vec<(StreamKey, Vec<Use>)>, operation: &st
         races.append(&mut pending.races);
         checked.push((key, before, pending, uses));
     }
-    if mode == RaceMode::Fail && !races.is_empty() {
-        drop(model);
-        return decide(mode, races);
-    }
-    let mut late = Vec::new();
-    let mut rendezvous = Vec::with_capacity(checked.len());
-    for (key, before, pending, uses) in checked {
-        late.append(&mut model.commit(pending, &uses, origin.clone()));
-        rendezvous.push((key, before));
-    }
-    model.rendezvous(&rendezvous);
     drop(model);
-    let decided = decide(mode, races);
-    report(if mode == RaceMode::Off { mode } else { RaceMode::Report }, late);
-    decided
+    decide(mode, races)?;
+    Ok(CheckedCollective { mode, order, origin, generation, ranks: checked })
+}
+
+impl CheckedCollective {
+    /// Records the collective: CUDA took it. Its ranks' accesses, and the rendezvous (unless
+    /// no rank accesses anything: a collective of no elements enqueues nothing). Races with
+    /// operations other threads recorded since the check are reported.
+    pub(crate) fn enqueued(self) {
+        let CheckedCollective { mode, order, origin, generation, ranks } = self;
+        let mut guard = model();
+        let Some(model) = guard.as_mut().filter(|model| model.generation() == generation) else { return };
+        let moves_data = ranks.iter().any(|(_, _, _, uses)| uses.iter().any(|access| access.bytes > 0));
+        let mut late = Vec::new();
+        let mut rendezvous = Vec::with_capacity(ranks.len());
+        for (key, before, pending, uses) in ranks {
+            late.append(&mut model.commit(pending, &uses, origin.clone()));
+            rendezvous.push((key, before));
+        }
+        if moves_data {
+            model.rendezvous(&rendezvous, |rank, from| order.receives(rank, from));
+        }
+        drop(guard);
+        report(if mode == RaceMode::Off { mode } else { RaceMode::Report }, late);
+    }
 }
 
 /// Memory a host access touches: `bytes` bytes at `address` of host memory, read or
@@ -433,13 +492,14 @@ pub(crate) fn allocated(stream: impl FnOnce() -> StreamKey, allocation: impl FnO
 static CAPTURED: Mutex<VecDeque<(u64, Use, Arc<Origin>)>> = Mutex::new(VecDeque::new());
 
 /// How many accesses declared into captures in progress are kept; past it the oldest are
-/// dropped (those of captures begun outside the crate are never taken: their graphs are not
-/// the crate's to launch).
+/// dropped, whichever capture declared them (a capture of more accesses loses its first ones).
+/// It bounds what captures begun outside the crate leave: their accesses are never taken,
+/// since their graphs are not the crate's to launch.
 pub const KEPT_CAPTURED: usize = 1 << 16;
 
 /// The accesses of the work a capture recorded: each launch of the graph replays them on its
 /// stream ([`GraphExec::launch`](crate::GraphExec::launch)).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct CapturedAccesses(Vec<(Use, Arc<Origin>)>);
 
 impl CapturedAccesses {
@@ -449,8 +509,10 @@ impl CapturedAccesses {
         later: Option<Arc<CapturedAccesses>>,
     ) -> Option<Arc<CapturedAccesses>> {
         match (earlier, later) {
-            (Some(earlier), Some(later)) => {
-                Some(Arc::new(CapturedAccesses(earlier.0.iter().chain(&later.0).cloned().collect())))
+            (Some(mut earlier), Some(later)) => {
+                // In place while no executable shares the list (a graph grown node by node).
+                Arc::make_mut(&mut earlier).0.extend(later.0.iter().cloned());
+                Some(earlier)
             }
             (earlier, later) => earlier.or(later),
         }

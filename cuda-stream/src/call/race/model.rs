@@ -292,15 +292,17 @@ impl Model {
     }
 
     /// The ranks of a collective, each on its stream (`key`) after the work it knew of
-    /// (`before`, read before its operation was recorded): no rank's collective ends before
-    /// every rank's has begun, so each stream's later work comes after every rank's earlier
-    /// work (not after the other ranks' own accesses of the collective).
-    pub(crate) fn rendezvous(&mut self, ranks: &[(StreamKey, Clock)]) {
-        let mut joined = Clock::default();
-        for (_, before) in ranks {
-            joined.join(before);
-        }
-        for (key, _) in ranks {
+    /// (`before`, read before its operation was recorded): rank `i`'s stream takes in the
+    /// `before` of every rank `j` it receives data from (`receives(i, j)`), since its part
+    /// cannot complete before theirs have begun (not the other ranks' own accesses in it).
+    pub(crate) fn rendezvous(&mut self, ranks: &[(StreamKey, Clock)], receives: impl Fn(usize, usize) -> bool) {
+        for (rank, (key, _)) in ranks.iter().enumerate() {
+            let mut joined = Clock::default();
+            for (from, (_, before)) in ranks.iter().enumerate() {
+                if from != rank && receives(rank, from) {
+                    joined.join(before);
+                }
+            }
             self.stream(key).clock.join(&joined);
         }
     }

@@ -236,52 +236,75 @@ fn an_off_scope_decides_on_its_thread() {
     assert_eq!(super::this_threads_mode(), super::RaceMode::Report);
 }
 
+/// Streams of one test's own: the detector's model is the process's.
+fn own_stream(test: usize, handle: usize) -> StreamKey {
+    StreamKey { device: 0, handle: 0xc011_0000 + test * 0x100 + handle, thread: 0, class: StreamClass::NonBlocking }
+}
+
+/// 256 bytes at `offset` of one test's own memory.
+fn own_memory(test: u64, offset: u64, kind: AccessKind) -> Use {
+    Use { address: 0x7c11_0000_0000 + test * 0x10_0000 + offset, bytes: 256, kind }
+}
+
+/// Checks operation `operation` with `uses` on `key` through the process's detector, records
+/// it, and returns the kinds of the races it reported (this thread's scope must be `Report`).
+fn declared(scope: &super::RaceScope, key: &StreamKey, uses: Vec<Use>) -> Vec<RaceKind> {
+    super::check(key.clone(), Step::Work, uses, "op".into()).unwrap().enqueued();
+    scope.take_reports().iter().map(|race| race.kind).collect()
+}
+
 #[test]
-fn a_collective_orders_each_ranks_later_work_after_every_ranks_earlier_work() {
-    let (a, b, c) = (
-        stream(A, StreamClass::NonBlocking),
-        stream(B, StreamClass::NonBlocking),
-        stream(0xc, StreamClass::NonBlocking),
-    );
-    let at = |address: u64, kind: AccessKind| Use { address, bytes: 256, kind };
-    let mut m = Model::default();
-    // Before the collective, rank a writes X.
-    op(&mut m, &a, Step::Work, &[at(0x1000, AccessKind::Write)]);
-    // The collective: rank a reads 0x2000 and writes 0x3000, rank b reads 0x4000 and writes 0x5000.
-    let ranks = [
-        (a.clone(), [at(0x2000, AccessKind::Read), at(0x3000, AccessKind::Write)]),
-        (b.clone(), [at(0x4000, AccessKind::Read), at(0x5000, AccessKind::Write)]),
-    ];
-    let mut rendezvous = Vec::new();
-    for (key, uses) in &ranks {
-        let before = m.before(key, Step::Work);
-        assert!(op(&mut m, key, Step::Work, uses).is_empty());
-        rendezvous.push((key.clone(), before));
+fn a_collective_orders_each_rank_after_the_earlier_work_of_the_ranks_it_receives_from() {
+    use super::CollectiveOrder::{AllToAll, FromFirstRank, IntoFirstRank};
+    let scope = super::race_scope(super::RaceMode::Report);
+    for (test, order) in [(1, AllToAll), (2, FromFirstRank), (3, IntoFirstRank)] {
+        let (a, b, c) = (own_stream(test, 1), own_stream(test, 2), own_stream(test, 3));
+        let at = |offset: u64, kind: AccessKind| own_memory(test as u64, offset, kind);
+        let (x, y) = (0, 0x100);
+        // Before the collective, rank a writes X and rank b writes Y.
+        assert!(declared(&scope, &a, vec![at(x, AccessKind::Write)]).is_empty());
+        assert!(declared(&scope, &b, vec![at(y, AccessKind::Write)]).is_empty());
+        // Rank a (the first) reads 0x200 and writes 0x300; rank b reads 0x400, writes 0x500.
+        let ranks = vec![
+            (a.clone(), vec![at(0x200, AccessKind::Read), at(0x300, AccessKind::Write)]),
+            (b.clone(), vec![at(0x400, AccessKind::Read), at(0x500, AccessKind::Write)]),
+        ];
+        super::check_collective(ranks, order, "collective").unwrap().enqueued();
+        assert!(scope.take_reports().is_empty());
+        // Rank b reads X: ordered when b receives from a.
+        let b_reads_x = declared(&scope, &b, vec![at(x, AccessKind::Read)]);
+        assert_eq!(b_reads_x.is_empty(), order != IntoFirstRank, "{order:?}: {b_reads_x:?}");
+        // Rank a reads Y: ordered when a receives from b.
+        let a_reads_y = declared(&scope, &a, vec![at(y, AccessKind::Read)]);
+        assert_eq!(a_reads_y.is_empty(), order != FromFirstRank, "{order:?}: {a_reads_y:?}");
+        // Never after the other rank's own part of the collective.
+        assert_eq!(declared(&scope, &b, vec![at(0x300, AccessKind::Read)]), [RaceKind::WriteRead], "{order:?}");
+        // A stream outside the collective is ordered by nothing.
+        assert!(declared(&scope, &c, vec![at(x, AccessKind::Write)]).contains(&RaceKind::WriteWrite), "{order:?}");
     }
-    m.rendezvous(&rendezvous);
-    // Rank b's later work comes after rank a's work before the collective ...
-    assert!(op(&mut m, &b, Step::Work, &[at(0x1000, AccessKind::Read)]).is_empty());
-    // ... not after rank a's own part of it ...
-    assert_eq!(op(&mut m, &b, Step::Work, &[at(0x3000, AccessKind::Read)]), [RaceKind::WriteRead]);
-    // ... and a stream outside the collective is ordered by nothing: a's write, b's read.
-    assert_eq!(
-        op(&mut m, &c, Step::Work, &[at(0x1000, AccessKind::Write)]),
-        [RaceKind::WriteWrite, RaceKind::ReadWrite]
-    );
+}
+
+#[test]
+fn a_collective_that_was_not_enqueued_or_moves_no_bytes_orders_nothing() {
+    let scope = super::race_scope(super::RaceMode::Report);
+    let (a, b) = (own_stream(4, 1), own_stream(4, 2));
+    let at = |offset: u64, kind: AccessKind| own_memory(4, offset, kind);
+    assert!(declared(&scope, &a, vec![at(0, AccessKind::Write)]).is_empty());
+    // Checked, never enqueued (the library refused it): nothing recorded.
+    let ranks = vec![(a.clone(), vec![at(0x200, AccessKind::Write)]), (b.clone(), vec![at(0x400, AccessKind::Write)])];
+    drop(super::check_collective(ranks, super::CollectiveOrder::AllToAll, "refused").unwrap());
+    assert!(declared(&scope, &b, vec![at(0x200, AccessKind::Write)]).is_empty(), "a's part was never recorded");
+    // Zero elements: enqueued, but NCCL enqueues nothing, so no rendezvous.
+    let empty = |key: &StreamKey| (key.clone(), vec![Use { bytes: 0, ..at(0x600, AccessKind::Write) }]);
+    super::check_collective(vec![empty(&a), empty(&b)], super::CollectiveOrder::AllToAll, "empty").unwrap().enqueued();
+    assert_eq!(declared(&scope, &b, vec![at(0, AccessKind::Read)]), [RaceKind::WriteRead], "not ordered by it");
 }
 
 #[test]
 fn under_fail_a_collective_with_a_racing_rank_is_refused_whole() {
     let _fail = super::race_scope(super::RaceMode::Fail);
-    // Streams and memory of this test only: the detector's model is the process's.
-    let key = |handle: usize| StreamKey {
-        device: 0,
-        handle: 0xc011_0000 + handle,
-        thread: 0,
-        class: StreamClass::NonBlocking,
-    };
-    let (producer, a, b) = (key(1), key(2), key(3));
-    let at = |offset: u64, kind: AccessKind| Use { address: 0x7c11_0000_0000 + offset, bytes: 256, kind };
+    let (producer, a, b) = (own_stream(5, 1), own_stream(5, 2), own_stream(5, 3));
+    let at = |offset: u64, kind: AccessKind| own_memory(5, offset, kind);
     let (input_a, output_a, input_b, output_b) = (0, 0x100, 0x200, 0x300);
     super::check(producer.clone(), Step::Work, vec![at(input_b, AccessKind::Write)], "producer".into())
         .unwrap()
@@ -290,11 +313,12 @@ fn under_fail_a_collective_with_a_racing_rank_is_refused_whole() {
         (a, vec![at(input_a, AccessKind::Read), at(output_a, AccessKind::Write)]),
         (b, vec![at(input_b, AccessKind::Read), at(output_b, AccessKind::Write)]),
     ];
-    match super::check_collective(ranks, "ncclAllReduce") {
+    match super::check_collective(ranks, super::CollectiveOrder::AllToAll, "ncclAllReduce") {
         Err(crate::Error::Race(race)) => {
             assert_eq!((race.kind, race.later.operation.as_str()), (RaceKind::WriteRead, "ncclAllReduce"));
         }
-        other => panic!("rank b reads what the producer may still write: {other:?}"),
+        Err(other) => panic!("rank b reads what the producer may still write: {other:?}"),
+        Ok(_) => panic!("rank b reads what the producer may still write: not refused"),
     }
     // Nothing of it was recorded, rank a's part neither: the producer may write rank a's output.
     super::check(producer, Step::Work, vec![at(output_a, AccessKind::Write)], "after".into()).unwrap().enqueued();
