@@ -35,6 +35,13 @@ fn kinds(reports: &[RaceReport]) -> Vec<RaceKind> {
     reports.iter().map(|report| report.kind).collect()
 }
 
+/// Asserts that `reports` holds one race, of `kind`, between operations `earlier` and `later`.
+fn assert_one_race(reports: &[RaceReport], kind: RaceKind, earlier: &str, later: &str) {
+    assert_eq!(kinds(reports), [kind], "{reports:#?}");
+    let names = (reports[0].earlier.operation.as_str(), reports[0].later.operation.as_str());
+    assert_eq!(names, (earlier, later), "{reports:#?}");
+}
+
 #[test]
 fn a_read_on_another_stream_races_a_kernel_still_writing_and_wait_stream_orders_it() {
     let device = gpu_or_skip!();
@@ -51,9 +58,8 @@ fn a_read_on_another_stream_races_a_kernel_still_writing_and_wait_stream_orders_
     let reports = scope.take_reports();
     // Before any assertion: the kernel writes memory that a panic's drops would free.
     writer.synchronize().unwrap();
-    assert_eq!(kinds(&reports), [RaceKind::WriteRead], "{reports:#?}");
+    assert_one_race(&reports, RaceKind::WriteRead, "slow copy", "cudaMemcpyAsync");
     let report = &reports[0];
-    assert_eq!((report.earlier.operation.as_str(), report.later.operation.as_str()), ("slow copy", "cudaMemcpyAsync"));
     assert!(report.missing_edge.contains("wait_stream"), "{}", report.missing_edge);
     assert_eq!(report.allocation.as_ref().map(|a| a.operation.as_str()), Some("cudaMallocAsync"));
     if cuda_stream_tests::concurrency_visible() {
@@ -256,11 +262,7 @@ fn two_streams_writing_one_buffer_race_and_the_kernel_that_runs_last_wins() {
     target.copy_from_slice(&other, &zeros).unwrap();
     let reports = scope.take_reports();
     writer.synchronize().unwrap();
-    assert_eq!(kinds(&reports), [RaceKind::WriteWrite], "{reports:#?}");
-    assert_eq!(
-        (reports[0].earlier.operation.as_str(), reports[0].later.operation.as_str()),
-        ("slow copy", "cudaMemcpyAsync")
-    );
+    assert_one_race(&reports, RaceKind::WriteWrite, "slow copy", "cudaMemcpyAsync");
     if cuda_stream_tests::concurrency_visible() {
         // The race is real: the zeros landed first, and the kernel overwrote them.
         assert!(target.to_vec().unwrap().iter().all(|&v| v == 7), "the kernel ran last");
@@ -289,11 +291,7 @@ fn a_write_on_another_stream_races_a_kernel_still_reading() {
     source.copy_from_slice(&other, &nines).unwrap();
     let reports = scope.take_reports();
     reader.synchronize().unwrap();
-    assert_eq!(kinds(&reports), [RaceKind::ReadWrite], "{reports:#?}");
-    assert_eq!(
-        (reports[0].earlier.operation.as_str(), reports[0].later.operation.as_str()),
-        ("slow copy", "cudaMemcpyAsync")
-    );
+    assert_one_race(&reports, RaceKind::ReadWrite, "slow copy", "cudaMemcpyAsync");
     if cuda_stream_tests::concurrency_visible() {
         // The race is real: the kernel read the 9s written after it was enqueued.
         assert!(out.to_vec().unwrap().iter().all(|&v| v == 9), "the write overtook the read");
@@ -328,11 +326,7 @@ fn a_free_while_another_stream_may_use_the_memory_is_reported() {
     next.copy_from_slice(&home, &vec![0xabab_abab; N]).unwrap();
     let reports = scope.take_reports();
     user.synchronize().unwrap();
-    assert_eq!(kinds(&reports), [RaceKind::FreeInUse], "{reports:#?}");
-    assert_eq!(
-        (reports[0].earlier.operation.as_str(), reports[0].later.operation.as_str()),
-        ("slow copy", "cudaFreeAsync")
-    );
+    assert_one_race(&reports, RaceKind::FreeInUse, "slow copy", "cudaFreeAsync");
     assert_eq!(next.as_ptr() as usize, freed, "the pool hands the freed block to the next allocation on the stream");
     if cuda_stream_tests::concurrency_visible() {
         // The race is real: the kernel read the next allocation's bytes, not the freed data.
