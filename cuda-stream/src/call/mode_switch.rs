@@ -14,7 +14,7 @@
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::thread::LocalKey;
 
@@ -55,6 +55,8 @@ fn decode<M: Mode>(state: usize) -> M {
 
 /// One open scope of a thread: its mode and the items reported under it.
 pub(crate) struct OpenScope<M, T> {
+    /// Which guard it belongs to ([`ModeScope`]'s id).
+    id: u64,
     /// The mode the scope's thread follows while it is the innermost one.
     mode: M,
     /// The items reported under it, not yet taken.
@@ -197,19 +199,16 @@ impl<M: Mode, T: 'static> ModeSwitch<M, T> {
     /// path. Opened while the thread's locals are torn down, the scope is inert: the thread
     /// follows the process mode.
     pub(crate) fn open_scope(&'static self, mode: M) -> ModeScope<M, T> {
-        let index = self
-            .scopes
-            .try_with(|scopes| {
-                let mut scopes = scopes.borrow_mut();
-                scopes.push(OpenScope { mode, kept: Vec::new() });
-                scopes.len() - 1
-            })
-            .ok();
-        let counted = index.is_some() && mode != M::OFF;
+        /// Scope ids, unique in the process: a guard finds its own entry whatever was opened
+        /// and closed around it.
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let opened = self.scopes.try_with(|scopes| scopes.borrow_mut().push(OpenScope { id, mode, kept: Vec::new() }));
+        let counted = opened.is_ok() && mode != M::OFF;
         if counted {
             self.state.fetch_add(SCOPE, Ordering::AcqRel);
         }
-        ModeScope { switch: self, index, counted, not_send: PhantomData }
+        ModeScope { switch: self, id, counted, not_send: PhantomData }
     }
 
     /// Runs [`ModeSwitch::when_off_everywhere`] if the mode is now off everywhere.
@@ -229,9 +228,9 @@ impl<M: Mode, T: 'static> ModeSwitch<M, T> {
 pub(crate) struct ModeScope<M: Mode, T: 'static> {
     /// The switch it belongs to.
     switch: &'static ModeSwitch<M, T>,
-    /// Its place in the thread's open scopes; `None` when it could not be opened (the
-    /// thread's locals were torn down).
-    index: Option<usize>,
+    /// Its entry's id in the thread's open scopes (none there when it could not be opened, the
+    /// thread's locals torn down, or when a scope opened before it has closed it).
+    id: u64,
     /// Whether it counts in the switch's state (its mode is not off).
     counted: bool,
     /// Ties the guard to its thread.
@@ -242,7 +241,8 @@ impl<M: Mode, T: 'static> ModeScope<M, T> {
     /// Takes the items reported in this scope so far.
     pub(crate) fn take_kept(&self) -> Vec<T> {
         let take = |scopes: &ThreadScopes<M, T>| {
-            scopes.borrow_mut().get_mut(self.index?).map(|scope| std::mem::take(&mut scope.kept))
+            let mut scopes = scopes.borrow_mut();
+            scopes.iter_mut().find(|scope| scope.id == self.id).map(|scope| std::mem::take(&mut scope.kept))
         };
         self.switch.scopes.try_with(take).ok().flatten().unwrap_or_default()
     }
@@ -250,15 +250,20 @@ impl<M: Mode, T: 'static> ModeScope<M, T> {
 
 impl<M: Mode, T: 'static> fmt::Debug for ModeScope<M, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ModeScope").field("index", &self.index).field("counted", &self.counted).finish()
+        f.debug_struct("ModeScope").field("id", &self.id).field("counted", &self.counted).finish()
     }
 }
 
 impl<M: Mode, T: 'static> Drop for ModeScope<M, T> {
     fn drop(&mut self) {
-        if let Some(index) = self.index {
-            let _ = self.switch.scopes.try_with(|scopes| scopes.borrow_mut().truncate(index));
-        }
+        // Its entry and those of the scopes opened after it (leaked ones) close; none of a
+        // scope opened after this one was closed by an outer scope.
+        let _ = self.switch.scopes.try_with(|scopes| {
+            let mut scopes = scopes.borrow_mut();
+            if let Some(at) = scopes.iter().position(|scope| scope.id == self.id) {
+                scopes.truncate(at);
+            }
+        });
         if self.counted {
             self.switch.state.fetch_sub(SCOPE, Ordering::AcqRel);
             self.switch.after_change();
@@ -369,6 +374,25 @@ mod tests {
         assert!(switch.is_on_anywhere(), "the leaked scope is still counted");
         switch.keep([1]);
         assert_eq!(switch.take_process_kept(), [1], "kept without a scope");
+    }
+
+    #[test]
+    fn a_scope_dropped_out_of_order_never_closes_one_opened_after_it() {
+        let switch = own_switch!();
+        let (first, second) = (switch.open_scope(Level::Report), switch.open_scope(Level::Refuse));
+        // The first closes the second with it (as if leaked), ...
+        drop(first);
+        assert_eq!(switch.this_threads_mode(), Level::Off);
+        let (third, fourth) = (switch.open_scope(Level::Report), switch.open_scope(Level::Refuse));
+        // ... so the second's drop finds no entry of its own, and leaves the fourth open.
+        drop(second);
+        assert_eq!(switch.this_threads_mode(), Level::Refuse, "the fourth still decides");
+        switch.keep([4]);
+        assert_eq!(fourth.take_kept(), [4]);
+        drop(fourth);
+        assert_eq!(switch.this_threads_mode(), Level::Report, "the third decides");
+        drop(third);
+        assert!(!switch.is_on_anywhere(), "every counted scope uncounted once");
     }
 
     #[test]
