@@ -8,11 +8,13 @@
 //!
 //! The race detector watches each program (the loader declares every collective, the tests
 //! their raw copies and fills): silent when ordered, and in the control it names the
-//! all-reduce's read of each input that the producer was still to write.
+//! all-reduce's read of each input that the producer was still to write. On two GPUs, the rule
+//! its rendezvous relies on is observed: rank 0's work after the all-reduce waits for rank 1's
+//! work before it.
 
 use cuda_stream::race::{Access, RaceKind};
 use cuda_stream::{Device, RaceMode, RaceReport, Result, Stream, check, race_scope, sys};
-use cuda_stream_tests::nccl::{Nccl, nccl};
+use cuda_stream_tests::nccl::{Comms, Nccl, nccl};
 use cuda_stream_tests::non_blocking_stream as stream;
 use cuda_stream_tests::{MappedFlag, gpu_or_skip, gpus_or_skip};
 use std::ffi::c_void;
@@ -87,17 +89,11 @@ fn expected_sum(ranks: usize) -> i32 {
     (1..=ranks as i32).sum::<i32>() * 0x0101_0101
 }
 
-/// The all-reduce over `devices`, each rank's input written late (behind a host flag) on a
-/// producer stream. With `ordered`, each rank's stream waits for its producer first
-/// (`wait_stream`); the results are read on a third stream that waits for the all-reduce by
-/// an event. Returns every rank's result, and the races the detector reported.
-fn all_reduce(nccl: &'static Nccl, devices: &[Device], ordered: bool) -> (Vec<Vec<i32>>, Vec<RaceReport>) {
-    let races = race_scope(RaceMode::Report);
-    let comms = nccl.comms(devices).unwrap();
-    // NCCL's first collective on new communicators sets up memory, which may wait for the whole
-    // device: with the producers' kernels already waiting for the host's flag, it would wait out
-    // their timeout (seen on two H100s: the control then read written inputs after 20 s). One
-    // collective first, before any of them.
+/// One all-reduce on `comms` first, before any test's work. NCCL's first collective on new
+/// communicators sets up memory, which may wait for the whole device: with the producers'
+/// kernels already waiting for the host's flag, it would wait out their timeout (seen on two
+/// H100s: the control then read written inputs after 20 s).
+fn warm_up(comms: &Comms, devices: &[Device]) {
     let warm: Vec<_> = devices
         .iter()
         .map(|device| {
@@ -106,11 +102,22 @@ fn all_reduce(nccl: &'static Nccl, devices: &[Device], ordered: bool) -> (Vec<Ve
         .collect();
     let pointers: Vec<_> = warm.iter().map(|(_, send, receive)| (send.ptr.cast_const(), receive.ptr)).collect();
     let stream_refs: Vec<_> = warm.iter().map(|(stream, _, _)| &**stream).collect();
-    // SAFETY: as below, for the warm-up's own buffers and streams, synchronized before they drop.
+    // SAFETY: each pair holds COUNT i32s of its rank's device and outlives the work (each
+    // stream is synchronized below); stream r belongs to rank r's device.
     unsafe { comms.all_reduce_sum_i32(&pointers, COUNT, &stream_refs) }.unwrap();
     for (stream, _, _) in &warm {
         stream.synchronize().unwrap();
     }
+}
+
+/// The all-reduce over `devices`, each rank's input written late (behind a host flag) on a
+/// producer stream. With `ordered`, each rank's stream waits for its producer first
+/// (`wait_stream`); the results are read on a third stream that waits for the all-reduce by
+/// an event. Returns every rank's result, and the races the detector reported.
+fn all_reduce(nccl: &'static Nccl, devices: &[Device], ordered: bool) -> (Vec<Vec<i32>>, Vec<RaceReport>) {
+    let races = race_scope(RaceMode::Report);
+    let comms = nccl.comms(devices).unwrap();
+    warm_up(&comms, devices);
     let flag = MappedFlag::new().unwrap();
     let (mut streams, mut producers, mut readers, mut buffers) = (vec![], vec![], vec![], vec![]);
     for (rank, device) in devices.iter().enumerate() {
@@ -201,4 +208,58 @@ fn two_gpus_all_reduce_on_our_streams() {
     assert_eq!(results.len(), 2);
     assert_every_element(&results, expected_sum(2), "two GPUs, ordered by wait_stream");
     assert!(races.is_empty(), "the ordered program raced: {races:#?}");
+}
+
+/// The rule the race detector's rendezvous relies on (`CollectiveOrder::AllToAll`), observed:
+/// rank 0's work after an all-reduce does not complete while rank 1's work before it is held
+/// back (by a host flag), since rank 0's part needs rank 1's data. And the detector agrees:
+/// rank 0's later read of memory that rank 1's stream wrote before the all-reduce is ordered,
+/// a stream outside the collective reading it is not.
+#[test]
+fn two_gpus_a_ranks_later_work_waits_for_every_ranks_earlier_work() {
+    let devices = gpus_or_skip!(2);
+    let devices = &devices[..2];
+    let Some(nccl) = nccl_or_skip("two_gpus_a_ranks_later_work_waits_for_every_ranks_earlier_work") else { return };
+    let races = race_scope(RaceMode::Report);
+    let comms = nccl.comms(devices).unwrap();
+    warm_up(&comms, devices);
+    let (rank0, rank1, outsider) = (stream(devices[0]), stream(devices[1]), stream(devices[0]));
+    // Rank r's input bytes are r + 1, as in `all_reduce`.
+    let buffers: Vec<_> = (0u8..)
+        .zip(devices)
+        .map(|(rank, device)| {
+            (DeviceBuffer::filled(*device, rank + 1).unwrap(), DeviceBuffer::filled(*device, 0).unwrap())
+        })
+        .collect();
+    let written_by_rank1 = DeviceBuffer::filled(devices[1], 0).unwrap();
+    let flag = MappedFlag::new().unwrap();
+    // Rank 1's earlier work: held back by the flag, then a write of `written_by_rank1`.
+    cuda_stream_tests::wait_flag(&rank1, &flag, Duration::from_secs(20)).unwrap();
+    rank1.declare_accesses("cudaMemsetAsync", &[Access::write(written_by_rank1.ptr.cast::<u8>(), BYTES)]).unwrap();
+    // SAFETY: the buffer holds BYTES bytes and outlives the work (synchronized below).
+    check(unsafe { sys::cudaMemsetAsync(written_by_rank1.ptr, 7, BYTES, rank1.as_raw()) }, "cudaMemsetAsync").unwrap();
+    let pointers: Vec<_> = buffers.iter().map(|(send, receive)| (send.ptr.cast_const(), receive.ptr)).collect();
+    // SAFETY: each pair holds COUNT i32s of its rank's device and outlives the work (both
+    // streams are synchronized before the buffers drop); stream r belongs to rank r's device.
+    unsafe { comms.all_reduce_sum_i32(&pointers, COUNT, &[&*rank0, &*rank1]) }.unwrap();
+    let after = rank0.record_event().unwrap();
+
+    // The detector (declarations enqueue nothing): rank 0's later work comes after rank 1's
+    // earlier write; an outsider's does not.
+    let read = [Access::read(written_by_rank1.ptr.cast::<u8>(), BYTES)];
+    rank0.declare_accesses("rank 0 reads rank 1's bytes", &read).unwrap();
+    let by_rank0 = races.take_reports();
+    outsider.declare_accesses("an outsider reads rank 1's bytes", &read).unwrap();
+    let by_outsider: Vec<_> =
+        races.take_reports().iter().map(|race| (race.kind, race.earlier.operation.clone())).collect();
+
+    std::thread::sleep(Duration::from_millis(300));
+    let done_while_held = after.query().unwrap();
+    flag.set();
+    after.synchronize().unwrap();
+    rank1.synchronize().unwrap();
+    assert!(!done_while_held, "rank 0's part of the all-reduce completed while rank 1's earlier work was held");
+    assert_every_element(&[buffers[0].1.read_on(&rank0).unwrap()], expected_sum(2), "rank 0 after the rendezvous");
+    assert!(by_rank0.is_empty(), "ordered by the rendezvous: {by_rank0:#?}");
+    assert_eq!(by_outsider, [(RaceKind::WriteRead, "cudaMemsetAsync".to_string())]);
 }
