@@ -29,12 +29,23 @@ pub(crate) trait Mode: Copy + PartialEq + 'static {
 }
 
 /// The bits of [`ModeSwitch`]'s state that hold the process mode.
-const MODE_BITS: usize = 0b11;
+const MODE_BITS: u64 = 0b11;
 /// One live scope whose mode is not off, in [`ModeSwitch`]'s state (above [`MODE_BITS`]).
-const SCOPE: usize = 0b100;
+const SCOPE: u64 = 0b100;
+/// The bits of the state that say whether the mode is on anywhere: the process mode and the
+/// count of scopes. Above them, the number of times it went off everywhere.
+const ON_BITS: u64 = (1 << 32) - 1;
+/// One more time off everywhere, in the state (above [`ON_BITS`]).
+const WENT_OFF: u64 = 1 << 32;
+
+/// `state` after a change that left it `changed`: one more time off everywhere if that change
+/// turned it off.
+fn counting_off(state: u64, changed: u64) -> u64 {
+    if state & ON_BITS != 0 && changed & ON_BITS == 0 { changed.wrapping_add(WENT_OFF) } else { changed }
+}
 
 /// `mode` in [`MODE_BITS`]: 0 off, 1 report, 2 refuse.
-fn encode<M: Mode>(mode: M) -> usize {
+fn encode<M: Mode>(mode: M) -> u64 {
     if mode == M::REPORT {
         1
     } else if mode == M::REFUSE {
@@ -45,7 +56,7 @@ fn encode<M: Mode>(mode: M) -> usize {
 }
 
 /// The mode in the [`MODE_BITS`] of `state`.
-fn decode<M: Mode>(state: usize) -> M {
+fn decode<M: Mode>(state: u64) -> M {
     match state & MODE_BITS {
         1 => M::REPORT,
         2 => M::REFUSE,
@@ -70,9 +81,10 @@ pub(crate) type ThreadScopes<M, T> = RefCell<Vec<OpenScope<M, T>>>;
 /// A mode of three levels, process-wide and per thread for a scope, and the items reported
 /// under it (see the [module docs](self)). Lives in a `static`: [`ModeSwitch::new`] is const.
 pub(crate) struct ModeSwitch<M: Mode, T: 'static> {
-    /// Bits 0-1: the process mode ([`MODE_BITS`]); the rest counts the live scopes whose mode
-    /// is not off, in steps of [`SCOPE`]. Zero means off everywhere.
-    state: AtomicUsize,
+    /// Bits 0-1: the process mode ([`MODE_BITS`]); bits 2-31 count the live scopes whose mode
+    /// is not off, in steps of [`SCOPE`] (all zero: off everywhere); bits 32-63 count the times
+    /// it went off everywhere ([`ModeSwitch::on_period`]), changed in the same atomic step.
+    state: AtomicU64,
     /// Each thread's open scopes.
     scopes: &'static LocalKey<ThreadScopes<M, T>>,
     /// Whether the thread runs inside [`ModeSwitch::reporting_only`]. A thread-local of its
@@ -102,7 +114,7 @@ impl<M: Mode, T: 'static> ModeSwitch<M, T> {
         when_off_everywhere: Option<fn()>,
     ) -> Self {
         ModeSwitch {
-            state: AtomicUsize::new(0),
+            state: AtomicU64::new(0),
             scopes,
             reporting_only,
             process_kept: Mutex::new(Vec::new()),
@@ -116,7 +128,14 @@ impl<M: Mode, T: 'static> ModeSwitch<M, T> {
     /// off). One relaxed load: the fast path of every call that asks.
     #[inline(always)]
     pub(crate) fn is_on_anywhere(&self) -> bool {
-        self.state.load(Ordering::Relaxed) != 0
+        self.state.load(Ordering::Relaxed) & ON_BITS != 0
+    }
+
+    /// How many times the mode went off everywhere so far: what was observed while it was on
+    /// belongs to one value of it (a history kept across a time off would miss what happened
+    /// meanwhile). Read with the state's other bits in one load.
+    pub(crate) fn on_period(&self) -> u64 {
+        self.state.load(Ordering::Acquire) >> 32
     }
 
     /// Sets the process mode, for every thread without a scope of its own; returns the
@@ -124,7 +143,9 @@ impl<M: Mode, T: 'static> ModeSwitch<M, T> {
     pub(crate) fn set_process_mode(&self, mode: M) -> M {
         let previous = self
             .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| Some((state & !MODE_BITS) | encode(mode)))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                Some(counting_off(state, (state & !MODE_BITS) | encode(mode)))
+            })
             .unwrap_or_else(|state| state);
         self.after_change();
         decode(previous)
@@ -214,7 +235,7 @@ impl<M: Mode, T: 'static> ModeSwitch<M, T> {
     /// Runs [`ModeSwitch::when_off_everywhere`] if the mode is now off everywhere.
     fn after_change(&self) {
         if let Some(when_off_everywhere) = self.when_off_everywhere {
-            if self.state.load(Ordering::Acquire) == 0 {
+            if !self.is_on_anywhere() {
                 when_off_everywhere();
             }
         }
@@ -265,7 +286,10 @@ impl<M: Mode, T: 'static> Drop for ModeScope<M, T> {
             }
         });
         if self.counted {
-            self.switch.state.fetch_sub(SCOPE, Ordering::AcqRel);
+            let _ = self
+                .switch
+                .state
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| Some(counting_off(state, state - SCOPE)));
             self.switch.after_change();
         }
     }
@@ -308,7 +332,7 @@ mod tests {
     #[test]
     fn modes_encode_in_two_bits() {
         for mode in [Level::Off, Level::Report, Level::Refuse] {
-            assert_eq!(decode::<Level>(encode(mode) | (7 * SCOPE)), mode);
+            assert_eq!(decode::<Level>(encode(mode) | (7 * SCOPE) | (3 * WENT_OFF)), mode);
         }
     }
 
@@ -393,6 +417,27 @@ mod tests {
         assert_eq!(switch.this_threads_mode(), Level::Report, "the third decides");
         drop(third);
         assert!(!switch.is_on_anywhere(), "every counted scope uncounted once");
+    }
+
+    #[test]
+    fn each_time_off_everywhere_starts_a_new_on_period_in_the_same_atomic_step() {
+        let switch = own_switch!();
+        let start = switch.on_period();
+        let outer = switch.open_scope(Level::Report);
+        let inner = switch.open_scope(Level::Refuse);
+        let _off = switch.open_scope(Level::Off);
+        drop(inner);
+        assert_eq!(switch.on_period(), start, "still on: the outer scope");
+        drop(outer);
+        assert_eq!(switch.on_period(), start + 1, "off everywhere once");
+        assert!(!switch.is_on_anywhere(), "the period's bits are not the on bits");
+        assert_eq!(switch.set_process_mode(Level::Report), Level::Off);
+        assert_eq!(switch.on_period(), start + 1, "turning on starts nothing");
+        assert_eq!(switch.set_process_mode(Level::Report), Level::Report);
+        assert_eq!(switch.set_process_mode(Level::Off), Level::Report);
+        assert_eq!(switch.on_period(), start + 2, "off everywhere again");
+        switch.set_process_mode(Level::Off);
+        assert_eq!(switch.on_period(), start + 2, "off to off is no new period");
     }
 
     #[test]

@@ -149,9 +149,14 @@ impl RaceScope {
 }
 
 /// Ends the history; the switch calls it once the detector is off everywhere: edges made
-/// while it is off are not seen, so an old history would report races that are not.
+/// while it is off are not seen, so an old history would report races that are not. Decided
+/// under the model's lock by the on-period: a model that another thread made since, the
+/// detector on again, belongs to the new period and is kept (so are its first records).
 fn forget_history() {
-    *model() = None;
+    let mut guard = model();
+    if guard.as_ref().is_some_and(|model| model.on_period() != SWITCH.on_period()) {
+        *guard = None;
+    }
 }
 
 /// Whether the detector follows operations now. One relaxed load.
@@ -186,9 +191,14 @@ fn model() -> MutexGuard<'static, Option<Model>> {
     MODEL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The model of the detector's current on-period: a model of an earlier one (the detector
+/// went off everywhere since) is replaced by an empty one.
 fn live_model() -> ModelGuard {
     let mut guard = model();
-    guard.get_or_insert_with(Model::default);
+    let period = SWITCH.on_period();
+    if guard.as_ref().is_none_or(|model| model.on_period() != period) {
+        *guard = Some(Model::new(period));
+    }
     ModelGuard(guard)
 }
 

@@ -158,6 +158,9 @@ pub(crate) struct Model {
     /// Which model this is: an operation checked against an earlier one (the detector was
     /// turned off and on meanwhile) is not recorded in this one.
     generation: u64,
+    /// The detector's on-period it observes ([`ModeSwitch::on_period`](crate::call::mode_switch::ModeSwitch::on_period)):
+    /// a model of an earlier one is replaced, never used again.
+    on_period: u64,
     /// How many operations were recorded: an operation recorded after another was checked is
     /// checked again when that one is recorded.
     sequence: u64,
@@ -172,17 +175,7 @@ pub(crate) struct Model {
 
 impl Default for Model {
     fn default() -> Model {
-        static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        Model {
-            generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            sequence: 0,
-            streams: HashMap::new(),
-            retired: HashMap::new(),
-            labels: vec![HOST.to_owned()],
-            events: HashMap::new(),
-            host: Clock::default(),
-            memory: BTreeMap::new(),
-        }
+        Model::new(0)
     }
 }
 
@@ -198,6 +191,27 @@ pub(crate) enum Step {
 }
 
 impl Model {
+    /// An empty model of the detector's on-period `on_period`.
+    pub(crate) fn new(on_period: u64) -> Model {
+        static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Model {
+            generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            on_period,
+            sequence: 0,
+            streams: HashMap::new(),
+            retired: HashMap::new(),
+            labels: vec![HOST.to_owned()],
+            events: HashMap::new(),
+            host: Clock::default(),
+            memory: BTreeMap::new(),
+        }
+    }
+
+    /// The detector's on-period this model observes.
+    pub(crate) fn on_period(&self) -> u64 {
+        self.on_period
+    }
+
     fn stream(&mut self, key: &StreamKey) -> &mut StreamState {
         if !self.streams.contains_key(key) {
             let index = self.labels.len();
