@@ -217,6 +217,13 @@ fn report(mode: RaceMode, races: Vec<RaceReport>) {
     SWITCH.keep(races);
 }
 
+/// Reports `late`, the races an operation checked under `mode` makes with operations another
+/// thread recorded between its check and its record: it is enqueued already, so they are
+/// reported, also under `Fail`.
+fn report_late(mode: RaceMode, late: Vec<RaceReport>) {
+    report(if mode == RaceMode::Off { mode } else { RaceMode::Report }, late);
+}
+
 /// Memory of a stream's device that an operation reads or writes: declared for a typed
 /// launch ([`LaunchConfig::accesses`](crate::LaunchConfig::accesses)) or for work the crate
 /// cannot see ([`StreamRef::declare_accesses`](crate::StreamRef::declare_accesses)).
@@ -315,9 +322,7 @@ impl Checked {
             let Unrecorded(pending, uses, origin, mode) = *checked;
             // Not into a model made since the check (the detector was turned off and on).
             let late = model().as_mut().map(|model| model.commit(pending, &uses, origin)).unwrap_or_default();
-            // Races with operations another thread recorded between the check and this: the
-            // operation is enqueued already, so they are reported, also under `Fail`.
-            report(if mode == RaceMode::Off { mode } else { RaceMode::Report }, late);
+            report_late(mode, late);
         }
     }
 }
@@ -401,8 +406,7 @@ pub(crate) fn check_collective(
     let mut checked = Vec::with_capacity(ranks.len());
     let mut races = Vec::new();
     for (key, uses) in ranks {
-        let before = model.before(&key, Step::Work);
-        let mut pending = model.check(&key, Step::Work, &uses, &origin);
+        let (mut pending, before) = model.check_after(&key, Step::Work, &uses, &origin);
         races.append(&mut pending.races);
         checked.push((key, before, pending, uses));
     }
@@ -430,7 +434,7 @@ impl CheckedCollective {
             model.rendezvous(&rendezvous, |rank, from| order.receives(rank, from));
         }
         drop(guard);
-        report(if mode == RaceMode::Off { mode } else { RaceMode::Report }, late);
+        report_late(mode, late);
     }
 }
 

@@ -268,9 +268,22 @@ impl Model {
     /// races it would make; `commit` then records it (or nothing changes, when the caller
     /// refuses the operation).
     pub(crate) fn check(&mut self, key: &StreamKey, step: Step, uses: &[Use], origin: &Arc<Origin>) -> Pending {
-        let (index, clock) = self.next_clock(key, step);
+        self.check_after(key, step, uses, origin).0
+    }
+
+    /// [`Model::check`], and what the operation knows of before itself (its clock less its
+    /// own count): the work it comes after.
+    pub(crate) fn check_after(
+        &mut self,
+        key: &StreamKey,
+        step: Step,
+        uses: &[Use],
+        origin: &Arc<Origin>,
+    ) -> (Pending, Clock) {
+        let (index, mut clock) = self.next_clock(key, step);
         let races = self.races(index, &clock, uses, origin, 0);
-        Pending { key: key.clone(), step, generation: self.generation, seen: self.sequence, races }
+        clock.set(index, clock.get(index) - 1);
+        (Pending { key: key.clone(), step, generation: self.generation, seen: self.sequence, races }, clock)
     }
 
     /// Records an operation checked by [`Model::check`] (nothing, if the model was replaced
@@ -296,13 +309,6 @@ impl Model {
         }
         self.stream(&key).clock = clock;
         late
-    }
-
-    /// What operation `step` on `key` knows of before itself: the work it comes after.
-    pub(crate) fn before(&mut self, key: &StreamKey, step: Step) -> Clock {
-        let (index, mut clock) = self.next_clock(key, step);
-        clock.set(index, clock.get(index) - 1);
-        clock
     }
 
     /// The ranks of a collective, each on its stream (`key`) after the work it knew of
