@@ -4,7 +4,7 @@
 //! [`with_thread_mode`].
 
 use crate::ffi::driver;
-use crate::ffi::error::{Result, check};
+use crate::ffi::error::Result;
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::cell::Cell;
@@ -90,20 +90,34 @@ pub fn with_thread_mode<M: CaptureMode, R>(_mode: M, f: impl FnOnce() -> R) -> R
 
     impl Drop for Restore {
         fn drop(&mut self) {
-            // SAFETY: a valid in/out pointer; puts back the mode the thread had. Nothing to report
-            // from a drop: the exchange fails only for an invalid mode, and this one came from CUDA.
-            let code = unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut self.0) };
-            let _ = check(code, "cudaThreadExchangeStreamCaptureMode");
+            // Puts back the mode the thread had. Nothing to report from a drop: the exchange
+            // fails only for an invalid mode, and this one came from CUDA.
+            let _ = driver::thread_exchange_capture_mode(self.0);
             THREAD_MODE.set(self.1);
         }
     }
 
     refuse_inside_host_fn()?;
-    let mut previous = M::RAW;
-    // SAFETY: a valid in/out pointer holding a valid mode; CUDA writes back the previous one.
-    check(unsafe { sys::cudaThreadExchangeStreamCaptureMode(&mut previous) }, "cudaThreadExchangeStreamCaptureMode")?;
+    // The driver's exchange: the runtime's would make device 0's primary context current on a
+    // thread that has none (hundreds of MiB on a GPU the program may never use).
+    let previous = driver::thread_exchange_capture_mode(M::RAW)?;
     let _restore = Restore(previous, THREAD_MODE.replace(ThreadMode::Chosen));
     Ok(f())
+}
+
+/// Makes `call`, one of CUDA's "potentially unsafe" calls that puts no work on any stream (a
+/// host or pool allocation or free, an instantiation), in the [`Relaxed`] capture mode, and
+/// returns its result: no capture in progress forbids it then, neither this thread's own
+/// (Global or ThreadLocal, of this crate or another library) nor another thread's Global one,
+/// so none is invalidated by it (CUDA invalidates a capture to refuse such a call). Nothing of
+/// the call is captured: it enqueues nothing. PyTorch's allocator makes `cudaMalloc` during a
+/// capture the same way.
+///
+/// # Errors
+/// [`Error::InsideHostFn`](crate::Error::InsideHostFn), and the error setting the mode, before
+/// `call` runs; then `call`'s.
+pub(crate) fn uncapturable_call<R>(call: impl FnOnce() -> Result<R>) -> Result<R> {
+    with_thread_mode(Relaxed, call)?
 }
 
 /// What this crate knows of the calling thread's capture interaction mode.

@@ -218,8 +218,11 @@ impl Event {
         if self.flags.interprocess == Some(false) {
             return Err(Error::NotInterprocess);
         }
+        // The runtime call names no stream: on a thread with no current context it would bind
+        // device 0's, and an event of another device there crashed libcuda (CUDA 13.0).
+        let _current = self.device().make_current()?;
         let mut handle = sys::cudaIpcEventHandle_t::default();
-        // SAFETY: `handle` is a valid out-pointer; `raw` is live.
+        // SAFETY: `handle` is a valid out-pointer; `raw` is live, of the current device.
         check(unsafe { sys::cudaIpcGetEventHandle(&mut handle, self.raw) }, "cudaIpcGetEventHandle")?;
         Ok(handle)
     }

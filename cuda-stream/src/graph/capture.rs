@@ -29,6 +29,9 @@
 //! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread; and always (any capture, this crate's or not): [`launch_host_fn`](StreamRef::launch_host_fn) and [`launch_host_callback`](StreamRef::launch_host_callback), [`completion`](StreamRef::completion), attribute reads and writes, and [`id`](StreamRef::id) and [`is_non_blocking`](StreamRef::is_non_blocking) of a stream not created here |
 //! | an event's last record went into a capture (any capture, this crate's or a foreign one seen through a borrowed stream) | its [`query`](crate::Event::query), [`synchronize`](crate::Event::synchronize), [`elapsed`](crate::Event::elapsed) and [`completion`](crate::Event::completion), on every thread, until it is recorded outside a capture again |
 //!
+//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress (this crate's or another library's) | nothing of: [`PinnedBuffer::zeroed`](crate::PinnedBuffer::zeroed) and `from_slice` and its drop (`cudaHostAlloc`, `cudaFreeHost`), [`MemPool::new`](crate::MemPool::new), [`MemPool::trim_to`](crate::MemPool::trim_to) and its drop, [`Graph::instantiate`], [`Graph::instantiate_with`] without an upload, the drops of [`Graph`] and [`GraphExec`](crate::GraphExec): CUDA counts them as "potentially unsafe", so this crate makes them in the [`Relaxed`] mode, in which no capture forbids them and none is invalidated (they enqueue nothing) |
+//! | a stream is being captured | [`GraphExec::launch`](crate::GraphExec::launch) and [`GraphExec::upload`](crate::GraphExec::upload) onto it, and [`Graph::instantiate_with`] uploading to it (CUDA would invalidate the capture); checked under the capture-transition lock |
+//!
 //! The legacy stream is refused even while only non-blocking streams are captured, where CUDA
 //! would accept it: a blocking stream may join the capture at any time (through
 //! [`StreamRef::wait_stream`]), and from then on every use of the legacy stream invalidates it.
@@ -93,6 +96,38 @@
 //!   capture: whether the event was recorded inside cannot be known without a CUDA call on it,
 //!   so CUDA answers `cudaErrorStreamCaptureIsolation` and invalidates the capture.
 //!   [`StreamRef::wait_stream`] handles that case (an external wait the graph keeps).
+//!
+//! # Who is in a capture: begins, ends and joins are transitions
+//! A stream becomes part of a capture in two ways: a capture begins on it, or it **joins** one
+//! by waiting on captured work (CUDA's fork: [`wait_stream`](StreamRef::wait_stream) on a
+//! capturing stream, [`wait_event`](StreamRef::wait_event) on an event recorded into a
+//! capture). It leaves when the capture ends. Each of these is a capture transition, made
+//! under the write side of one process-wide lock; every call that reads a stream's capture
+//! status and then acts on what it read (a record, an external record, a completion, an
+//! allocation, a copy, a free, a graph launch, a host function) holds the read side from its
+//! check to its call. So no stream begins, ends or joins a capture between a check and its call,
+//! whatever other threads do: a join cannot turn a real record into a node of a graph that does
+//! not keep its event, a copy that returned into one a replay makes later, or an allocation into
+//! a graph's.
+//!
+//! The cost is paid only while captures may exist: a wait takes the write side only while a
+//! capture of this crate is in progress, a foreign handle was ever wrapped, the waited stream is
+//! a per-thread stream, or the waited event's last record went into a capture; otherwise it is
+//! the one CUDA call it was. A join of a capture that no begin of this crate counted (another
+//! library's capture of its thread's per-thread stream) first switches the process to the mode
+//! of [`BorrowedStream::borrow_raw`](crate::BorrowedStream::borrow_raw): from then on records
+//! read the stream's capture status. Joins made by foreign code (a raw `cudaStreamWaitEvent`
+//! on one of this crate's handles, PyTorch's `wait_stream` on a stream it borrowed) are not
+//! transitions of this crate; the `# Safety` of the calls that lend handles says that they must
+//! not overlap this crate's calls on the stream.
+//!
+//! PyTorch's idiom `side.wait_stream(capturing)` inside a capture, then
+//! `capturing.wait_stream(side)` before the end, works as in CUDA: both are transitions.
+//!
+//! A stream of an [`SmPartition`](crate::SmPartition) that begins or joins a capture gives the
+//! capture's graph a reference of its green context (a CUDA user object): the graph's kernel
+//! nodes run on that context, which then lives as long as the graph and every executable made
+//! from it, whatever is dropped first.
 //!
 //! # What a capture's graph keeps, and how it gets there
 //! A host function of [`Capture::launch_host_fn`], the event of an external record
@@ -234,7 +269,10 @@ impl StreamRef {
         begun?;
         let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
-        capture.id = capture_state(self)?.info.id;
+        let state = capture_state(self)?;
+        capture.id = state.info.id;
+        // A partition's stream: its green context lives as long as the graph.
+        self.keep_partition_in(state.graph)?;
         Ok(capture)
     }
 }

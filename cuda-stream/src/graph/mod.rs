@@ -19,7 +19,7 @@
 pub mod capture;
 pub mod conditional;
 
-use crate::call::capture_mode::{Relaxed, with_thread_mode};
+use crate::call::capture_mode::{Relaxed, uncapturable_call, with_thread_mode};
 use crate::call::race::{self, model::Step};
 use crate::device::Device;
 use crate::device::same_device;
@@ -206,9 +206,12 @@ impl Graph {
         let _current = self.device.make_current()?;
         self.claim_executable()?;
         let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
-        // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type, and no
-        // capture into it is open: `claim_executable`); `exec` is a valid out-pointer.
-        let made = check(unsafe { sys::cudaGraphInstantiate(&mut exec, self.raw, 0) }, "cudaGraphInstantiate");
+        // Legal during a capture of this thread's, which it leaves intact.
+        let made = uncapturable_call(|| {
+            // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type, and no
+            // capture into it is open: `claim_executable`); `exec` is a valid out-pointer.
+            check(unsafe { sys::cudaGraphInstantiate(&mut exec, self.raw, 0) }, "cudaGraphInstantiate")
+        });
         self.instantiated(exec, made)
     }
 
@@ -239,19 +242,29 @@ impl Graph {
             }
             None => self.device.make_current()?,
         };
-        self.claim_executable()?;
-        let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
-        // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type, and no
-        // capture into it is open: `claim_executable`); `exec` and `params` are valid
-        // pointers; the upload stream, if any, is live for this call.
-        let code = unsafe { sys::cudaGraphInstantiateWithParams(&mut exec, self.raw, &mut params) };
-        let made = match check(code, "cudaGraphInstantiateWithParams") {
-            Err(Error::Cuda { code, .. }) => {
-                Err(Error::GraphInstantiate { result: GraphInstantiateResult(params.result_out.0), code })
-            }
-            other => other,
+        let mut instantiate = || {
+            self.claim_executable()?;
+            let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
+            // Legal during a capture of this thread's, which it leaves intact.
+            let made = uncapturable_call(|| {
+                // SAFETY: a live graph, used by this thread only (`&self` of a !Sync type, and
+                // no capture into it is open: `claim_executable`); `exec` and `params` are
+                // valid pointers; the upload stream, if any, is live for this call.
+                let code = unsafe { sys::cudaGraphInstantiateWithParams(&mut exec, self.raw, &mut params) };
+                match check(code, "cudaGraphInstantiateWithParams") {
+                    Err(Error::Cuda { code, .. }) => {
+                        Err(Error::GraphInstantiate { result: GraphInstantiateResult(params.result_out.0), code })
+                    }
+                    other => other,
+                }
+            });
+            self.instantiated(exec, made)
         };
-        self.instantiated(exec, made)
+        match options.upload {
+            // An upload is work on its stream, which must not be capturing.
+            Some(stream) => stream.enqueue_uncaptured(LAUNCH_INTO_CAPTURE, instantiate),
+            None => instantiate(),
+        }
     }
 
     /// The graph's leaf nodes: those no other node depends on
@@ -417,9 +430,9 @@ impl Drop for Graph {
             // `mem::forget`), or a capture into one failed: leaked, never destroyed.
             return;
         }
-        let raw = self.raw as usize;
+        let (raw, device) = (self.raw as usize, self.device);
         call_outside_host_fn(move || {
-            destroy_relaxed(move || {
+            destroy_relaxed(device, move || {
                 // SAFETY: we own the graph and destroy it once, bodies included (no capture
                 // into it is open); executables made from it do not need it, and what its
                 // nodes use is owned by user objects CUDA releases.
@@ -429,13 +442,23 @@ impl Drop for Graph {
     }
 }
 
+/// Why a graph launch or upload onto a capturing stream is refused.
+const LAUNCH_INTO_CAPTURE: &str =
+    "a graph is not launched or uploaded onto a capturing stream (CUDA would invalidate the capture)";
+
 /// Runs `destroy` (of a graph or an executable; called outside any host function, see
 /// `call_outside_host_fn`) in the Relaxed capture mode ([`with_thread_mode`]): destroying a
 /// graph or an executable is a "potentially unsafe" call that CUDA otherwise refuses,
 /// invalidating the capture, while another thread holds a Global capture (probed on CUDA 13.0).
 /// Nothing of ours is captured by it, so it is safe here. Should the mode not change, the
 /// destroy is made all the same.
-fn destroy_relaxed(destroy: impl FnOnce() + Copy) {
+///
+/// The graph's device is made current first: on a thread with no current context, CUDA's
+/// runtime would otherwise bind device 0's primary context (creating it on a GPU the program
+/// may never use). Should that fail (a sticky error), the handle is leaked, not destroyed from
+/// the wrong context.
+fn destroy_relaxed(device: Device, destroy: impl FnOnce() + Copy) {
+    let Ok(_current) = device.make_current() else { return };
     if with_thread_mode(Relaxed, destroy).is_err() {
         destroy();
     }
@@ -469,11 +492,13 @@ impl GraphExec {
     #[inline]
     pub fn launch(&self, stream: impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
-        if let Some(accesses) = self.race_accesses.as_deref().filter(|_| race::tracking()) {
-            let checked = stream.race_check_replay(accesses)?;
-            return self.launch_unobserved(&stream).map(|()| checked.enqueued());
-        }
-        stream.race_observed(Step::Work, "cudaGraphLaunch", || self.launch_unobserved(&stream))
+        stream.enqueue_uncaptured(LAUNCH_INTO_CAPTURE, || {
+            if let Some(accesses) = self.race_accesses.as_deref().filter(|_| race::tracking()) {
+                let checked = stream.race_check_replay(accesses)?;
+                return self.launch_unobserved(&stream).map(|()| checked.enqueued());
+            }
+            stream.race_observed(Step::Work, "cudaGraphLaunch", || self.launch_unobserved(&stream))
+        })
     }
 
     #[inline(always)]
@@ -493,9 +518,11 @@ impl GraphExec {
     /// CUDA's errors.
     pub fn upload(&self, stream: impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
-        let _current = stream.enter_runtime()?;
-        // SAFETY: a live executable used by this thread only, and a live stream.
-        check(unsafe { sys::cudaGraphUpload(self.raw, stream.as_raw()) }, "cudaGraphUpload")
+        stream.enqueue_uncaptured(LAUNCH_INTO_CAPTURE, || {
+            let _current = stream.enter_runtime()?;
+            // SAFETY: a live executable used by this thread only, and a live stream.
+            check(unsafe { sys::cudaGraphUpload(self.raw, stream.as_raw()) }, "cudaGraphUpload")
+        })
     }
 
     /// Updates the executable in place from `graph`, a graph of the same topology whose nodes
@@ -523,7 +550,8 @@ impl GraphExec {
     /// [`GraphExecUpdateResult::TOPOLOGY_CHANGED`]) when CUDA refuses: the executable is then
     /// unchanged and still usable.
     pub fn update(&mut self, graph: &Graph) -> Result<()> {
-        refuse_inside_host_fn()?;
+        // The executable's device, not the runtime's default one on a thread with none current.
+        let _current = self.device.make_current()?;
         same_device("an executable graph is updated from a graph of its own device", self.device, graph.device)?;
         graph.refuse_incomplete()?;
         let mut info = sys::cudaGraphExecUpdateResultInfo {
@@ -549,7 +577,8 @@ impl GraphExec {
     /// # Errors
     /// [`Error::InsideHostFn`]; CUDA's errors.
     pub fn flags(&self) -> Result<InstantiateFlags> {
-        refuse_inside_host_fn()?;
+        // The executable's device, not the runtime's default one on a thread with none current.
+        let _current = self.device.make_current()?;
         let mut flags: c_ulonglong = 0;
         // SAFETY: a live executable used by this thread only; a valid out-pointer.
         check(unsafe { sys::cudaGraphExecGetFlags(self.raw, &mut flags) }, "cudaGraphExecGetFlags")?;
@@ -569,10 +598,10 @@ impl GraphExec {
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        let raw = self.raw as usize;
+        let (raw, device) = (self.raw as usize, self.device);
         let executables = Arc::clone(&self.executables);
         call_outside_host_fn(move || {
-            destroy_relaxed(move || {
+            destroy_relaxed(device, move || {
                 // SAFETY: we own the executable and destroy it once. CUDA frees it after
                 // launches in flight complete, and releases the user objects they use only
                 // then: no wait for the device is needed here, and nothing is freed early.

@@ -2,7 +2,7 @@
 //! waits for those copies before the host may touch or free it.
 
 use super::{DeviceCopy, byte_size};
-use crate::call::capture_mode::ignore_other_threads_captures;
+use crate::call::capture_mode::uncapturable_call;
 use crate::call::live_captures;
 use crate::call::race::{self, AccessKind, HostAccess};
 use crate::call::sync_debug::{self, SyncKind};
@@ -69,14 +69,15 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         const { assert!(align_of::<T>() <= 4096, "cudaHostAlloc aligns to a page") };
         let bytes = byte_size::<T>(len)?;
         refuse_inside_host_fn()?;
-        // Another thread's Global capture must not forbid the allocation (see the capture docs).
-        ignore_other_threads_captures();
         // The runtime would bind device 0's primary context on a thread without one: make it
         // current for the call, and restore what was there.
         let _current = Device::new(0)?.make_current()?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; bytes > 0; a valid flag.
-        check(unsafe { sys::cudaHostAlloc(&mut ptr, bytes, sys::cudaHostAllocPortable) }, "cudaHostAlloc")?;
+        // No capture in progress (this thread's own included) forbids it, or is invalidated.
+        uncapturable_call(|| {
+            // SAFETY: a valid out-pointer; bytes > 0; a valid flag.
+            check(unsafe { sys::cudaHostAlloc(&mut ptr, bytes, sys::cudaHostAllocPortable) }, "cudaHostAlloc")
+        })?;
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         Ok(PinnedBuffer { ptr, len, in_flight: Vec::new(), leak: false })
     }
@@ -196,9 +197,11 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
         }
         // The runtime would bind device 0's primary context on a thread without one.
         let Ok(_current) = Device::new(0).and_then(Device::make_current) else { return };
-        ignore_other_threads_captures();
-        // SAFETY: memory this buffer allocated; no copy uses it any more.
-        let _ = check(unsafe { sys::cudaFreeHost(self.ptr.as_ptr().cast()) }, "cudaFreeHost");
+        // No capture in progress (this thread's own included) forbids it, or is invalidated.
+        let _ = uncapturable_call(|| {
+            // SAFETY: memory this buffer allocated; no copy uses it any more.
+            check(unsafe { sys::cudaFreeHost(self.ptr.as_ptr().cast()) }, "cudaFreeHost")
+        });
     }
 }
 

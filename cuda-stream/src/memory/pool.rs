@@ -1,7 +1,7 @@
 //! [`MemPool`]: a pool of device memory that stream-ordered allocations draw from, with its
 //! release threshold, reuse policy, trimming and usage figures.
 
-use crate::call::capture_mode::ignore_other_threads_captures;
+use crate::call::capture_mode::uncapturable_call;
 use crate::device::Device;
 use crate::ffi::error::{Result, check};
 use crate::ffi::inside_host_fn::call_outside_host_fn;
@@ -69,7 +69,6 @@ impl MemPool {
     /// without memory pools).
     pub fn new(device: Device) -> Result<MemPool> {
         let _current = device.make_current()?;
-        ignore_other_threads_captures();
         // SAFETY: all-zero is a valid `cudaMemPoolProps` (null pointers, zero sizes, CUDA's
         // zero enum values); the fields that matter are set below.
         let mut props: sys::cudaMemPoolProps = unsafe { std::mem::zeroed() };
@@ -78,8 +77,9 @@ impl MemPool {
         props.location =
             sys::cudaMemLocation { type_: sys::cudaMemLocationType::cudaMemLocationTypeDevice, id: device.ordinal() };
         let mut raw: sys::cudaMemPool_t = std::ptr::null_mut();
+        // No capture in progress (this thread's own included) forbids it, or is invalidated.
         // SAFETY: a valid out-pointer and properties.
-        check(unsafe { sys::cudaMemPoolCreate(&mut raw, &props) }, "cudaMemPoolCreate")?;
+        uncapturable_call(|| check(unsafe { sys::cudaMemPoolCreate(&mut raw, &props) }, "cudaMemPoolCreate"))?;
         Ok(MemPool { inner: Arc::new(Pool { raw, device, owned: true }) })
     }
 
@@ -167,9 +167,9 @@ impl MemPool {
     /// As [`MemPool::set_release_threshold`].
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
         let _current = self.inner.device.make_current()?;
-        ignore_other_threads_captures();
+        // No capture in progress (this thread's own included) forbids it, or is invalidated.
         // SAFETY: a live pool.
-        check(unsafe { sys::cudaMemPoolTrimTo(self.inner.raw, keep_bytes) }, "cudaMemPoolTrimTo")
+        uncapturable_call(|| check(unsafe { sys::cudaMemPoolTrimTo(self.inner.raw, keep_bytes) }, "cudaMemPoolTrimTo"))
     }
 
     /// The pool's usage figures ([`MemPoolStats`]).
@@ -235,11 +235,18 @@ impl Drop for Pool {
     /// freed, so buffers still drawn from it stay valid.
     fn drop(&mut self) {
         if self.owned {
-            let raw = self.raw as usize;
+            let (raw, device) = (self.raw as usize, self.device);
             call_outside_host_fn(move || {
-                // SAFETY: a pool we created and nothing else destroys; its outstanding
-                // allocations keep it alive in CUDA.
-                let _ = check(unsafe { sys::cudaMemPoolDestroy(raw as sys::cudaMemPool_t) }, "cudaMemPoolDestroy");
+                // Its device's context, not the runtime's default one on a thread with none
+                // current; leaked should that fail.
+                let Ok(_current) = device.make_current() else { return };
+                // No capture in progress (this thread's own included) forbids it, or is
+                // invalidated.
+                let _ = uncapturable_call(|| {
+                    // SAFETY: a pool we created and nothing else destroys; its outstanding
+                    // allocations keep it alive in CUDA.
+                    check(unsafe { sys::cudaMemPoolDestroy(raw as sys::cudaMemPool_t) }, "cudaMemPoolDestroy")
+                });
             });
         }
     }

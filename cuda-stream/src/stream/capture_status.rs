@@ -3,6 +3,7 @@
 //! stream). Beginning and ending captures is the [graph layer](crate::capture)'s.
 
 use super::StreamRef;
+use crate::call::live_captures::no_capture_transitions;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::sys;
@@ -73,6 +74,23 @@ impl StreamRef {
             CaptureStatus::None => Ok(()),
             _ => Err(Error::CaptureMisuse(why)),
         }
+    }
+
+    /// Runs `call`, work on this stream that must not go into a capture (a graph launch or
+    /// upload, which CUDA would refuse by invalidating the capture), unless the stream is
+    /// capturing: then [`Error::CaptureMisuse`] with `why`, before CUDA. While some stream may
+    /// be capturing, the check and `call` hold the capture-transition lock, so no capture
+    /// begins, ends or is joined by this stream in between; otherwise one load.
+    #[inline(always)]
+    pub(crate) fn enqueue_uncaptured<R>(&self, why: &'static str, call: impl FnOnce() -> Result<R>) -> Result<R> {
+        if !self.may_be_captured_now() {
+            return call();
+        }
+        let _transitions = no_capture_transitions();
+        if self.may_be_capturing()? {
+            return Err(Error::CaptureMisuse(why));
+        }
+        call()
     }
 
     /// The capture status and the capture's unique id

@@ -164,6 +164,10 @@ pub struct StreamRef {
     non_blocking: Option<bool>,
     /// The priority CUDA gave it, read back when this crate created it.
     priority: Option<c_int>,
+    /// The green context of the [`SmPartition`](partition::SmPartition) the stream was made
+    /// on (null for every other stream): one reference, owned by the [`Stream`] and let go by
+    /// its drop; every view of it only looks (see [`partition::PartitionRef`]).
+    partition: partition::PartitionRef,
 }
 
 // SAFETY: a cudaStream_t is a handle the CUDA runtime lets any thread use; the thread-bound
@@ -181,7 +185,16 @@ impl StreamRef {
         // The built-in streams are blocking: the legacy stream itself, and the per-thread
         // stream, which synchronizes with it.
         let non_blocking = matches!(ownership, Ownership::Builtin(_)).then_some(false);
-        StreamRef { raw, device, ownership, thread, id: None, non_blocking, priority: None }
+        StreamRef {
+            raw,
+            device,
+            ownership,
+            thread,
+            id: None,
+            non_blocking,
+            priority: None,
+            partition: partition::PartitionRef::NONE,
+        }
     }
 
     /// A copy of this view for the crate's own bookkeeping (the current-stream stack). It must
@@ -483,11 +496,13 @@ impl fmt::Debug for StreamRef {
 
 /// An owned CUDA stream: destroyed when dropped (pending work still completes). Derefs to
 /// [`StreamRef`], which has every operation.
+///
+/// `Eq` and `Hash` are [`StreamRef`]'s: a `Stream` and any other wrapper of the same stream
+/// compare and hash alike.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Stream {
+    /// Its [`StreamRef::partition`] reference is this stream's own (see [`partition`]).
     stream: StreamRef,
-    /// The SM partition whose green context the stream belongs to, kept alive by it.
-    partition: Option<partition::SmPartition>,
 }
 
 impl Stream {
@@ -509,7 +524,7 @@ impl Stream {
         let code = unsafe { sys::cudaStreamCreateWithPriority(&mut raw, flags as c_uint, priority) };
         check(code, "cudaStreamCreateWithPriority")?;
         live::stream_created();
-        let mut stream = Stream { stream: StreamRef::new(raw, device, Ownership::Owned), partition: None };
+        let mut stream = Stream { stream: StreamRef::new(raw, device, Ownership::Owned) };
         // Nobody else has the handle yet, so nobody can be capturing it: reading the id is
         // safe now, and only now. If a read fails, the stream drops and is destroyed.
         stream.stream.id = Some(stream.read_id()?);
@@ -541,7 +556,7 @@ impl Stream {
         // Made elsewhere: whoever made it may have begun a capture of it.
         crate::call::uncaptured_calls::foreign_handle_seen();
         live::stream_created();
-        Ok(Stream { stream: StreamRef::new(handle, device, Ownership::Owned), partition: None })
+        Ok(Stream { stream: StreamRef::new(handle, device, Ownership::Owned) })
     }
 
     /// Gives up ownership: returns the handle without destroying it. A stream of an
@@ -569,7 +584,8 @@ impl Stream {
         live::stream_released();
         let raw = this.stream.raw as usize;
         // Let go of after the stream is destroyed.
-        let partition = this.partition.take();
+        // SAFETY: this stream's own reference, let go once: `this` is never dropped.
+        let partition = unsafe { this.stream.partition.release() };
         if refuse_inside_host_fn().is_err() {
             crate::ffi::inside_host_fn::call_outside_host_fn(move || {
                 destroy_stream(raw);
@@ -612,7 +628,8 @@ impl Drop for Stream {
         // is needed. Dropped inside a host function, the destroy is made outside it.
         let raw = self.stream.raw as usize;
         // A partition's green context outlives its stream.
-        let partition = self.partition.take();
+        // SAFETY: this stream's own reference, let go once, by its drop.
+        let partition = unsafe { self.stream.partition.release() };
         crate::ffi::inside_host_fn::call_outside_host_fn(move || {
             destroy_stream(raw);
             drop(partition);

@@ -12,7 +12,11 @@
 //! * **Lifetime:** a partition is kept alive by its streams (and by its `SmPartition` clones):
 //!   the green context is destroyed after the last of them, outside any host function.
 //!   [`Stream::into_raw`] of a partition's stream keeps the partition alive for the rest of the
-//!   process, as the raw handle may still be used.
+//!   process, as the raw handle may still be used. A graph that captured work of a partition's
+//!   stream (a capture begun on it, or one it joined through
+//!   [`wait_stream`](StreamRef::wait_stream) or [`wait_event`](StreamRef::wait_event)) keeps
+//!   the partition alive too, with every executable and clone of it: its kernel nodes run on
+//!   the green context.
 //! * **Refusals:** a split the device cannot make (more partitions of that size than its SMs
 //!   allow) is [`Error::SmSplit`], with what it could make; zero SMs or partitions too.
 //!   Partition streams are non-blocking (CUDA's rule for green-context streams).
@@ -22,11 +26,13 @@
 
 use crate::call::live;
 use crate::device::Device;
+use crate::device::keep_alive::keep_alive;
 use crate::ffi::driver::{self, DevResource};
 use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::{call_outside_host_fn, refuse_inside_host_fn};
 use crate::ffi::priority::Priority;
 use crate::stream::{Ownership, Stream, StreamRef};
+use crate::sys;
 use std::fmt;
 use std::sync::Arc;
 
@@ -52,6 +58,64 @@ impl Drop for GreenContext {
             // it, are destroyed (a stream's drop destroys the stream before it lets go).
             let _ = unsafe { driver::green_context_destroy(raw as *mut std::ffi::c_void) };
         });
+    }
+}
+
+/// A stream's reference to its partition's green context, in [`StreamRef`] (which every view
+/// copies): the address of the `Arc`'s context, null for a stream of no partition. The
+/// [`Stream`] holds one strong count of it (taken by [`PartitionRef::owned_by_stream`], given
+/// back by [`PartitionRef::release`]); a view only looks, for as long as it borrows the stream.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct PartitionRef(*const GreenContext);
+
+impl PartitionRef {
+    /// A stream of no partition.
+    pub(crate) const NONE: PartitionRef = PartitionRef(std::ptr::null());
+
+    /// The reference a partition's new stream owns.
+    fn owned_by_stream(partition: SmPartition) -> PartitionRef {
+        PartitionRef(Arc::into_raw(partition.green))
+    }
+
+    /// The partition, as a clone that keeps its green context alive on its own (for a graph
+    /// that captured work of the stream); `None` for a stream of no partition.
+    pub(crate) fn get(self) -> Option<SmPartition> {
+        if self.0.is_null() {
+            return None;
+        }
+        // SAFETY: the stream that owns a strong count of this context is alive: `self` was
+        // copied out of a `StreamRef` borrowed from it (a view never outlives its stream).
+        unsafe { Arc::increment_strong_count(self.0) };
+        // SAFETY: the count just taken is the one this `Arc` owns.
+        Some(SmPartition { green: unsafe { Arc::from_raw(self.0) } })
+    }
+
+    /// Gives back the stream's own count, as an `SmPartition` to drop once the stream is
+    /// destroyed.
+    ///
+    /// # Safety
+    /// Called once per stream, by its owner, with no view of it used afterwards.
+    pub(crate) unsafe fn release(&mut self) -> Option<SmPartition> {
+        let raw = std::mem::replace(&mut self.0, std::ptr::null());
+        // SAFETY: the caller's contract: the count `owned_by_stream` took, given back once.
+        (!raw.is_null()).then(|| SmPartition { green: unsafe { Arc::from_raw(raw) } })
+    }
+}
+
+impl StreamRef {
+    /// Gives `graph`, the graph of a capture this stream is part of, a reference of the
+    /// stream's partition (a CUDA user object): the graph's kernel nodes run on the partition's
+    /// green context, which then lives as long as the graph and every executable and clone of
+    /// it, whichever the stream and the partition's own handles are dropped first. Nothing
+    /// for a stream of no partition.
+    ///
+    /// # Errors
+    /// CUDA's errors creating or handing over the user object.
+    pub(crate) fn keep_partition_in(&self, graph: sys::cudaGraph_t) -> Result<()> {
+        match self.partition.get() {
+            None => Ok(()),
+            Some(partition) => keep_alive(graph, self.device(), Box::new(partition)).map(drop),
+        }
     }
 }
 
@@ -141,8 +205,8 @@ impl SmPartition {
         // SAFETY: a live green context: `self` holds it.
         let raw = unsafe { driver::green_stream_create(self.green.raw as *mut std::ffi::c_void, priority)? };
         live::stream_created();
-        let mut stream =
-            Stream { stream: StreamRef::new(raw, device, Ownership::Owned), partition: Some(self.clone()) };
+        let mut stream = Stream { stream: StreamRef::new(raw, device, Ownership::Owned) };
+        stream.stream.partition = PartitionRef::owned_by_stream(self.clone());
         // Nobody else has the handle yet: reading its id is safe now (see `Stream::new`).
         stream.stream.id = Some(stream.read_id()?);
         stream.stream.non_blocking = Some(true);

@@ -1,7 +1,8 @@
 //! Ordering between streams and events: records, waits and `wait_stream`. Records and
 //! `wait_stream` are aware of captures (a record into a capture marks its event as captured; a
 //! `wait_stream` in a capture on work outside it becomes an external-event node the graph
-//! keeps); `wait_event` is not (see the capture docs' limits).
+//! keeps). A wait that may make its stream join a capture is a capture transition
+//! ([`StreamRef::join_point`]; the capture docs' "Who is in a capture").
 
 use super::capture_node::{Added, CaptureNode, add_to_capture};
 use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
@@ -210,7 +211,47 @@ impl StreamRef {
     /// [`StreamRef::wait_stream`], which handles that case).
     #[inline]
     pub fn wait_event(&self, event: &Event) -> Result<()> {
-        self.wait_raw(event.as_raw(), 0)
+        // While no capture may be in progress (a capture of this crate does not begin until
+        // the call has returned), the wait joins none: one CUDA call.
+        if !event.records().is_captured() {
+            if let Some(waited) = uncaptured_calls::outside_captures(|| self.wait_raw(event.as_raw(), 0)) {
+                return waited;
+            }
+        }
+        // A wait on an event recorded into a capture makes this stream join that capture.
+        self.join_point(|| self.wait_raw(event.as_raw(), 0))
+    }
+
+    /// Runs `wait`, a wait of this stream that may make it join a capture (CUDA's fork: a
+    /// stream that waits on captured work becomes part of that capture), as a capture
+    /// transition: under the write side of the capture-transition lock, as a begin or an end.
+    /// Every call that checks a stream's capture status and then acts on it holds the read
+    /// side from its check to its call, so no stream joins a capture in between (a record
+    /// that checked "not capturing" and then went into another thread's capture named an event
+    /// that graph did not keep, and crashed libcuda).
+    ///
+    /// A join of a capture that no begin of this crate counted (another library's capture of
+    /// its thread's per-thread stream) first marks the process as one where captures the crate
+    /// cannot count exist ([`uncaptured_calls::foreign_handle_seen`]): records that read "no
+    /// capture possible" and made no status read have returned, and no record is made that way
+    /// any more. A stream of an [`SmPartition`](crate::SmPartition) that joined a capture
+    /// gives its graph a reference of its green context, which the graph's kernel nodes name.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn join_point(&self, wait: impl FnOnce() -> Result<()>) -> Result<()> {
+        // The crate's own refusals before any lock is taken (a wait inside a host function).
+        refuse_inside_host_fn()?;
+        if !live_captures::may_capture() {
+            uncaptured_calls::foreign_handle_seen();
+        }
+        let transition = live_captures::capture_transition();
+        wait()?;
+        if self.partition.get().is_some() && self.may_be_capturing()? {
+            let state = capture_state(self)?;
+            self.keep_partition_in(state.graph)?;
+        }
+        drop(transition);
+        Ok(())
     }
 
     #[inline(always)]
@@ -242,13 +283,49 @@ impl StreamRef {
     #[inline]
     pub fn wait_stream(&self, other: impl AsStream) -> Result<()> {
         let other = other.as_stream();
+        // While no capture may be in progress (a capture of this crate does not begin until
+        // the call has returned), neither stream is in one and the wait joins none. The
+        // per-thread stream may be captured by another library at any time.
+        if !self.is_thread_bound() && !other.is_thread_bound() {
+            if let Some(waited) = uncaptured_calls::outside_captures(|| self.wait_stream_now(&other)) {
+                return waited;
+            }
+        }
         if self.may_be_captured_now() && self.capture_status()? != CaptureStatus::None {
             return wait_stream_in_capture(self, &other);
         }
-        self.wait_stream_now(&other)
+        self.wait_stream_joining(&other)
     }
 
-    /// `wait_stream` through this thread's marker event of `other`'s device.
+    /// `wait_stream` from a stream that was not capturing when checked, while `other` may be
+    /// (a capture of this crate is in progress, or one of the two is a per-thread stream that
+    /// another library may capture): the wait is a [join point](StreamRef::join_point). A
+    /// stream that joined a capture meanwhile takes the in-capture path instead.
+    #[cold]
+    #[inline(never)]
+    fn wait_stream_joining(&self, other: &StreamRef) -> Result<()> {
+        // `other`, if it is this thread's per-thread stream (only this thread may use it), is
+        // not captured by another library: none begins its capture during this call. Then, as
+        // in `wait_stream`, while no capture of this crate may be in progress, the wait joins
+        // none (`self`, if it is the per-thread stream, was read by the caller: not capturing).
+        let other_captured = other.is_thread_bound() && other.may_be_capturing()?;
+        if !other_captured {
+            if let Some(waited) = uncaptured_calls::outside_captures(|| self.wait_stream_now(other)) {
+                return waited;
+            }
+        }
+        let mut in_capture = false;
+        self.join_point(|| {
+            // Under the transition lock: no capture begins, ends or is joined meanwhile.
+            in_capture = self.may_be_capturing()?;
+            if in_capture { Ok(()) } else { self.wait_stream_now(other) }
+        })?;
+        if in_capture { wait_stream_in_capture(self, other) } else { Ok(()) }
+    }
+
+    /// `wait_stream` through this thread's marker event of `other`'s device: the wait itself,
+    /// with no capture check (a caller that may make this stream join a capture makes it a
+    /// [join point](StreamRef::join_point)).
     #[inline]
     pub(crate) fn wait_stream_now(&self, other: &StreamRef) -> Result<()> {
         MARKERS.with(|markers| {
@@ -308,6 +385,11 @@ pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Res
     // begin a new capture that the wait would go into).
     let transitions = no_capture_transitions();
     let mine = capture_state(this)?;
+    if mine.info.status == CaptureStatus::None {
+        // Its capture ended since the caller's check: the wait may join another capture now.
+        drop(transitions);
+        return this.wait_stream_joining(other);
+    }
     if mine.info.status != CaptureStatus::Active {
         // A broken capture: let CUDA report it, as it does for every other call.
         return this.wait_stream_now(other);

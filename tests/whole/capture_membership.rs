@@ -1,0 +1,384 @@
+//! Who is in a capture, and what its graph keeps: the findings of issue 36, each observed on the
+//! GPU. Every scenario whose old failure killed the process runs in a child process, so that a
+//! crash fails its test instead of the whole binary.
+//!
+//! 1. A stream joins a capture (CUDA's fork: a wait on captured work) only as a capture
+//!    transition: another thread's check of the stream and the call it made on the strength of
+//!    that check never have a join between them (records, completions, allocations and copies
+//!    through the stream, while a second thread makes it join captures and leave them).
+//! 2. A graph that captured a kernel of an SM partition's stream keeps the partition's green
+//!    context alive, with its executables: the stream and the partition dropped before the
+//!    instantiation or before the launch, the replay still runs the kernel.
+//! 3. A call on a handle of GPU 1 from a thread with no current context makes no context of GPU
+//!    0 and does not crash.
+//! 4. A call CUDA forbids during this thread's own Global or ThreadLocal capture is made legal
+//!    (host and pool allocations and frees, instantiations, in CUDA's Relaxed mode) or refused
+//!    before CUDA (a graph launched or uploaded onto a capturing stream): the capture ends and
+//!    its graph replays.
+//! 5. Two wrappers of one stream hash alike.
+
+use cuda_stream::{
+    BorrowedStream, CaptureStatus, Device, DeviceBuffer, Error, Event, EventFlags, Graph, InstantiateOptions, MemPool,
+    PinnedBuffer, RecordFlags, Stream, StreamRef, capture,
+};
+use cuda_stream_tests::non_blocking_stream as stream;
+use cuda_stream_tests::{TagLog, block_on, child_test_prints, gpu_or_skip, gpus_or_skip};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn is_capture_misuse<T>(result: &cuda_stream::Result<T>) -> bool {
+    matches!(result, Err(Error::CaptureMisuse(_)))
+}
+
+/// One capture that `joined` joins and leaves: a kernel on `origin`, `joined` waits on it (a
+/// join), a kernel on `joined`, `origin` waits on `joined` (back into the origin), then the end.
+/// The graph is instantiated and replayed. Returns how the end went; a graph that ended must
+/// instantiate and replay (a node naming a dead event did not).
+fn capture_with_a_join(origin: &Stream, joined: &StreamRef, log: &TagLog, tag: u32) -> cuda_stream::Result<()> {
+    let capture = origin.begin_capture(capture::ThreadLocal)?;
+    cuda_stream_tests::tag(origin, log, tag, Duration::ZERO)?;
+    joined.wait_stream(origin)?;
+    assert_eq!(joined.capture_status(), Ok(CaptureStatus::Active), "the wait made the stream join the capture");
+    cuda_stream_tests::tag(joined, log, tag + 1, Duration::ZERO)?;
+    origin.wait_stream(joined)?;
+    let graph = capture.end()?;
+    let exec = graph.instantiate().expect("a graph that ended instantiates");
+    exec.launch(origin).expect("and replays");
+    origin.synchronize().expect("its replay completes");
+    Ok(())
+}
+
+/// Runs `actor` on `x` on three threads while this thread makes `x` join `rounds` captures and
+/// leave them; returns how many captures ended and how many failed, with each failure's error.
+fn joins_racing(rounds: usize, x: &StreamRef, actor: impl Fn(&StreamRef) + Sync) -> (usize, Vec<Error>) {
+    let device = x.device();
+    let origin = stream(device);
+    let log = TagLog::new(4 * rounds as u32 + 4).unwrap();
+    let stop = AtomicBool::new(false);
+    let acted = AtomicUsize::new(0);
+    let mut failures = Vec::new();
+    let mut ended = 0;
+    std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    actor(x);
+                    acted.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        for round in 0..rounds {
+            match capture_with_a_join(&origin, x, &log, 2 * round as u32) {
+                Ok(()) => ended += 1,
+                Err(error) => failures.push(error),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(acted.load(Ordering::Relaxed) > 0, "the actors ran");
+    x.synchronize().unwrap();
+    (ended, failures)
+}
+
+#[test]
+fn joins_never_land_between_a_check_and_its_call() {
+    let _device = gpu_or_skip!();
+    child_test_prints(
+        "child_joins_racing_checked_calls",
+        &["external records", "completions", "allocations", "copies"],
+    );
+}
+
+#[test]
+#[ignore = "run by joins_never_land_between_a_check_and_its_call in a child process"]
+fn child_joins_racing_checked_calls() {
+    let device = Device::new(0).unwrap();
+    let rounds = cuda_stream_tests::scaled(200, 20);
+    let x = stream(device);
+
+    // An external record: an event-record node the graph keeps, or a real record; never a node
+    // of a graph that does not keep its event (whose handle is then reused: error 999 at the
+    // instantiation, or a crash).
+    let (ended, failures) = joins_racing(rounds, &x, |x| {
+        let event = std::sync::Arc::new(Event::new(x.device(), EventFlags::default()).unwrap());
+        let _ = x.record_with(&event, RecordFlags::external());
+    });
+    // A node added to a stream that already rejoined the origin leaves it unjoined: CUDA's
+    // typed refusal at the end, the caller's race. Anything else is a defect.
+    for failure in &failures {
+        assert!(
+            matches!(failure, Error::Cuda { api: "cudaStreamEndCapture", code } if code.0 == 904),
+            "only an unjoined end (904) may fail: {failure:?}"
+        );
+    }
+    println!("external records: {ended} captures ended, {} unjoined", failures.len());
+
+    // A completion: refused while the stream is in a capture, else a real record; never an
+    // event of the capture that the reactor then queries (the capture's end failed with
+    // cudaErrorCapturedEvent).
+    let refused = AtomicUsize::new(0);
+    let (ended, failures) = joins_racing(rounds, &x, |x| match block_on(x.completion()) {
+        Ok(()) => {}
+        Err(Error::CaptureMisuse(_)) => {
+            refused.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(other) => panic!("a completion failed: {other:?}"),
+    });
+    assert!(failures.is_empty(), "every capture ended: {failures:?}");
+    println!("completions: {ended} captures ended, {} completions refused", refused.into_inner());
+
+    // An allocation: refused while the stream is in a capture, else real memory (usable: a
+    // fill read back), never a graph's allocation handed out as a buffer.
+    let (ended, failures) = joins_racing(rounds, &x, |x| match DeviceBuffer::<u32, _>::new(x, 256) {
+        Ok(mut buffer) => {
+            let mut back = vec![0u32; 256];
+            let filled = buffer.fill_bytes(x, 0x5a).and_then(|()| buffer.copy_to_slice(x, &mut back));
+            match filled {
+                Ok(()) => assert!(back.iter().all(|&word| word == 0x5a5a_5a5a), "real memory, filled"),
+                Err(error) => assert!(matches!(error, Error::CaptureMisuse(_)), "{error:?}"),
+            }
+        }
+        Err(error) => assert!(matches!(error, Error::CaptureMisuse(_)), "{error:?}"),
+    });
+    assert!(failures.is_empty(), "every capture ended: {failures:?}");
+    println!("allocations: {ended} captures ended");
+
+    // A copy to a host slice: done before it returns, or refused with nothing enqueued; never a
+    // copy into a capture that writes the slice at a replay after the call returned.
+    let source = DeviceBuffer::from_slice(&*x, &[7u32; 1024]).unwrap();
+    let late = AtomicUsize::new(0);
+    let (ended, failures) = joins_racing(rounds, &x, |x| {
+        let mut host = vec![0u32; 1024];
+        match source.copy_to_slice(x, &mut host) {
+            Ok(()) => assert!(host.iter().all(|&word| word == 7), "a copy that returned is complete"),
+            Err(Error::CaptureMisuse(_)) => {
+                std::thread::sleep(Duration::from_micros(500));
+                if host.iter().any(|&word| word != 0) {
+                    late.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(other) => panic!("a copy failed: {other:?}"),
+        }
+    });
+    assert_eq!(late.into_inner(), 0, "a refused copy never writes the slice later");
+    assert!(failures.is_empty(), "every capture ended: {failures:?}");
+    println!("copies: {ended} captures ended");
+}
+
+#[test]
+fn a_graph_keeps_the_green_context_of_its_partition_streams() {
+    let _device = gpu_or_skip!();
+    child_test_prints(
+        "child_green_context_outlives_its_streams",
+        &["begun on the partition", "joined by the partition"],
+    );
+}
+
+#[test]
+#[ignore = "run by a_graph_keeps_the_green_context_of_its_partition_streams in a child process"]
+fn child_green_context_outlives_its_streams() {
+    let device = Device::new(0).unwrap();
+    let log = TagLog::new(64).unwrap();
+    let replay = stream(device);
+    for instantiate_first in [false, true] {
+        // Begun on the partition's stream.
+        let partition = device.split_sms(8, 1).unwrap().remove(0);
+        let green = partition.stream(None).unwrap();
+        let capture = green.begin_capture(capture::ThreadLocal).unwrap();
+        cuda_stream_tests::tag(&green, &log, 1, Duration::ZERO).unwrap();
+        let graph = capture.end().unwrap();
+        let early = instantiate_first.then(|| graph.instantiate().unwrap());
+        drop(green);
+        drop(partition);
+        let exec = early.unwrap_or_else(|| graph.instantiate().unwrap());
+        drop(graph);
+        log.clear();
+        exec.launch(&*replay).unwrap();
+        replay.synchronize().unwrap();
+        assert_eq!(log.tags(), [1], "the replay ran the partition's kernel");
+        drop(exec);
+    }
+    println!("begun on the partition: replayed after the partition was dropped");
+
+    // Joined by the partition's stream (a fork from an ordinary stream's capture).
+    let partition = device.split_sms(8, 1).unwrap().remove(0);
+    let green = partition.stream(None).unwrap();
+    let origin = stream(device);
+    let capture = origin.begin_capture(capture::ThreadLocal).unwrap();
+    cuda_stream_tests::tag(&origin, &log, 1, Duration::ZERO).unwrap();
+    green.wait_stream(&*origin).unwrap();
+    cuda_stream_tests::tag(&green, &log, 2, Duration::ZERO).unwrap();
+    origin.wait_stream(&*green).unwrap();
+    let graph = capture.end().unwrap();
+    drop(green);
+    drop(partition);
+    let exec = graph.instantiate().unwrap();
+    let copy = graph.instantiate_with(InstantiateOptions::new());
+    drop(graph);
+    log.clear();
+    exec.launch(&*replay).unwrap();
+    replay.synchronize().unwrap();
+    assert_eq!(log.tags(), [1, 2], "the replay ran both kernels in order");
+    drop((exec, copy));
+    println!("joined by the partition: replayed after the partition was dropped");
+}
+
+#[test]
+fn calls_on_gpu_1_from_a_fresh_thread_bind_no_other_gpu() {
+    let _devices = gpus_or_skip!(2);
+    child_test_prints("child_fresh_thread_gpu1", &["gpu0 primary context: false"]);
+}
+
+#[test]
+#[ignore = "run by calls_on_gpu_1_from_a_fresh_thread_bind_no_other_gpu in a child process"]
+fn child_fresh_thread_gpu1() {
+    let (gpu0, gpu1) = (Device::new(0).unwrap(), Device::new(1).unwrap());
+    assert!(!gpu0.has_primary_context().unwrap(), "a fresh process");
+    let shared = Event::new(gpu1, EventFlags { interprocess: true, ..EventFlags::default() }).unwrap();
+    let work = stream(gpu1);
+    let capture = work.begin_capture(capture::ThreadLocal).unwrap();
+    let graph = capture.end().unwrap();
+    let exec = graph.instantiate().unwrap();
+    // Each on a thread of its own, where no context is current.
+    std::thread::scope(|scope| {
+        scope.spawn(|| shared.ipc_handle().expect("the handle of GPU 1's event")).join().unwrap();
+        scope.spawn(|| capture::with_thread_mode(capture::Relaxed, || 1).expect("the mode is set")).join().unwrap();
+    });
+    let exec = std::thread::spawn(move || {
+        exec.flags().expect("the executable's flags");
+        exec
+    })
+    .join()
+    .unwrap();
+    std::thread::spawn(move || drop(graph)).join().unwrap();
+    std::thread::spawn(move || drop(exec)).join().unwrap();
+    println!("gpu0 primary context: {}", gpu0.has_primary_context().unwrap());
+}
+
+/// What [`calls_during_own_capture`] uses, made before the capture begins.
+struct Prepared {
+    graph: Graph,
+    exec: cuda_stream::GraphExec,
+}
+
+fn prepare(device: Device) -> Prepared {
+    let other = stream(device);
+    let capture = other.begin_capture(capture::ThreadLocal).unwrap();
+    cuda_stream_tests::empty(&other).unwrap();
+    let graph = capture.end().unwrap();
+    let exec = graph.instantiate().unwrap();
+    Prepared { graph, exec }
+}
+
+/// Each call CUDA forbids during a Global or ThreadLocal capture of the calling thread, made as
+/// this crate makes it, with its result and whether it must be allowed (made legal) or refused
+/// before CUDA. The capture must survive every one.
+fn calls_during_own_capture(
+    capturing: &Stream,
+    device: Device,
+    prepared: Prepared,
+) -> Vec<(&'static str, cuda_stream::Result<()>, bool)> {
+    let Prepared { graph, exec } = prepared;
+    let pinned = PinnedBuffer::<u32>::zeroed(16);
+    let pool = MemPool::new(device);
+    let upload = InstantiateOptions::new().upload_to(capturing);
+    vec![
+        ("PinnedBuffer::zeroed", pinned.as_ref().map(|_| ()).map_err(Error::clone), true),
+        (
+            "PinnedBuffer drop",
+            {
+                drop(pinned);
+                Ok(())
+            },
+            true,
+        ),
+        ("MemPool::new", pool.as_ref().map(|_| ()).map_err(Error::clone), true),
+        ("MemPool::trim_to", pool.as_ref().map_err(Error::clone).and_then(|pool| pool.trim_to(0)), true),
+        (
+            "MemPool drop",
+            {
+                drop(pool);
+                Ok(())
+            },
+            true,
+        ),
+        ("Graph::instantiate", graph.instantiate().map(drop), true),
+        ("Graph::instantiate_with", graph.instantiate_with(InstantiateOptions::new()).map(drop), true),
+        ("Graph::instantiate_with, uploaded to the capturing stream", graph.instantiate_with(upload).map(drop), false),
+        ("GraphExec::launch onto the capturing stream", exec.launch(&**capturing), false),
+        ("GraphExec::upload onto the capturing stream", exec.upload(&**capturing), false),
+        (
+            "Graph drop",
+            {
+                drop(graph);
+                Ok(())
+            },
+            true,
+        ),
+        (
+            "GraphExec drop",
+            {
+                drop(exec);
+                Ok(())
+            },
+            true,
+        ),
+    ]
+}
+
+#[test]
+fn calls_forbidden_during_this_threads_capture_leave_it_intact() {
+    let device = gpu_or_skip!();
+    for global in [true, false] {
+        let capturing = stream(device);
+        let log = TagLog::new(8).unwrap();
+        let prepared = prepare(device);
+        let mode_name = if global { "Global" } else { "ThreadLocal" };
+        let (calls, graph) = if global {
+            let capture = capturing.begin_capture(capture::Global).unwrap();
+            cuda_stream_tests::tag(&capturing, &log, 1, Duration::ZERO).unwrap();
+            let calls = calls_during_own_capture(&capturing, device, prepared);
+            cuda_stream_tests::tag(&capturing, &log, 2, Duration::ZERO).unwrap();
+            (calls, capture.end())
+        } else {
+            let capture = capturing.begin_capture(capture::ThreadLocal).unwrap();
+            cuda_stream_tests::tag(&capturing, &log, 1, Duration::ZERO).unwrap();
+            let calls = calls_during_own_capture(&capturing, device, prepared);
+            cuda_stream_tests::tag(&capturing, &log, 2, Duration::ZERO).unwrap();
+            (calls, capture.end())
+        };
+        for (name, result, allowed) in &calls {
+            if *allowed {
+                assert!(result.is_ok(), "{mode_name}: {name} is made legal: {result:?}");
+            } else {
+                assert!(is_capture_misuse(result), "{mode_name}: {name} is refused before CUDA: {result:?}");
+            }
+        }
+        let graph = graph.unwrap_or_else(|error| panic!("{mode_name}: the capture survived every call: {error:?}"));
+        let exec = graph.instantiate().unwrap();
+        exec.launch(&*capturing).unwrap();
+        capturing.synchronize().unwrap();
+        assert_eq!(log.tags(), [1, 2], "{mode_name}: the graph replays the capture's kernels");
+    }
+}
+
+#[test]
+fn two_wrappers_of_one_stream_hash_alike() {
+    let device = gpu_or_skip!();
+    let owned = stream(device);
+    // SAFETY: `owned` outlives the borrow; nobody captures it.
+    let borrowed = unsafe { BorrowedStream::borrow_raw_on(owned.as_raw(), device) }.unwrap();
+    let hash = |value: &dyn Fn(&mut DefaultHasher)| {
+        let mut hasher = DefaultHasher::new();
+        value(&mut hasher);
+        hasher.finish()
+    };
+    assert_eq!(*owned, *borrowed, "equal through StreamRef");
+    assert_eq!(hash(&|h| owned.hash(h)), hash(&|h| borrowed.hash(h)), "Stream and BorrowedStream");
+    assert_eq!(hash(&|h| owned.hash(h)), hash(&|h| (*owned).hash(h)), "Stream and its StreamRef");
+    let partition = device.split_sms(8, 1).unwrap().remove(0);
+    let green = partition.stream(None).unwrap();
+    assert_eq!(hash(&|h| green.hash(h)), hash(&|h| (*green).hash(h)), "a partition's stream and its StreamRef");
+}
