@@ -25,6 +25,7 @@ use cuda_stream_tests::non_blocking_stream as stream;
 use cuda_stream_tests::{TagLog, block_on, child_test_prints, gpu_or_skip, gpus_or_skip};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -32,21 +33,30 @@ fn is_capture_misuse<T>(result: &cuda_stream::Result<T>) -> bool {
     matches!(result, Err(Error::CaptureMisuse(_)))
 }
 
-/// One capture that `joined` joins and leaves: a kernel on `origin`, `joined` waits on it (a
-/// join), a kernel on `joined`, `origin` waits on `joined` (back into the origin), then the end.
-/// The graph is instantiated and replayed. Returns how the end went; a graph that ended must
-/// instantiate and replay (a node naming a dead event did not).
-fn capture_with_a_join(origin: &Stream, joined: &StreamRef, log: &TagLog, tag: u32) -> cuda_stream::Result<()> {
-    let capture = origin.begin_capture(capture::ThreadLocal)?;
-    cuda_stream_tests::tag(origin, log, tag, Duration::ZERO)?;
+/// One capture that `joined` joins and leaves: a host node on `origin`, `joined` waits on it (a
+/// join), `origin` waits on `joined` (back into the origin), a second host node, then the end.
+/// The graph is instantiated and replayed (both host nodes run). Returns how the end went; a
+/// graph that ended must instantiate and replay (a node naming a dead event did not). Only safe
+/// calls: nothing is launched by raw FFI into the capture while other threads use `joined`.
+fn capture_with_a_join(origin: &Stream, joined: &StreamRef) -> cuda_stream::Result<()> {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut capture = origin.begin_capture(capture::ThreadLocal)?;
+    let counter = Arc::clone(&runs);
+    capture.launch_host_fn(origin, move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+    })?;
     joined.wait_stream(origin)?;
     assert_eq!(joined.capture_status(), Ok(CaptureStatus::Active), "the wait made the stream join the capture");
-    cuda_stream_tests::tag(joined, log, tag + 1, Duration::ZERO)?;
     origin.wait_stream(joined)?;
+    let counter = Arc::clone(&runs);
+    capture.launch_host_fn(origin, move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+    })?;
     let graph = capture.end()?;
     let exec = graph.instantiate().expect("a graph that ended instantiates");
     exec.launch(origin).expect("and replays");
     origin.synchronize().expect("its replay completes");
+    assert_eq!(runs.load(Ordering::Relaxed), 2, "the replay ran both host nodes");
     Ok(())
 }
 
@@ -55,7 +65,6 @@ fn capture_with_a_join(origin: &Stream, joined: &StreamRef, log: &TagLog, tag: u
 fn joins_racing(rounds: usize, x: &StreamRef, actor: impl Fn(&StreamRef) + Sync) -> (usize, Vec<Error>) {
     let device = x.device();
     let origin = stream(device);
-    let log = TagLog::new(4 * rounds as u32 + 4).unwrap();
     let stop = AtomicBool::new(false);
     let acted = AtomicUsize::new(0);
     let mut failures = Vec::new();
@@ -69,8 +78,8 @@ fn joins_racing(rounds: usize, x: &StreamRef, actor: impl Fn(&StreamRef) + Sync)
                 }
             });
         }
-        for round in 0..rounds {
-            match capture_with_a_join(&origin, x, &log, 2 * round as u32) {
+        for _ in 0..rounds {
+            match capture_with_a_join(&origin, x) {
                 Ok(()) => ended += 1,
                 Err(error) => failures.push(error),
             }
@@ -102,7 +111,7 @@ fn child_joins_racing_checked_calls() {
     // of a graph that does not keep its event (whose handle is then reused: error 999 at the
     // instantiation, or a crash).
     let (ended, failures) = joins_racing(rounds, &x, |x| {
-        let event = std::sync::Arc::new(Event::new(x.device(), EventFlags::default()).unwrap());
+        let event = Arc::new(Event::new(x.device(), EventFlags::default()).unwrap());
         let _ = x.record_with(&event, RecordFlags::external());
     });
     // A node added to a stream that already rejoined the origin leaves it unjoined: CUDA's

@@ -142,8 +142,12 @@
 //! `end_capture`, `torch.cuda.graph`) leaves at worst a node of the graph that nothing depends
 //! on, never a host function that runs for real with an object the graph frees. Every step
 //! holds one process-wide lock (CUDA's dependency array is one buffer per stream, rewritten by
-//! the next query of it, and a graph must not be changed from two threads at once), and no
-//! capture of this crate begins or ends meanwhile. The node is added to the stream's
+//! the next query of it, and a graph must not be changed from two threads at once), and the
+//! write side of the capture-transition lock: no capture of this crate begins, ends or is joined
+//! meanwhile, and no call of this crate captures work into the graph meanwhile (records, waits
+//! and launches hold the read side while a capture may exist; a captured launch beside a node
+//! added by hand crashed libcuda). A raw launch of yours onto a stream of the capture, made
+//! at the same time from another thread, is the remaining race. The node is added to the stream's
 //! dependencies, not set as the only one, so work another thread captures on the same stream
 //! keeps its place in the order (`capture_node` has the details and the limits). What stays a
 //! contract: a foreign end racing the node's insertion changes the graph from two threads at
@@ -161,7 +165,7 @@ pub use crate::call::capture_mode::{CaptureMode, Global, Relaxed, ThreadLocal, w
 pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
 
 use super::{Graph, leaves_of};
-use crate::call::live_captures::{self, capture_transition, no_capture_transitions};
+use crate::call::live_captures::{self, capture_transition};
 use crate::call::race;
 use crate::call::uncaptured_calls;
 use crate::device::same_device;
@@ -369,8 +373,8 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         let host = CaptureNode::Host(run_repeatable::<F>);
         // Declared before the lock: a closure the graph did not take drops after it.
         let mut f = Some(Counted::boxed(f));
-        let transitions = no_capture_transitions();
-        match add_to_capture(stream, Some(self.id), &mut f, host, &transitions)? {
+        let transition = capture_transition();
+        match add_to_capture(stream, Some(self.id), &mut f, host, &transition)? {
             Added::Node => Ok(()),
             Added::NotCapturing => Err(Error::CaptureMisuse("the host function's stream is not part of this capture")),
         }

@@ -37,7 +37,7 @@ use crate::device::keep_alive::{graph_mutations, keep_alive_locked};
 use crate::ffi::error::{Result, check};
 use crate::sys;
 use std::ffi::{c_ulonglong, c_void};
-use std::sync::RwLockReadGuard;
+use std::sync::RwLockWriteGuard;
 
 /// The node to add, built from the address of the object the graph keeps.
 pub(crate) enum CaptureNode {
@@ -64,8 +64,12 @@ pub(crate) enum Added {
 /// Adds `node` to the graph of `stream`'s active capture (of id `expected`,
 /// when given), after the stream's current dependencies, hands `object` to that graph (a CUDA
 /// user object: freed once no graph or executable made from it needs it), and adds the node to
-/// the stream's dependencies. A host node's data is the object. `_transitions` keeps captures
-/// of this crate from ending meanwhile (and their graphs from being destroyed). The object is
+/// the stream's dependencies. A host node's data is the object. `_transition`, the write side of
+/// the capture-transition lock, keeps captures of this crate from beginning, ending or being
+/// joined meanwhile (and their graphs from being destroyed), and keeps out every call of this
+/// crate that CUDA captures into a stream (records, waits, launches hold the read side while a
+/// capture may exist): CUDA adds their nodes to the same graph, which must not be changed from
+/// two threads at once (a captured launch beside a node added by hand crashed libcuda). The object is
 /// taken out of `object` only when the graph takes it: otherwise the caller drops it, after
 /// its locks (a closure's drop may call into this crate).
 ///
@@ -78,7 +82,7 @@ pub(crate) fn add_to_capture<T: Send + 'static>(
     expected: Option<u64>,
     object: &mut Option<Box<T>>,
     node: CaptureNode,
-    _transitions: &RwLockReadGuard<'static, ()>,
+    _transition: &RwLockWriteGuard<'static, ()>,
 ) -> Result<Added> {
     let _current = stream.enter_runtime()?;
     let serialized = graph_mutations();

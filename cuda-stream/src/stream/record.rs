@@ -142,9 +142,10 @@ impl StreamRef {
         }
         refuse_inside_host_fn()?;
         let mut kept = Some(Box::new(Arc::clone(event)));
-        // No capture of this crate begins or ends until the record is in: the graph read is the
-        // one the node goes into, and it lives meanwhile.
-        let transitions = no_capture_transitions();
+        // No capture of this crate begins, ends or is joined until the record is in: the graph
+        // read is the one the node goes into, and it lives meanwhile; no call of this crate
+        // captures into that graph meanwhile (see `add_to_capture`).
+        let transition = live_captures::capture_transition();
         // Not beside another thread's record of the event into a capture (see `record`).
         let _turn = event.records().take_turn();
         let ticket = event.records().before_record();
@@ -153,7 +154,7 @@ impl StreamRef {
         // stays what its last real record made it (counted as recorded, for `elapsed`, if it
         // never was).
         let record = CaptureNode::EventRecord(event.as_raw());
-        if let Added::Node = add_to_capture(self, None, &mut kept, record, &transitions)? {
+        if let Added::Node = add_to_capture(self, None, &mut kept, record, &transition)? {
             event.records().note_external_record();
             return Ok(());
         }
@@ -379,11 +380,12 @@ impl RecordFlags {
 /// `this.wait_stream(other)` while `this` is being captured (see [`StreamRef::wait_stream`]).
 pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Result<()> {
     refuse_inside_host_fn()?;
-    // No capture of this crate begins or ends until the wait is in: the graph read here is the
-    // one that keeps the event, and it stays alive until the wait that needs the event is in
-    // it (another thread could otherwise end the capture and destroy the graph in between, or
-    // begin a new capture that the wait would go into).
-    let transitions = no_capture_transitions();
+    // No capture of this crate begins, ends or is joined until the wait is in: the graph read
+    // here is the one that keeps the event, and it stays alive until the wait that needs the
+    // event is in it (another thread could otherwise end the capture and destroy the graph in
+    // between, or begin a new capture that the wait would go into); no call of this crate
+    // captures into that graph meanwhile (see `add_to_capture`).
+    let transitions = live_captures::capture_transition();
     let mine = capture_state(this)?;
     if mine.info.status == CaptureStatus::None {
         // Its capture ended since the caller's check: the wait may join another capture now.
