@@ -156,15 +156,20 @@ impl StreamRef {
 
     fn record_internal(&self) -> Result<Event> {
         crate::ffi::inside_host_fn::refuse_inside_host_fn()?;
-        // No capture of this crate's begins between the status read and the record.
-        let _transitions = crate::call::live_captures::no_capture_transitions();
-        self.refuse_capturing("a completion cannot wait on a capturing stream (its event would become a graph node)")?;
         let event = reactor::internal_event(self.device())?;
-        // A failed record may mean a dead event (its context reset, say): destroyed, not
-        // handed to the next future.
-        let ticket = event.records().before_record();
-        self.record_raw(event.as_raw(), 0)?;
-        event.records().note_uncaptured_record(ticket);
+        // Never into a capture: no capture begins, ends or is joined by this stream between
+        // the check and the record.
+        self.enqueue_uncaptured(
+            "a completion cannot wait on a capturing stream (its event would become a graph node)",
+            || {
+                // A failed record may mean a dead event (its context reset, say): destroyed, not
+                // handed to the next future.
+                let ticket = event.records().before_record();
+                self.record_raw(event.as_raw(), 0)?;
+                event.records().note_uncaptured_record(ticket);
+                Ok(())
+            },
+        )?;
         Ok(event)
     }
 }

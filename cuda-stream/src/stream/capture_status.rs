@@ -4,6 +4,7 @@
 
 use super::StreamRef;
 use crate::call::live_captures::no_capture_transitions;
+use crate::call::uncaptured_calls;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::sys;
@@ -78,14 +79,29 @@ impl StreamRef {
 
     /// Runs `call`, work on this stream that must not go into a capture (a graph launch or
     /// upload, which CUDA would refuse by invalidating the capture), unless the stream is
-    /// capturing: then [`Error::CaptureMisuse`] with `why`, before CUDA. While some stream may
-    /// be capturing, the check and `call` hold the capture-transition lock, so no capture
-    /// begins, ends or is joined by this stream in between; otherwise one load.
+    /// capturing: then [`Error::CaptureMisuse`] with `why`, before CUDA. While no capture may be
+    /// in progress, `call` is a fast call (a capture of this crate does not begin until it has
+    /// returned); otherwise the check and `call` hold the capture-transition lock, so no capture
+    /// begins, ends or is joined by this stream in between. The per-thread stream, which
+    /// another library may capture at any time, is always checked.
     #[inline(always)]
     pub(crate) fn enqueue_uncaptured<R>(&self, why: &'static str, call: impl FnOnce() -> Result<R>) -> Result<R> {
-        if !self.may_be_captured_now() {
-            return call();
+        let mut call = Some(call);
+        if !self.is_thread_bound() {
+            if let Some(Some(done)) = uncaptured_calls::outside_captures(|| call.take().map(|call| call())) {
+                return done;
+            }
         }
+        match call {
+            Some(call) => self.enqueue_checked(why, call),
+            // Taken only by a fast call that ran, and returned above.
+            None => Err(Error::CaptureMisuse(why)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn enqueue_checked<R>(&self, why: &'static str, call: impl FnOnce() -> Result<R>) -> Result<R> {
         let _transitions = no_capture_transitions();
         if self.may_be_capturing()? {
             return Err(Error::CaptureMisuse(why));
