@@ -412,10 +412,37 @@ pub fn child_test_prints(test: &str, expected: &[&str]) {
 /// # Panics
 /// As [`child_test_prints`].
 pub fn child_test_prints_with(test: &str, env: &[(&str, String)], expected: &[&str]) {
-    let child = spawn_child_test(test, env).wait_with_output().expect("the child test runs");
-    let stdout = String::from_utf8_lossy(&child.stdout);
-    let stderr = String::from_utf8_lossy(&child.stderr);
-    assert!(child.status.success(), "the child {test} failed: {stdout}\n{stderr}");
+    let mut child = spawn_child_test(test, env);
+    // Read while the child runs (a full pipe would stall it), and give up after a while: a
+    // child that hangs fails its test instead of holding the whole binary.
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut text);
+            }
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = read(child.stdout.take().map(|pipe| Box::new(pipe) as _));
+    let stderr = read(child.stderr.take().map(|pipe| Box::new(pipe) as _));
+    let limit = Duration::from_secs(if under_sanitizer() { 1800 } else { 300 });
+    let start = std::time::Instant::now();
+    let mut waited = None;
+    while start.elapsed() < limit {
+        if child.try_wait().ok().flatten().is_some() {
+            waited = Some(start.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if waited.is_none() {
+        let _ = child.kill();
+    }
+    let status = child.wait().expect("the child test runs");
+    let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
+    assert!(waited.is_some(), "the child {test} hung for {limit:?} and was killed: {stdout}\n{stderr}");
+    assert!(status.success(), "the child {test} failed: {stdout}\n{stderr}");
     for line in expected {
         assert!(stdout.lines().any(|printed| printed.contains(line)), "missing `{line}` in:\n{stdout}\n{stderr}");
     }

@@ -69,7 +69,16 @@ fn joins_racing(rounds: usize, x: &StreamRef, actor: impl Fn(&StreamRef) + Sync)
     let acted = AtomicUsize::new(0);
     let mut failures = Vec::new();
     let mut ended = 0;
+    /// Stops the actors however the joins end (a failed assertion too, or the scope would wait
+    /// for them forever).
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
     std::thread::scope(|scope| {
+        let _stop = StopOnDrop(&stop);
         for _ in 0..3 {
             scope.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {

@@ -265,18 +265,17 @@ impl StreamRef {
                 (code, "cudaStreamBeginCaptureToGraph")
             }
         };
-        let begun = check(code, api);
-        if begun.is_err() {
+        if let Err(error) = check(code, api) {
             live_captures::ended(counted);
+            return Err(error);
         }
+        // Still under the transition: no other thread captures into the new graph while a
+        // partition's stream gives it its green context (kept as long as the graph).
+        let state = capture_state(self).and_then(|state| self.keep_partition_in(state.graph).map(|()| state));
         drop(transition);
-        begun?;
         let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
-        let state = capture_state(self)?;
-        capture.id = state.info.id;
-        // A partition's stream: its green context lives as long as the graph.
-        self.keep_partition_in(state.graph)?;
+        capture.id = state?.info.id;
         Ok(capture)
     }
 }

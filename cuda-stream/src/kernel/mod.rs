@@ -55,7 +55,7 @@ mod graph_node;
 pub use args::{KernelArg, KernelArgs};
 pub use config::{Dim3, LaunchConfig, MemSyncDomain};
 
-use crate::call::live_captures::{self, no_capture_transitions};
+use crate::call::live_captures::no_capture_transitions;
 use crate::call::race::{self, model::Step};
 use crate::device::Device;
 use crate::ffi::driver;
@@ -198,13 +198,12 @@ impl<A: KernelArgs> Kernel<A> {
         let race_check =
             || stream.race_check(Step::Work, || race::uses(config.declared_accesses()), || self.name.to_owned());
         match config.launch_completion_event() {
-            None => {
-                // While a capture may exist, no node is added by hand to a capture's graph
-                // during the launch (which CUDA may capture into that graph).
-                let _transitions = live_captures::may_capture().then(no_capture_transitions);
+            // Through the one enqueue path: no node is added by hand to a capture's graph
+            // while CUDA may capture the launch into it.
+            None => stream.enqueue(|| {
                 let checked = race_check()?;
                 self.launch_now(&stream, config, &args).map(|()| checked.enqueued())
-            }
+            }),
             Some(event) => {
                 // No capture of this crate begins or ends around the launch: a capture would
                 // take the kernel with a node naming the event, which the graph does not keep.

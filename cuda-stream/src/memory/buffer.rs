@@ -117,7 +117,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         }
         let ptr = if stream.may_be_captured_now() {
             // No capture of this crate begins between the check and the allocation (CUDA would
-            // make it a graph's allocation).
+            // make it a graph's allocation). Refused inside a host function before the lock.
+            refuse_inside_host_fn()?;
             let _transitions = no_capture_transitions();
             refuse_capture(&stream)?;
             allocate_on(&stream, bytes, pool)?

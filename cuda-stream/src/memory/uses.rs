@@ -8,6 +8,7 @@ use crate::call::live_captures::{self, no_capture_transitions};
 use crate::call::race;
 use crate::event::Event;
 use crate::ffi::driver;
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::ffi::error::Result;
 use crate::stream::StreamRef;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -218,6 +219,9 @@ pub(super) fn ordered_use<R>(
     hold: Hold,
     enqueue: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
+    // Refused inside a host function before the lock: a host function blocked behind a
+    // waiting writer would hold up the work that the writer's readers wait for.
+    refuse_inside_host_fn()?;
     let transitions = no_capture_transitions();
     refuse_capture(stream)?;
     for buffer in touched {

@@ -5,6 +5,7 @@
 use super::StreamRef;
 use crate::call::live_captures::no_capture_transitions;
 use crate::call::uncaptured_calls;
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::sys;
@@ -77,34 +78,52 @@ impl StreamRef {
         }
     }
 
-    /// Runs `call`, work on this stream that must not go into a capture (a graph launch or
-    /// upload, which CUDA would refuse by invalidating the capture), unless the stream is
-    /// capturing: then [`Error::CaptureMisuse`] with `why`, before CUDA. While no capture may be
-    /// in progress, `call` is a fast call (a capture of this crate does not begin until it has
-    /// returned); otherwise the check and `call` hold the capture-transition lock, so no capture
-    /// begins, ends or is joined by this stream in between. The per-thread stream, which
-    /// another library may capture at any time, is always checked.
+    /// Runs `call`, which puts work on this stream: the enqueue under the crate's capture
+    /// protocol. While no capture may be in progress, `call` is a fast call (a capture of this
+    /// crate does not begin until it has returned: one thread-local store, no lock); otherwise
+    /// it holds the read side of the capture-transition lock, so no capture begins, ends or is
+    /// joined meanwhile, and no node is added by hand to a capture's graph while CUDA may
+    /// capture `call`'s work into it. Refused inside a host function before any lock.
+    #[inline(always)]
+    pub(crate) fn enqueue<R>(&self, call: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.enqueue_with(None, call)
+    }
+
+    /// [`StreamRef::enqueue`] for work that must not go into a capture (a graph launch or
+    /// upload, which CUDA would refuse by invalidating the capture, a completion's event): on a
+    /// capturing stream, [`Error::CaptureMisuse`] with `why`, before CUDA. The per-thread
+    /// stream, which another library may capture at any time, is always checked.
     #[inline(always)]
     pub(crate) fn enqueue_uncaptured<R>(&self, why: &'static str, call: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.enqueue_with(Some(why), call)
+    }
+
+    #[inline(always)]
+    fn enqueue_with<R>(&self, refuse_capturing: Option<&'static str>, call: impl FnOnce() -> Result<R>) -> Result<R> {
         let mut call = Some(call);
-        if !self.is_thread_bound() {
+        if refuse_capturing.is_none() || !self.is_thread_bound() {
             if let Some(Some(done)) = uncaptured_calls::outside_captures(|| call.take().map(|call| call())) {
                 return done;
             }
         }
         match call {
-            Some(call) => self.enqueue_checked(why, call),
+            Some(call) => self.enqueue_held(refuse_capturing, call),
             // Taken only by a fast call that ran, and returned above.
-            None => Err(Error::CaptureMisuse(why)),
+            None => Err(Error::CaptureMisuse("a fast call did not return its result")),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn enqueue_checked<R>(&self, why: &'static str, call: impl FnOnce() -> Result<R>) -> Result<R> {
+    fn enqueue_held<R>(&self, refuse_capturing: Option<&'static str>, call: impl FnOnce() -> Result<R>) -> Result<R> {
+        // Never blocks a host function behind a waiting writer (CUDA's callback thread would
+        // hold up the very work the writer's readers wait for).
+        refuse_inside_host_fn()?;
         let _transitions = no_capture_transitions();
-        if self.may_be_capturing()? {
-            return Err(Error::CaptureMisuse(why));
+        if let Some(why) = refuse_capturing {
+            if self.may_be_capturing()? {
+                return Err(Error::CaptureMisuse(why));
+            }
         }
         call()
     }

@@ -213,11 +213,15 @@ impl StreamRef {
     #[inline]
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         // While no capture may be in progress (a capture of this crate does not begin until
-        // the call has returned), the wait joins none: one CUDA call.
-        if !event.records().is_captured() {
-            if let Some(waited) = uncaptured_calls::outside_captures(|| self.wait_raw(event.as_raw(), 0)) {
-                return waited;
-            }
+        // the call has returned) and the event's last record went into none, the wait joins
+        // none: one CUDA call. The mark is read inside the fast call, after its flag: a record
+        // into a capture that marks the event and then waits for the fast calls is never
+        // overlapped by a wait that read the mark unset.
+        let fast = uncaptured_calls::outside_captures(|| {
+            (!event.records().is_captured()).then(|| self.wait_raw(event.as_raw(), 0))
+        });
+        if let Some(Some(waited)) = fast {
+            return waited;
         }
         // A wait on an event recorded into a capture makes this stream join that capture.
         self.join_point(|| self.wait_raw(event.as_raw(), 0))
@@ -246,8 +250,11 @@ impl StreamRef {
             uncaptured_calls::foreign_handle_seen();
         }
         let transition = live_captures::capture_transition();
+        // A partition's stream: whether this wait is what makes it join (read only for them).
+        let partition = self.partition.get().is_some();
+        let was_capturing = partition && self.may_be_capturing()?;
         wait()?;
-        if self.partition.get().is_some() && self.may_be_capturing()? {
+        if partition && !was_capturing && self.may_be_capturing()? {
             let state = capture_state(self)?;
             self.keep_partition_in(state.graph)?;
         }
