@@ -195,9 +195,11 @@ fn programmatic_dependent_launch_overlaps_the_prologue_and_its_sync_waits() {
     let (primary, dependent) = run(true);
     let primary_end = primary.iter().map(|stamp| stamp.end_ns).max().unwrap();
     let primary_first_end = primary.iter().map(|stamp| stamp.end_ns).min().unwrap();
+    // The overlap needs two kernels running at once, which compute-sanitizer never allows.
+    let overlap_visible = cuda_stream_tests::concurrency_visible();
     for stamp in &dependent {
         assert!(
-            stamp.start_ns < primary_first_end,
+            !overlap_visible || stamp.start_ns < primary_first_end,
             "PDL: the prologue began while the primary ran: {primary:?} {dependent:?}"
         );
         assert!(stamp.end_ns >= primary_end, "after cudaGridDependencySynchronize the primary has completed");

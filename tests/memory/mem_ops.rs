@@ -367,6 +367,13 @@ fn what_the_device_does_not_support_is_cudas_error() {
 #[test]
 fn dropping_words_a_stream_waits_on_neither_blocks_nor_frees_early() {
     let device = gpu_or_skip!();
+    if cuda_stream_tests::under_sanitizer() {
+        // Seen on an H100 under memcheck: the test never finished. The sanitizer waits for the
+        // device at the allocations made while two streams wait for a word only the host
+        // writes later, so the host never gets to write it.
+        eprintln!("SKIPPED under compute-sanitizer: it waits for streams held by words the host writes later");
+        return;
+    }
     let (waiter, writer) = (non_blocking_stream(device), non_blocking_stream(device));
     let control = MappedWords::<u32>::new(1).unwrap();
     let _open_at_the_end = Release(&control.words()[0], 1);

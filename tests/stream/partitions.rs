@@ -69,18 +69,22 @@ fn a_saturated_partition_leaves_another_partitions_kernel_running_at_once() {
     std::thread::sleep(Duration::from_millis(2));
     stamped(&b, &mut single, 1, 32, Duration::ZERO);
     let latency = poll_until(Duration::from_secs(10), || b.query().unwrap()).expect("B's kernel ran");
-    assert_eq!(a.query(), Ok(false), "A's backlog still runs after B's kernel is done ({latency:?})");
+    // Two kernels running at once: compute-sanitizer never allows it (the SMs are still checked).
+    let overlap_visible = cuda_stream_tests::concurrency_visible();
+    if overlap_visible {
+        assert_eq!(a.query(), Ok(false), "A's backlog still runs after B's kernel is done ({latency:?})");
+    }
     let (backlog, single) = (backlog.to_vec().unwrap(), single.to_vec().unwrap());
     let (a_sms, b_sms) = (sms_of(&backlog), sms_of(&single));
     assert!(a_sms.len() <= partitions[0].sm_count() as usize, "A ran on {} SMs", a_sms.len());
     assert!(a_sms.is_disjoint(&b_sms), "B's kernel ran on SM {b_sms:?}, one of A's {a_sms:?}");
     let backlog_end = backlog.iter().map(|stamp| stamp.end_ns).max().unwrap();
-    assert!(single[0].end_ns < backlog_end, "B's kernel ended before A's backlog");
+    assert!(!overlap_visible || single[0].end_ns < backlog_end, "B's kernel ended before A's backlog");
     println!("partition B's kernel: {latency:?} after launch, beside A's 32 ms backlog on {} SMs", a_sms.len());
 
     // The control: without partitions, the same kernel at the same priority waits for the
     // backlog that fills every SM.
-    if !cuda_stream_tests::concurrency_visible() {
+    if !overlap_visible {
         return;
     }
     let (c, d) = (non_blocking(device), non_blocking(device));

@@ -84,6 +84,8 @@ fn joins_racing(rounds: usize, x: &StreamRef, actor: impl Fn(&StreamRef) + Sync)
                 while !stop.load(Ordering::Relaxed) {
                     actor(x);
                     acted.fetch_add(1, Ordering::Relaxed);
+                    // Lets the joining thread take its turns at the capture-transition lock.
+                    std::thread::yield_now();
                 }
             });
         }

@@ -136,7 +136,7 @@
 //! reachable only from it: each goes into the graph that `cudaStreamGetCaptureInfo` names as a
 //! node added by hand (`cudaGraphAddHostNode`, `cudaGraphAddEventRecordNode`,
 //! `cudaGraphAddEventWaitNode`), after the dependencies CUDA reports for the stream, and the node
-//! is then added to the stream's dependencies (`cudaStreamUpdateCaptureDependencies`), so the
+//! then becomes the stream's dependency (`cudaStreamUpdateCaptureDependencies`), so the
 //! stream's next captured work comes after it. Nothing a graph owns is enqueued
 //! stream-ordered: a capture that code outside this crate ends in the middle (cudarc's
 //! `end_capture`, `torch.cuda.graph`) leaves at worst a node of the graph that nothing depends
@@ -147,9 +147,8 @@
 //! meanwhile, and no call of this crate captures work into the graph meanwhile (records, waits
 //! and launches hold the read side while a capture may exist; a captured launch beside a node
 //! added by hand crashed libcuda). A raw launch of yours onto a stream of the capture, made
-//! at the same time from another thread, is the remaining race. The node is added to the stream's
-//! dependencies, not set as the only one, so work another thread captures on the same stream
-//! keeps its place in the order (`capture_node` has the details and the limits). What stays a
+//! at the same time from another thread, is the remaining race (`capture_node` has the details
+//! and the limits). What stays a
 //! contract: a foreign end racing the node's insertion changes the graph from two threads at
 //! once; the entry points that let foreign code begin or end captures on this crate's streams
 //! are `unsafe` and say so.

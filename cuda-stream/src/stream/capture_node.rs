@@ -13,12 +13,16 @@
 //! buffer per stream that the next query with dependencies rewrites (probed on CUDA 13.0),
 //! and NVIDIA's graphs must not be changed from two threads at once.
 //!
-//! The node is then *added* to the stream's dependencies, never set as the only one: work that
-//! another thread captured on the stream in the meantime, and whatever that thread captures
-//! after it, keep their place in the stream's order (the dependencies the node came after are
-//! its ancestors, so the edges they keep are redundant, never wrong). The price: consecutive
-//! nodes added by hand with no other captured work between them each depend on all the ones
-//! before (the dependency set grows until the next captured operation resets it).
+//! The node then becomes the stream's only dependency (`cudaStreamSetCaptureDependencies`): it
+//! comes after everything the stream depended on, so nothing is lost from the order, and the
+//! next node depends on it alone. The read, the node and the update happen under the write side
+//! of the capture-transition lock, which every call of this crate that CUDA captures into a
+//! stream holds the read side of: no work of this crate is captured on the stream in between.
+//! (Adding the node to the dependencies instead, as this crate once did, made consecutive hand-
+//! added nodes each depend on all the ones before: on the GPU, three threads recording external
+//! events into one capture slowed `cudaGraphAddEventRecordNode` and the instantiation to a
+//! standstill.) A raw launch of yours onto the stream from another thread at the same moment is
+//! the race of two threads enqueuing onto one stream.
 //!
 //! What CUDA documents, and this relies on: the dependency array is valid "until the next API
 //! call which operates on the stream" (this crate's reads of it are serialized; another
@@ -111,14 +115,14 @@ pub(crate) fn add_to_capture<T: Send + 'static>(
         },
     };
     check(code, "cudaGraphAddNode")?;
-    let add = sys::cudaStreamUpdateCaptureDependenciesFlags::cudaStreamAddCaptureDependencies.0;
+    let set = sys::cudaStreamUpdateCaptureDependenciesFlags::cudaStreamSetCaptureDependencies.0;
     // SAFETY: a live stream; one node of its capture's graph; no edge data (default edges).
     #[cfg(cudart_13)]
     let code =
-        unsafe { sys::cudaStreamUpdateCaptureDependencies(stream.as_raw(), &mut added, std::ptr::null(), 1, add) };
+        unsafe { sys::cudaStreamUpdateCaptureDependencies(stream.as_raw(), &mut added, std::ptr::null(), 1, set) };
     // SAFETY: as above, with CUDA 12's signature.
     #[cfg(not(cudart_13))]
-    let code = unsafe { sys::cudaStreamUpdateCaptureDependencies(stream.as_raw(), &mut added, 1, add) };
+    let code = unsafe { sys::cudaStreamUpdateCaptureDependencies(stream.as_raw(), &mut added, 1, set) };
     check(code, "cudaStreamUpdateCaptureDependencies")?;
     drop(serialized);
     Ok(Added::Node)

@@ -5,9 +5,9 @@
 use super::StreamRef;
 use crate::call::live_captures::no_capture_transitions;
 use crate::call::uncaptured_calls;
-use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::ffi::c_ulonglong;
 
