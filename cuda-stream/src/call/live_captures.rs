@@ -30,6 +30,10 @@ const FOREIGN: usize = 1 << (usize::BITS - 1);
 /// One entry per capture in progress.
 static CAPTURES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
+/// Joins of captures this crate did not count, in progress ([`uncounted_join`]): counted in
+/// [`IN_PROGRESS`] beside the captures, changed under the [`CAPTURES`] lock.
+static UNCOUNTED_JOINS: AtomicUsize = AtomicUsize::new(0);
+
 /// A capture in progress: where (the device's ordinal: this layer sits below devices), in
 /// which mode, and (for the modes that end on the thread that began them) by which thread. Its [`Capture`](crate::Capture) keeps it, to uncount it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -59,7 +63,7 @@ pub(crate) fn begun(device: i32, mode: sys::cudaStreamCaptureMode) -> Entry {
     let entry = Entry::new(device, mode);
     let mut captures = captures();
     captures.push(entry);
-    publish(captures.len());
+    publish(&captures);
     entry
 }
 
@@ -70,12 +74,36 @@ pub(crate) fn ended(entry: Entry) {
     if let Some(index) = captures.iter().position(|counted| *counted == entry) {
         captures.swap_remove(index);
     }
-    publish(captures.len());
+    publish(&captures);
 }
 
-/// Stores the count (under the lock), keeping the [`FOREIGN`] bit. SeqCst: a record made after
-/// a capture began (in CUDA's order) reads the count that includes it (see [`may_capture`]).
-fn publish(count: usize) {
+/// Counts a wait that may join a capture this crate did not count (another library's capture
+/// of its thread's per-thread stream, seen through a captured event or that stream) while it
+/// is made: [`may_capture`] is true meanwhile, so no call takes the fast path that assumes no
+/// capture exists. Uncounted when the returned guard drops.
+pub(crate) fn uncounted_join() -> UncountedJoin {
+    let captures = captures();
+    UNCOUNTED_JOINS.fetch_add(1, Ordering::SeqCst);
+    publish(&captures);
+    UncountedJoin(())
+}
+
+/// A join counted by [`uncounted_join`].
+pub(crate) struct UncountedJoin(());
+
+impl Drop for UncountedJoin {
+    fn drop(&mut self) {
+        let captures = captures();
+        UNCOUNTED_JOINS.fetch_sub(1, Ordering::SeqCst);
+        publish(&captures);
+    }
+}
+
+/// Stores the count of captures and uncounted joins (under the lock, whose guard `captures`
+/// is), keeping the [`FOREIGN`] bit. SeqCst: a record made after a capture began (in CUDA's
+/// order) reads the count that includes it (see [`may_capture`]).
+fn publish(captures: &MutexGuard<'static, Vec<Entry>>) {
+    let count = captures.len() + UNCOUNTED_JOINS.load(Ordering::SeqCst);
     let foreign = IN_PROGRESS.load(Ordering::SeqCst) & FOREIGN;
     IN_PROGRESS.store(count | foreign, Ordering::SeqCst);
 }
@@ -243,6 +271,22 @@ pub(crate) mod tests {
         ended(global);
         assert!(!any());
         assert_eq!(refuse_unsafe_call(), Ok(()));
+    }
+
+    #[test]
+    fn an_uncounted_join_turns_the_fast_paths_off_while_it_lasts_and_refuses_nothing() {
+        let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        assert!(!may_capture());
+        let join = uncounted_join();
+        assert!(may_capture() && any(), "no call assumes that no capture exists meanwhile");
+        assert_eq!(refuse_unsafe_call(), Ok(()));
+        assert_eq!(refuse_legacy_stream(0), Ok(()));
+        assert_eq!(refuse_device_synchronize(0), Ok(()));
+        let global = begun(device(0), GLOBAL);
+        drop(join);
+        assert!(any(), "the capture begun meanwhile is still counted");
+        ended(global);
+        assert!(!may_capture());
     }
 
     #[test]

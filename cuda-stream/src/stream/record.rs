@@ -235,26 +235,42 @@ impl StreamRef {
     /// that checked "not capturing" and then went into another thread's capture named an event
     /// that graph did not keep, and crashed libcuda).
     ///
-    /// A join of a capture that no begin of this crate counted (another library's capture of
-    /// its thread's per-thread stream) first marks the process as one where captures the crate
-    /// cannot count exist ([`uncaptured_calls::foreign_handle_seen`]): records that read "no
-    /// capture possible" and made no status read have returned, and no record is made that way
-    /// any more. A stream of an [`SmPartition`](crate::SmPartition) that joined a capture
+    /// A wait made while no capture of this crate is in progress may join a capture the crate
+    /// did not count (another library's capture of its thread's per-thread stream): it is
+    /// counted while it is made (no call takes the fast path meanwhile, and the fast calls made
+    /// before it have returned), and if it joined, the process is marked as one where captures
+    /// the crate cannot count exist ([`uncaptured_calls::foreign_handle_seen`]): no call
+    /// assumes "no capture" any more. A wait that joined nothing (an event whose capture ended)
+    /// leaves the fast paths as they were. A stream of an [`SmPartition`](crate::SmPartition) that joined a capture
     /// gives its graph a reference of its green context, which the graph's kernel nodes name.
     #[cold]
     #[inline(never)]
     pub(crate) fn join_point(&self, wait: impl FnOnce() -> Result<()>) -> Result<()> {
         // The crate's own refusals before any lock is taken (a wait inside a host function).
         refuse_inside_host_fn()?;
-        if !live_captures::may_capture() {
+        // With no capture of this crate in progress, the capture joined (if any) is one the
+        // crate did not count: counted while the wait is made, after the fast calls that
+        // assumed none have returned.
+        let uncounted = (!live_captures::may_capture()).then(|| {
+            let join = live_captures::uncounted_join();
+            uncaptured_calls::wait_for_uncaptured_calls();
+            join
+        });
+        let transition = live_captures::capture_transition();
+        // Whether this wait is what makes the stream join (read only where it matters).
+        let partition = self.partition.get().is_some();
+        let was_capturing = (partition || uncounted.is_some()) && self.may_be_capturing()?;
+        let waited = wait();
+        let joined =
+            waited.is_ok() && (partition || uncounted.is_some()) && !was_capturing && self.may_be_capturing()?;
+        if joined && uncounted.is_some() {
+            // Joined a capture the crate cannot count: from now on, as once a foreign handle
+            // was wrapped, no call assumes that no capture exists.
             uncaptured_calls::foreign_handle_seen();
         }
-        let transition = live_captures::capture_transition();
-        // A partition's stream: whether this wait is what makes it join (read only for them).
-        let partition = self.partition.get().is_some();
-        let was_capturing = partition && self.may_be_capturing()?;
-        wait()?;
-        if partition && !was_capturing && self.may_be_capturing()? {
+        drop(uncounted);
+        waited?;
+        if joined && partition {
             let state = capture_state(self)?;
             self.keep_partition_in(state.graph)?;
         }
