@@ -5,7 +5,8 @@
 //! 1. A stream joins a capture (CUDA's fork: a wait on captured work) only as a capture
 //!    transition: another thread's check of the stream and the call it made on the strength of
 //!    that check never have a join between them (records, completions, allocations and copies
-//!    through the stream, while a second thread makes it join captures and leave them).
+//!    through the stream, while a second thread makes it join captures and leave them); and a
+//!    storm of forks and joins from other threads while two threads capture never crashes.
 //! 2. A graph that captured a kernel of an SM partition's stream keeps the partition's green
 //!    context alive, with its executables: the stream and the partition dropped before the
 //!    instantiation or before the launch, the replay still runs the kernel.
@@ -185,6 +186,161 @@ fn child_joins_racing_checked_calls() {
     assert_eq!(late.into_inner(), 0, "a refused copy never writes the slice later");
     assert!(failures.is_empty(), "every capture ended: {failures:?}");
     println!("copies: {ended} captures ended");
+}
+
+/// What a storm counted: operations by outcome, and captures by how they ended.
+#[derive(Default)]
+struct Tally {
+    ok: AtomicUsize,
+    refused: AtomicUsize,
+    cuda_capture_errors: AtomicUsize,
+    ended: AtomicUsize,
+    unjoined: AtomicUsize,
+}
+
+impl Tally {
+    /// Counts `result`: fine, a refusal of this crate, or one of CUDA's capture errors that a
+    /// program racing forks against its own captures can earn (900: a begin on a stream that
+    /// another thread made join a capture; 901, 904: a capture left with a stream that another
+    /// thread forked into it after its owner joined back). Anything else fails the test.
+    fn count<T>(&self, what: &str, result: &cuda_stream::Result<T>) {
+        match result {
+            Ok(_) => self.ok.fetch_add(1, Ordering::Relaxed),
+            Err(Error::CaptureMisuse(_)) => self.refused.fetch_add(1, Ordering::Relaxed),
+            Err(Error::Cuda { code, .. }) if [900, 901, 904].contains(&code.0) => {
+                self.cuda_capture_errors.fetch_add(1, Ordering::Relaxed)
+            }
+            Err(other) => panic!("{what}: {other:?}"),
+        };
+    }
+}
+
+#[test]
+fn joins_and_forks_from_other_threads_while_captures_begin_and_end_never_crash() {
+    let _device = gpu_or_skip!();
+    child_test_prints("child_join_storm", &["join storm"]);
+}
+
+/// Two threads capture on their own origin streams (a host node, a pause, their streams joined
+/// back, the end, a replay that must run the host node); three threads meanwhile make random
+/// streams wait on each other (forks into those captures, joins, waits across captures), record
+/// completions, allocate and launch a prepared graph on random streams. Every result must be
+/// fine, refused by this crate, or one of CUDA's errors for a capture that another thread forked
+/// into after its owner joined back; nothing may crash or hang, every completion that was not
+/// refused resolves, and every graph that ended replays.
+#[test]
+#[ignore = "run by joins_and_forks_from_other_threads_while_captures_begin_and_end_never_crash in a child process"]
+fn child_join_storm() {
+    let device = Device::new(0).unwrap();
+    let rounds = cuda_stream_tests::scaled(150, 15);
+    let streams: Vec<Stream> = (0..4).map(|_| stream(device)).collect();
+    let origins: Vec<Stream> = (0..2).map(|_| stream(device)).collect();
+    let every: Vec<&StreamRef> = streams.iter().chain(&origins).map(|s| &**s).collect();
+    let Prepared { graph: _prepared_graph, exec } = prepare(device);
+    // One actor at a time launches it (an executable is used by one thread at a time).
+    let exec = std::sync::Mutex::new(exec);
+    let tally = Tally::default();
+    let stop = AtomicBool::new(false);
+    /// Stops the actors however the captures end.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|scope| {
+        let _stop = StopOnDrop(&stop);
+        for actor in 0..3u64 {
+            let (every, tally, stop, exec) = (&every, &tally, &stop, &exec);
+            scope.spawn(move || {
+                let mut rng = cuda_stream_tests::Rng::new(0x5eed + actor);
+                while !stop.load(Ordering::Relaxed) {
+                    let (a, b) = (every[rng.below(every.len())], every[rng.below(every.len())]);
+                    match rng.below(5) {
+                        0 | 1 => tally.count("wait_stream", &a.wait_stream(b)),
+                        2 => {
+                            let done = block_on(a.completion());
+                            assert!(
+                                matches!(done, Ok(()) | Err(Error::CaptureMisuse(_))),
+                                "a completion resolves, or is refused on a capturing stream: {done:?}"
+                            );
+                            tally.count("completion", &done);
+                        }
+                        3 => tally.count("DeviceBuffer::new", &DeviceBuffer::<u32, _>::new(a, 64).map(drop)),
+                        _ => {
+                            let exec = exec.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                            tally.count("GraphExec::launch", &exec.launch(a));
+                        }
+                    }
+                    std::thread::yield_now();
+                }
+            });
+        }
+        let capturers: Vec<_> = origins
+            .iter()
+            .enumerate()
+            .map(|(index, origin)| {
+                let (every, tally) = (&every, &tally);
+                scope.spawn(move || {
+                    for _ in 0..rounds {
+                        let runs = Arc::new(AtomicUsize::new(0));
+                        let mut capture = match origin.begin_capture(capture::ThreadLocal) {
+                            Ok(capture) => capture,
+                            Err(error) => {
+                                // The origin was made to join another thread's capture: CUDA
+                                // refuses to begin one on it.
+                                assert!(matches!(error, Error::Cuda { .. }), "a begin failed: {error:?}");
+                                tally.cuda_capture_errors.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(Duration::from_micros(200));
+                                continue;
+                            }
+                        };
+                        let counter = Arc::clone(&runs);
+                        let added = capture.launch_host_fn(&**origin, move || {
+                            counter.fetch_add(1, Ordering::Relaxed);
+                        });
+                        tally.count("Capture::launch_host_fn", &added);
+                        std::thread::sleep(Duration::from_micros(100 + 50 * index as u64));
+                        // Join back every stream of this capture.
+                        for other in every.iter() {
+                            if other.capture_info().is_ok_and(|info| info.id == capture.id()) && *other != &**origin {
+                                tally.count("join back", &origin.wait_stream(*other));
+                            }
+                        }
+                        match capture.end() {
+                            Ok(graph) => {
+                                tally.ended.fetch_add(1, Ordering::Relaxed);
+                                let exec = graph.instantiate().expect("a graph that ended instantiates");
+                                exec.launch(&**origin).expect("and replays");
+                                origin.synchronize().expect("its replay completes");
+                                if added.is_ok() {
+                                    assert_eq!(runs.load(Ordering::Relaxed), 1, "the replay ran the host node");
+                                }
+                            }
+                            Err(Error::Cuda { code, .. }) if code.0 == 904 || code.0 == 901 => {
+                                tally.unjoined.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(other) => panic!("a capture ended with {other:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for capturer in capturers {
+            capturer.join().unwrap();
+        }
+    });
+    for stream in &every {
+        let _ = stream.synchronize();
+    }
+    println!(
+        "join storm: {} captures ended, {} left unjoined by a fork; operations: {} fine, {} refused, {} CUDA capture errors",
+        tally.ended.into_inner(),
+        tally.unjoined.into_inner(),
+        tally.ok.into_inner(),
+        tally.refused.into_inner(),
+        tally.cuda_capture_errors.into_inner()
+    );
 }
 
 #[test]
