@@ -34,6 +34,16 @@ fn is_capture_misuse<T>(result: &cuda_stream::Result<T>) -> bool {
     matches!(result, Err(Error::CaptureMisuse(_)))
 }
 
+/// Stops a scope's actor threads however its main thread ends (a failed assertion too, or the
+/// scope would wait for them forever).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// One capture that `joined` joins and leaves: a host node on `origin`, `joined` waits on it (a
 /// join), `origin` waits on `joined` (back into the origin), a second host node, then the end.
 /// The graph is instantiated and replayed (both host nodes run). Returns how the end went; a
@@ -70,14 +80,6 @@ fn joins_racing(rounds: usize, x: &StreamRef, actor: impl Fn(&StreamRef) + Sync)
     let acted = AtomicUsize::new(0);
     let mut failures = Vec::new();
     let mut ended = 0;
-    /// Stops the actors however the joins end (a failed assertion too, or the scope would wait
-    /// for them forever).
-    struct StopOnDrop<'a>(&'a AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
     std::thread::scope(|scope| {
         let _stop = StopOnDrop(&stop);
         for _ in 0..3 {
@@ -241,13 +243,6 @@ fn child_join_storm() {
     let exec = std::sync::Mutex::new(exec);
     let tally = Tally::default();
     let stop = AtomicBool::new(false);
-    /// Stops the actors however the captures end.
-    struct StopOnDrop<'a>(&'a AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
     std::thread::scope(|scope| {
         let _stop = StopOnDrop(&stop);
         for actor in 0..3u64 {
