@@ -224,7 +224,8 @@ fn joins_and_forks_from_other_threads_while_captures_begin_and_end_never_crash()
 }
 
 /// Two threads capture on their own origin streams (a host node, a pause, their streams joined
-/// back, the end, a replay that must run the host node); three threads meanwhile make random
+/// back, the end, a replay on a stream of their own that must run the host node); three threads
+/// meanwhile make random
 /// streams wait on each other (forks into those captures, joins, waits across captures), record
 /// completions, allocate and launch a prepared graph on random streams. Every result must be
 /// fine, refused by this crate, or one of CUDA's errors for a capture that another thread forked
@@ -277,6 +278,9 @@ fn child_join_storm() {
             .map(|(index, origin)| {
                 let (every, tally) = (&every, &tally);
                 scope.spawn(move || {
+                    // Replays go to a stream no actor touches: the origin itself may be made to
+                    // join another thread's capture at any time, and is then refused.
+                    let replay = stream(device);
                     for _ in 0..rounds {
                         let runs = Arc::new(AtomicUsize::new(0));
                         let mut capture = match origin.begin_capture(capture::ThreadLocal) {
@@ -306,8 +310,8 @@ fn child_join_storm() {
                             Ok(graph) => {
                                 tally.ended.fetch_add(1, Ordering::Relaxed);
                                 let exec = graph.instantiate().expect("a graph that ended instantiates");
-                                exec.launch(&**origin).expect("and replays");
-                                origin.synchronize().expect("its replay completes");
+                                exec.launch(&replay).expect("and replays");
+                                replay.synchronize().expect("its replay completes");
                                 if added.is_ok() {
                                     assert_eq!(runs.load(Ordering::Relaxed), 1, "the replay ran the host node");
                                 }
