@@ -190,6 +190,10 @@ fn child_joins_racing_checked_calls() {
     println!("copies: {ended} captures ended");
 }
 
+/// CUDA's stream-capture errors (`cudaErrorStreamCaptureUnsupported` to
+/// `cudaErrorStreamCaptureWrongThread`).
+const CAPTURE_ERRORS: std::ops::RangeInclusive<i32> = 900..=908;
+
 /// What a storm counted: operations by outcome, and captures by how they ended.
 #[derive(Default)]
 struct Tally {
@@ -201,15 +205,15 @@ struct Tally {
 }
 
 impl Tally {
-    /// Counts `result`: fine, a refusal of this crate, or one of CUDA's capture errors that a
-    /// program racing forks against its own captures can earn (900: a begin on a stream that
-    /// another thread made join a capture; 901, 904: a capture left with a stream that another
-    /// thread forked into it after its owner joined back). Anything else fails the test.
+    /// Counts `result`: fine, a refusal of this crate, or one of CUDA's stream-capture errors
+    /// (900 to 908) that a program racing forks against its own captures can earn (a capture
+    /// left with a stream that another thread forked into it after its owner joined back ends
+    /// unjoined, and a wait in such a capture is CUDA's to answer). Anything else fails the test.
     fn count<T>(&self, what: &str, result: &cuda_stream::Result<T>) {
         match result {
             Ok(_) => self.ok.fetch_add(1, Ordering::Relaxed),
             Err(Error::CaptureMisuse(_)) => self.refused.fetch_add(1, Ordering::Relaxed),
-            Err(Error::Cuda { code, .. }) if [900, 901, 904].contains(&code.0) => {
+            Err(Error::Cuda { code, .. }) if CAPTURE_ERRORS.contains(&code.0) => {
                 self.cuda_capture_errors.fetch_add(1, Ordering::Relaxed)
             }
             Err(other) => panic!("{what}: {other:?}"),
@@ -316,7 +320,7 @@ fn child_join_storm() {
                                     assert_eq!(runs.load(Ordering::Relaxed), 1, "the replay ran the host node");
                                 }
                             }
-                            Err(Error::Cuda { code, .. }) if code.0 == 904 || code.0 == 901 => {
+                            Err(Error::Cuda { code, .. }) if CAPTURE_ERRORS.contains(&code.0) => {
                                 tally.unjoined.fetch_add(1, Ordering::Relaxed);
                             }
                             Err(other) => panic!("a capture ended with {other:?}"),

@@ -42,12 +42,14 @@ pub(crate) struct Entry {
     mode: sys::cudaStreamCaptureMode,
     /// The thread identity that began it; 0 for a Relaxed capture, which may change threads.
     thread: u64,
+    /// CUDA's id of the capture once begun ([`identified`]); 0 before.
+    id: u64,
 }
 
 impl Entry {
     fn new(device: i32, mode: sys::cudaStreamCaptureMode) -> Entry {
         let relaxed = mode == sys::cudaStreamCaptureMode::cudaStreamCaptureModeRelaxed;
-        Entry { device, mode, thread: if relaxed { 0 } else { super::thread::thread_identity() } }
+        Entry { device, mode, thread: if relaxed { 0 } else { super::thread::thread_identity() }, id: 0 }
     }
 }
 
@@ -75,6 +77,29 @@ pub(crate) fn ended(entry: Entry) {
         captures.swap_remove(index);
     }
     publish(&captures);
+}
+
+/// Records CUDA's id of the capture that `entry` counts, once it has begun (under the
+/// capture-transition lock, before any stream can join it); returns the entry as it is now
+/// kept, for [`ended`].
+pub(crate) fn identified(entry: Entry, id: u64) -> Entry {
+    let mut captures = captures();
+    let identified = Entry { id, ..entry };
+    if let Some(counted) = captures.iter_mut().find(|counted| **counted == entry) {
+        *counted = identified;
+    }
+    identified
+}
+
+/// Whether the capture of CUDA's id `id` is one this crate counts.
+pub(crate) fn is_counted(id: u64) -> bool {
+    captures().iter().any(|capture| capture.id == id)
+}
+
+/// Whether a handle this crate did not create was ever wrapped (the [`FOREIGN`] bit): from then
+/// on no call assumes that no capture exists.
+pub(crate) fn foreign() -> bool {
+    IN_PROGRESS.load(Ordering::SeqCst) & FOREIGN != 0
 }
 
 /// Counts a wait that may join a capture this crate did not count (another library's capture
@@ -287,6 +312,20 @@ pub(crate) mod tests {
         assert!(any(), "the capture begun meanwhile is still counted");
         ended(global);
         assert!(!may_capture());
+    }
+
+    #[test]
+    fn an_identified_capture_is_known_by_its_id_until_it_ends() {
+        let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (first, second) = (begun(device(0), GLOBAL), begun(device(0), GLOBAL));
+        assert!(!is_counted(7), "not identified yet");
+        let first = identified(first, 7);
+        let second = identified(second, 8);
+        assert!(is_counted(7) && is_counted(8) && !is_counted(9));
+        ended(first);
+        assert!(!is_counted(7) && is_counted(8), "its end removes the identified entry");
+        ended(second);
+        assert!(!is_counted(8) && !any());
     }
 
     #[test]

@@ -239,7 +239,7 @@ impl StreamRef {
         let transition = capture_transition();
         // Counted before CUDA begins it: a call that CUDA orders after the begin (a record that
         // goes into the capture) then sees the count (`live_captures::may_capture`).
-        let counted = live_captures::begun(self.device().ordinal(), M::RAW);
+        let mut counted = live_captures::begun(self.device().ordinal(), M::RAW);
         // Fast calls that read no capture in progress have returned before CUDA begins it.
         uncaptured_calls::wait_for_uncaptured_calls();
         let (code, api) = match &into {
@@ -268,9 +268,14 @@ impl StreamRef {
             live_captures::ended(counted);
             return Err(error);
         }
-        // Still under the transition: no other thread captures into the new graph while a
-        // partition's stream gives it its green context (kept as long as the graph).
+        // Still under the transition: the capture is known by its id before any stream can
+        // join it (a join tells this crate's captures from foreign ones by it), and no other
+        // thread captures into the new graph while a partition's stream gives it its green
+        // context (kept as long as the graph).
         let state = capture_state(self).and_then(|state| self.keep_partition_in(state.graph).map(|()| state));
+        if let Ok(state) = &state {
+            counted = live_captures::identified(counted, state.info.id);
+        }
         drop(transition);
         let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.

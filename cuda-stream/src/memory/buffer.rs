@@ -3,7 +3,7 @@
 
 use super::pinned::PinnedBuffer;
 use super::pool::MemPool;
-use super::uses::{Hold, Touched, Uses, ordered_use, refuse_capture};
+use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
 use super::{DeviceCopy, byte_size, same_length};
 use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures::{self, no_capture_transitions};
@@ -115,25 +115,11 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         if let Some(pool) = pool {
             same_device("a memory pool serves streams of its own device", pool.device(), stream.device())?;
         }
-        let ptr = if stream.may_be_captured_now() {
-            // No capture of this crate begins between the check and the allocation (CUDA would
-            // make it a graph's allocation). Refused inside a host function before the lock.
-            refuse_inside_host_fn()?;
-            let _transitions = no_capture_transitions();
-            refuse_capture(&stream)?;
-            allocate_on(&stream, bytes, pool)?
-        } else {
-            let ptr = allocate_on(&stream, bytes, pool)?;
-            // No capture could be in progress at the check; one of this crate's counts itself
-            // before CUDA begins it, so if none is counted now, none began before the
-            // allocation returned. If one is, and the stream is capturing, the allocation may
-            // be the graph's or real: it is left to the one that owns it, never freed here.
-            if stream.may_be_captured_now() {
-                let _transitions = no_capture_transitions();
-                refuse_capture(&stream)?;
-            }
-            ptr
-        };
+        // Through the one enqueue path: a fast call while no capture may exist (a capture's
+        // begin waits for it), else the check and the allocation under the read side of the
+        // capture-transition lock. Never a graph's allocation (CUDA would make it one on a
+        // capturing stream) handed out as a buffer.
+        let ptr = stream.enqueue_uncaptured(CAPTURED, || allocate_on(&stream, bytes, pool))?;
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         let (home_raw, device) = (stream.as_raw(), stream.device());
         let home_identity = (stream.identity(), stream.known_id());

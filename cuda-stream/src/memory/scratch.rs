@@ -2,7 +2,9 @@
 //! so the allocation and the free are the graph's own memory nodes.
 
 use super::{DeviceCopy, byte_size};
+use crate::call::live_captures::no_capture_transitions;
 use crate::ffi::error::{Error, Result, check};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::graph::capture::{Capture, CaptureMode, CaptureStatus};
 use crate::stream::capture_status::capture_state;
 use crate::stream::{AsStream, StreamRef};
@@ -35,12 +37,17 @@ impl<M: CaptureMode> Capture<'_, M> {
         const { assert!(align_of::<T>() <= 256, "CUDA's allocations are aligned to 256 bytes") };
         let bytes = byte_size::<T>(len)?;
         let stream = stream.as_stream();
-        let state = capture_state(&stream)?;
-        if state.info.status != CaptureStatus::Active || state.info.id != self.id() {
-            return Err(Error::CaptureMisuse("graph scratch memory is allocated on a stream of this capture"));
-        }
-        // The stream stays in this capture until `end`, which needs `self`.
+        // The check and the allocation hold the read side of the capture-transition lock: no
+        // node is added by hand to the capture's graph in between (it would take the stream's
+        // capture dependencies past the allocation).
+        refuse_inside_host_fn()?;
         let address = {
+            let _transitions = no_capture_transitions();
+            let state = capture_state(&stream)?;
+            if state.info.status != CaptureStatus::Active || state.info.id != self.id() {
+                return Err(Error::CaptureMisuse("graph scratch memory is allocated on a stream of this capture"));
+            }
+            // The stream stays in this capture until `end`, which needs `self`.
             let _current = stream.enter_runtime()?;
             let mut address: *mut c_void = std::ptr::null_mut();
             // SAFETY: a valid out-pointer; a stream of an active capture (the allocation is
@@ -69,6 +76,9 @@ impl FreeInCapture<'_> {
     }
 
     fn free(&self) -> Result<()> {
+        // Under the read side, as the allocation.
+        refuse_inside_host_fn()?;
+        let _transitions = no_capture_transitions();
         let _current = self.stream.enter_runtime()?;
         // SAFETY: the graph's own allocation of this capture, freed once, after the work that
         // was enqueued on its stream.

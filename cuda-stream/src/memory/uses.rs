@@ -298,7 +298,7 @@ pub(super) fn refuse_capture(stream: &StreamRef) -> Result<()> {
     Ok(())
 }
 
-const CAPTURED: &str =
+pub(super) const CAPTURED: &str =
     "device memory is not allocated, copied, filled or freed during a capture (a replay would outlive it)";
 
 /// Whether the work before `event`'s last record has completed (a query), told to the race

@@ -235,12 +235,13 @@ impl StreamRef {
     /// that checked "not capturing" and then went into another thread's capture named an event
     /// that graph did not keep, and crashed libcuda).
     ///
-    /// A wait made while no capture of this crate is in progress may join a capture the crate
-    /// did not count (another library's capture of its thread's per-thread stream): it is
-    /// counted while it is made (no call takes the fast path meanwhile, and the fast calls made
-    /// before it have returned), and if it joined, the process is marked as one where captures
-    /// the crate cannot count exist ([`uncaptured_calls::foreign_handle_seen`]): no call
-    /// assumes "no capture" any more. A wait that joined nothing (an event whose capture ended)
+    /// Until a foreign handle was seen, a wait may join a capture the crate did not count
+    /// (another library's capture of its thread's per-thread stream): it is counted while it is
+    /// made (no call takes the fast path meanwhile, and the fast calls made before it have
+    /// returned), and if it joined a capture whose id is not one of this crate's (or its status
+    /// cannot be read), the process is marked as one where captures the crate cannot count
+    /// exist ([`uncaptured_calls::foreign_handle_seen`]): no call assumes "no capture" any more.
+    /// A wait that joined nothing (an event whose capture ended), or a capture of this crate,
     /// leaves the fast paths as they were. A stream of an [`SmPartition`](crate::SmPartition) that joined a capture
     /// gives its graph a reference of its green context, which the graph's kernel nodes name.
     #[cold]
@@ -248,31 +249,45 @@ impl StreamRef {
     pub(crate) fn join_point(&self, wait: impl FnOnce() -> Result<()>) -> Result<()> {
         // The crate's own refusals before any lock is taken (a wait inside a host function).
         refuse_inside_host_fn()?;
-        // With no capture of this crate in progress, the capture joined (if any) is one the
-        // crate did not count: counted while the wait is made, after the fast calls that
-        // assumed none have returned.
-        let uncounted = (!live_captures::may_capture()).then(|| {
+        let transition = live_captures::capture_transition();
+        // Until a foreign handle was seen, a capture this crate did not count (another library's
+        // capture of its thread's per-thread stream) may be joined here: the wait is counted
+        // while it is made, after the fast calls that assumed no capture have returned, as a
+        // begin is.
+        let uncounted = (!live_captures::foreign()).then(|| {
             let join = live_captures::uncounted_join();
             uncaptured_calls::wait_for_uncaptured_calls();
             join
         });
-        let transition = live_captures::capture_transition();
-        // Whether this wait is what makes the stream join (read only where it matters).
+        // Whether this wait is what makes the stream join (read only where it matters; never
+        // on the legacy stream, which joins no capture and whose status read fails, and may
+        // disturb, while another stream captures in Global mode).
         let partition = self.partition.get().is_some();
-        let was_capturing = (partition || uncounted.is_some()) && self.may_be_capturing()?;
+        let legacy = self.builtin().is_some_and(Builtin::is_legacy);
+        let was_capturing = (!legacy && (partition || uncounted.is_some())).then(|| self.may_be_capturing());
         let waited = wait();
-        let joined =
-            waited.is_ok() && (partition || uncounted.is_some()) && !was_capturing && self.may_be_capturing()?;
-        if joined && uncounted.is_some() {
+        // Read whatever the wait returned (a failed wait may still have joined); a status that
+        // cannot be read counts as a join of a capture the crate did not count.
+        let (mut joined_graph, mut foreign_join) = (None, false);
+        if let Some(Ok(false) | Err(_)) = was_capturing {
+            match capture_state(self) {
+                Ok(state) if state.info.status == CaptureStatus::None => {}
+                Ok(state) => {
+                    foreign_join = !live_captures::is_counted(state.info.id);
+                    joined_graph = Some(state.graph);
+                }
+                Err(_) => foreign_join = true,
+            }
+        }
+        if uncounted.is_some() && foreign_join {
             // Joined a capture the crate cannot count: from now on, as once a foreign handle
             // was wrapped, no call assumes that no capture exists.
             uncaptured_calls::foreign_handle_seen();
         }
         drop(uncounted);
         waited?;
-        if joined && partition {
-            let state = capture_state(self)?;
-            self.keep_partition_in(state.graph)?;
+        if let (true, Some(graph)) = (partition, joined_graph) {
+            self.keep_partition_in(graph)?;
         }
         drop(transition);
         Ok(())
