@@ -247,8 +247,10 @@ impl StreamRef {
     #[cold]
     #[inline(never)]
     pub(crate) fn join_point(&self, wait: impl FnOnce() -> Result<()>) -> Result<()> {
-        // The crate's own refusals before any lock is taken (a wait inside a host function).
-        refuse_inside_host_fn()?;
+        // The crate's own refusals before any lock is taken (inside a host function, another
+        // thread's per-thread stream, the legacy stream during a capture): a misuse never
+        // reaches the join's bookkeeping.
+        let _entered = self.enter()?;
         let transition = live_captures::capture_transition();
         // Until a foreign handle was seen, a capture this crate did not count (another library's
         // capture of its thread's per-thread stream) may be joined here: the wait is counted
@@ -276,7 +278,9 @@ impl StreamRef {
                     foreign_join = !live_captures::is_counted(state.info.id);
                     joined_graph = Some(state.graph);
                 }
-                Err(_) => foreign_join = true,
+                // CUDA could not say (a sticky error, say): counted as a foreign join.
+                Err(Error::Cuda { .. }) => foreign_join = true,
+                Err(_) => {}
             }
         }
         if uncounted.is_some() && foreign_join {
