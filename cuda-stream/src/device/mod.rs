@@ -5,6 +5,7 @@
 
 pub(crate) mod keep_alive;
 
+use crate::call::capture_mode::{Relaxed, with_thread_mode};
 use crate::call::live_captures;
 use crate::call::race;
 use crate::call::sync_debug::{self, SyncKind};
@@ -254,6 +255,25 @@ impl Device {
         }
         driver::push_context(primary)?;
         Ok(DeviceGuard { pushed: true, _thread_bound: PhantomData })
+    }
+
+    /// Runs `destroy`, the destroy of a handle of this device (a graph, an executable, a memory
+    /// pool; called outside any host function, see `call_outside_host_fn`), with this device
+    /// current and in the Relaxed capture mode ([`with_thread_mode`](crate::capture::with_thread_mode)):
+    /// such a destroy is a "potentially unsafe" call that CUDA otherwise refuses, invalidating
+    /// the capture, during this thread's own capture or while another thread holds a Global one
+    /// (probed on CUDA 13.0). Nothing of ours is captured by it, so it is safe here. Should the
+    /// mode not change, the destroy is made all the same.
+    ///
+    /// The device is made current first: on a thread with no current context, CUDA's runtime
+    /// would otherwise bind device 0's primary context (creating it on a GPU the program may
+    /// never use). Should that fail (a sticky error), the handle is leaked, not destroyed from
+    /// the wrong context.
+    pub(crate) fn destroy_relaxed(self, destroy: impl FnOnce() + Copy) {
+        let Ok(_current) = self.make_current() else { return };
+        if with_thread_mode(Relaxed, destroy).is_err() {
+            destroy();
+        }
     }
 
     /// The device's primary context, retained once per process and device.

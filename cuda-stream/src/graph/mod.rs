@@ -19,7 +19,7 @@
 pub mod capture;
 pub mod conditional;
 
-use crate::call::capture_mode::{Relaxed, uncapturable_call, with_thread_mode};
+use crate::call::capture_mode::uncapturable_call;
 use crate::call::race::{self, model::Step};
 use crate::device::Device;
 use crate::device::same_device;
@@ -143,10 +143,9 @@ impl Graph {
     pub fn new(device: Device) -> Result<Graph> {
         let _current = device.make_current()?;
         let mut raw: sys::cudaGraph_t = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; flags must be 0. Made in the Relaxed capture mode: it
-        // touches no stream, so no capture in progress may refuse it.
-        let code = with_thread_mode(Relaxed, || unsafe { sys::cudaGraphCreate(&mut raw, 0) })?;
-        check(code, "cudaGraphCreate")?;
+        // It touches no stream, so no capture in progress may refuse it.
+        // SAFETY: a valid out-pointer; flags must be 0.
+        uncapturable_call(|| check(unsafe { sys::cudaGraphCreate(&mut raw, 0) }, "cudaGraphCreate"))?;
         Ok(Graph::from_captured(raw, device))
     }
 
@@ -432,7 +431,7 @@ impl Drop for Graph {
         }
         let (raw, device) = (self.raw as usize, self.device);
         call_outside_host_fn(move || {
-            destroy_relaxed(device, move || {
+            device.destroy_relaxed(move || {
                 // SAFETY: we own the graph and destroy it once, bodies included (no capture
                 // into it is open); executables made from it do not need it, and what its
                 // nodes use is owned by user objects CUDA releases.
@@ -445,24 +444,6 @@ impl Drop for Graph {
 /// Why a graph launch or upload onto a capturing stream is refused.
 const LAUNCH_INTO_CAPTURE: &str =
     "a graph is not launched or uploaded onto a capturing stream (CUDA would invalidate the capture)";
-
-/// Runs `destroy` (of a graph or an executable; called outside any host function, see
-/// `call_outside_host_fn`) in the Relaxed capture mode ([`with_thread_mode`]): destroying a
-/// graph or an executable is a "potentially unsafe" call that CUDA otherwise refuses,
-/// invalidating the capture, while another thread holds a Global capture (probed on CUDA 13.0).
-/// Nothing of ours is captured by it, so it is safe here. Should the mode not change, the
-/// destroy is made all the same.
-///
-/// The graph's device is made current first: on a thread with no current context, CUDA's
-/// runtime would otherwise bind device 0's primary context (creating it on a GPU the program
-/// may never use). Should that fail (a sticky error), the handle is leaked, not destroyed from
-/// the wrong context.
-fn destroy_relaxed(device: Device, destroy: impl FnOnce() + Copy) {
-    let Ok(_current) = device.make_current() else { return };
-    if with_thread_mode(Relaxed, destroy).is_err() {
-        destroy();
-    }
-}
 
 /// An executable graph, launched on streams of its device; destroyed on drop (CUDA frees an
 /// executable that is still running once it completes).
@@ -601,7 +582,7 @@ impl Drop for GraphExec {
         let (raw, device) = (self.raw as usize, self.device);
         let executables = Arc::clone(&self.executables);
         call_outside_host_fn(move || {
-            destroy_relaxed(device, move || {
+            device.destroy_relaxed(move || {
                 // SAFETY: we own the executable and destroy it once. CUDA frees it after
                 // launches in flight complete, and releases the user objects they use only
                 // then: no wait for the device is needed here, and nothing is freed early.

@@ -237,15 +237,10 @@ impl Drop for Pool {
         if self.owned {
             let (raw, device) = (self.raw as usize, self.device);
             call_outside_host_fn(move || {
-                // Its device's context, not the runtime's default one on a thread with none
-                // current; leaked should that fail.
-                let Ok(_current) = device.make_current() else { return };
-                // No capture in progress (this thread's own included) forbids it, or is
-                // invalidated.
-                let _ = uncapturable_call(|| {
+                device.destroy_relaxed(move || {
                     // SAFETY: a pool we created and nothing else destroys; its outstanding
                     // allocations keep it alive in CUDA.
-                    check(unsafe { sys::cudaMemPoolDestroy(raw as sys::cudaMemPool_t) }, "cudaMemPoolDestroy")
+                    let _ = check(unsafe { sys::cudaMemPoolDestroy(raw as sys::cudaMemPool_t) }, "cudaMemPoolDestroy");
                 });
             });
         }

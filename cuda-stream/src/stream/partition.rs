@@ -77,6 +77,11 @@ impl PartitionRef {
         PartitionRef(Arc::into_raw(partition.green))
     }
 
+    /// Whether the stream belongs to a partition (no reference taken).
+    pub(crate) fn is_some(self) -> bool {
+        !self.0.is_null()
+    }
+
     /// The partition, as a clone that keeps its green context alive on its own (for a graph
     /// that captured work of the stream); `None` for a stream of no partition.
     pub(crate) fn get(self) -> Option<SmPartition> {

@@ -264,7 +264,7 @@ impl StreamRef {
         // Whether this wait is what makes the stream join (read only where it matters; never
         // on the legacy stream, which joins no capture and whose status read fails, and may
         // disturb, while another stream captures in Global mode).
-        let partition = self.partition.get().is_some();
+        let partition = self.partition.is_some();
         let legacy = self.builtin().is_some_and(Builtin::is_legacy);
         let was_capturing = (!legacy && (partition || uncounted.is_some())).then(|| self.may_be_capturing());
         let waited = wait();
