@@ -26,6 +26,10 @@ cuda_stream::kernel! {
 
 fn main() -> cuda_stream::Result<()> {
     let Some(device) = cuda_stream_tests::gpu::example_device("conditional_while") else { return Ok(()) };
+    let why = "a launch of a graph with a conditional node faults under it (CUDA 13.0), with no error reported";
+    if cuda_stream_tests::skipped_under_sanitizer("conditional_while", why) {
+        return Ok(());
+    }
     let stream = Stream::new(device, StreamOptions::non_blocking())?;
     let mut counter = DeviceBuffer::<u32, _>::zeroed(&stream, 1)?;
     let mut runs = DeviceBuffer::<u32, _>::zeroed(&stream, 1)?;

@@ -461,6 +461,16 @@ pub fn faulting_child_test_prints(test: &str, expected: &[&str]) {
     child_test_prints(test, expected);
 }
 
+/// Whether `test` skips because it runs under compute-sanitizer, which cannot run what it does
+/// (`why`): says so on stderr, loudly, and returns `true` there; `false` elsewhere.
+pub fn skipped_under_sanitizer(test: &str, why: &str) -> bool {
+    if under_sanitizer() {
+        eprintln!("SKIPPED {test} under compute-sanitizer: {why}");
+        return true;
+    }
+    false
+}
+
 /// Whether the suite runs under compute-sanitizer (`run.sh --sanitize` sets this): tests that
 /// fault on purpose skip themselves then, since the sanitizer rightly reports their fault.
 pub fn under_sanitizer() -> bool {

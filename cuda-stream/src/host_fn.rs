@@ -33,10 +33,10 @@
 
 pub use crate::ffi::inside_host_fn::{HostFnPanic, take_host_fn_panics};
 
-use crate::call::race::model::Step;
 use crate::ffi::error::{Result, check, check_code};
 use crate::ffi::inside_host_fn::run_guarded;
 use crate::stream::StreamRef;
+use crate::stream::enqueue::{Via, Work};
 use crate::sys;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -115,34 +115,34 @@ impl StreamRef {
     /// # Errors
     /// As [`StreamRef::launch_host_fn`]; in every error case `f` is dropped and never runs.
     pub fn launch_host_callback<F: FnOnce(Result<()>) + Send + 'static>(&self, f: F) -> Result<()> {
-        let current = self.enter()?;
-        let transitions = crate::call::live_captures::no_capture_transitions();
-        // Refuse a capturing stream before CUDA sees it: cudaStreamAddCallback refuses it too
-        // (atomically, even if a foreign capture begins between here and there), but only after
-        // invalidating the capture.
-        self.refuse_capturing(
-            "a FnOnce host function cannot be captured (a graph may replay it); use Capture::launch_host_fn",
-        )?;
-        let checked = self.race_check(Step::Work, Vec::new, || "host function".to_owned())?;
-        let data = Box::into_raw(Counted::boxed(f));
-        let callback =
-            Some(run_callback::<F> as unsafe extern "C" fn(sys::cudaStream_t, sys::cudaError_t, *mut c_void));
-        let enqueued = if current.is_none() {
-            // SAFETY: `run_callback::<F>` honours the contract of `data`: a leaked box it takes
-            // back once. A real stream handle.
-            unsafe { crate::ffi::driver::stream_add_callback(self.as_raw(), callback, data.cast()) }
-        } else {
-            check(
-                // SAFETY: as above; flags must be 0.
-                unsafe { sys::cudaStreamAddCallback(self.as_raw(), callback, data.cast(), 0) },
-                "cudaStreamAddCallback",
+        // Refused on a capturing stream before CUDA sees it: cudaStreamAddCallback refuses it
+        // too (atomically, even if a foreign capture begins between here and there), but only
+        // after invalidating the capture.
+        let work = Work::named("host function")
+            .refused_in_capture(
+                "a FnOnce host function cannot be captured (a graph may replay it); use Capture::launch_host_fn",
             )
-        };
-        drop(transitions);
-        if enqueued.is_err() {
-            // SAFETY: the driver did not take `data`: we still own the box, freed once here.
-            drop(unsafe { Box::from_raw(data) });
-        }
-        enqueued.map(|()| checked.enqueued())
+            .through_driver();
+        // `f` is dropped, never run, with the closure when the enqueue is refused before it.
+        self.enqueue(work, move |via| {
+            let data = Box::into_raw(Counted::boxed(f));
+            let callback =
+                Some(run_callback::<F> as unsafe extern "C" fn(sys::cudaStream_t, sys::cudaError_t, *mut c_void));
+            let enqueued = match via {
+                // SAFETY: `run_callback::<F>` honours the contract of `data`: a leaked box it
+                // takes back once. A real stream handle.
+                Via::Driver => unsafe { crate::ffi::driver::stream_add_callback(self.as_raw(), callback, data.cast()) },
+                Via::Runtime => check(
+                    // SAFETY: as above, with the special handle's device current; flags must be 0.
+                    unsafe { sys::cudaStreamAddCallback(self.as_raw(), callback, data.cast(), 0) },
+                    "cudaStreamAddCallback",
+                ),
+            };
+            if enqueued.is_err() {
+                // SAFETY: the driver did not take `data`: we still own the box, freed once here.
+                drop(unsafe { Box::from_raw(data) });
+            }
+            enqueued
+        })
     }
 }

@@ -343,8 +343,10 @@ fn a_cooperative_launch_begins_every_block_together_and_syncs_its_grid() {
     };
     let (cooperative, blockers_end) = starts(LaunchConfig::new(fit, 64).cooperative());
     assert!(spread(&cooperative) < hold / 4, "cooperative blocks began {:?} apart", spread(&cooperative));
-    assert!(cooperative.iter().all(|stamp| stamp.start_ns >= blockers_end), "after the blocking kernel");
     if cuda_stream_tests::concurrency_visible() {
+        // Against a kernel of another stream: a concurrency observation, which compute-sanitizer
+        // (serialized, instrumented kernels) does not keep (it failed there, CUDA 13.0).
+        assert!(cooperative.iter().all(|stamp| stamp.start_ns >= blockers_end), "after the blocking kernel");
         let (plain, blockers_end) = starts(LaunchConfig::new(fit, 64));
         let early = plain.iter().filter(|stamp| stamp.start_ns < blockers_end).count();
         let sms_used: std::collections::BTreeSet<_> = plain.iter().map(|stamp| stamp.sm).collect();

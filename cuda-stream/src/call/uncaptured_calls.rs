@@ -90,7 +90,11 @@ fn register() -> Option<&'static AtomicBool> {
 pub(crate) fn outside_captures<R>(call: impl FnOnce() -> R) -> Option<R> {
     // A thread being torn down (its thread-locals gone) takes the slow path.
     let flag = this_threads_flag()?;
-    // `call` is one CUDA call, which cannot call back into this crate: fast calls never nest.
+    if flag.load(Ordering::Relaxed) {
+        // Nested in a fast call of this thread (a launcher's closure): a capture's begin waits
+        // for that one, which is still in progress, whatever the count says now.
+        return Some(call());
+    }
     flag.store(true, Ordering::Relaxed);
     // Cleared however the call ends (a panic too: a flag left set would hold every capture's
     // begin for good).
@@ -102,6 +106,13 @@ pub(crate) fn outside_captures<R>(call: impl FnOnce() -> R) -> Option<R> {
         fence(Ordering::SeqCst);
     }
     if may_capture() { None } else { Some(call()) }
+}
+
+/// Whether this thread is inside a fast call (a closure that one runs).
+pub(crate) fn in_fast_call() -> bool {
+    let flag = FLAG.try_with(Cell::get).unwrap_or(std::ptr::null());
+    // SAFETY: as in `this_threads_flag`: non-null only while `REGISTERED` keeps it alive.
+    !flag.is_null() && unsafe { &*flag }.load(Ordering::Relaxed)
 }
 
 /// Clears a thread's flag when its fast call ends.
@@ -136,9 +147,11 @@ pub(crate) fn wait_for_uncaptured_calls() {
         ASYMMETRIC.store(NO, Ordering::SeqCst);
         fence(Ordering::SeqCst);
     }
-    // This thread's own flag is clear: a capture is not begun from inside a fast call.
+    // Not this thread's own flag: a transition refuses to begin inside a fast call, and a record
+    // made inside one (a launcher's closure) waits for the other threads' calls only.
+    let own = FLAG.try_with(Cell::get).unwrap_or(std::ptr::null());
     let flags: Vec<Arc<AtomicBool>> = FLAGS.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    for flag in flags {
+    for flag in flags.iter().filter(|flag| !std::ptr::eq(Arc::as_ptr(flag), own)) {
         while flag.load(Ordering::Acquire) {
             std::hint::spin_loop();
             std::thread::yield_now();

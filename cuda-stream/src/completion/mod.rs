@@ -75,6 +75,7 @@ use self::signal::{Signal, State};
 use crate::event::Event;
 use crate::ffi::error::Result;
 use crate::stream::StreamRef;
+use crate::stream::enqueue::InCapture;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -159,8 +160,8 @@ impl StreamRef {
         let event = reactor::internal_event(self.device())?;
         // Never into a capture: no capture begins, ends or is joined by this stream between
         // the check and the record.
-        self.enqueue_uncaptured(
-            "a completion cannot wait on a capturing stream (its event would become a graph node)",
+        self.outside_transitions(
+            InCapture::Refused("a completion cannot wait on a capturing stream (its event would become a graph node)"),
             || {
                 // A failed record may mean a dead event (its context reset, say): destroyed, not
                 // handed to the next future.

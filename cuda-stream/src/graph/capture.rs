@@ -24,11 +24,11 @@
 //! | while | refused |
 //! |---|---|
 //! | a capture of a device is in progress (any mode, any thread, of a blocking stream or not) | every operation on that device's legacy stream: [`BuiltinStream::legacy`], and [`BuiltinStream::null`] where handle 0 is the legacy stream; [`Device::synchronize`] of that device |
-//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress | [`StreamRef::query`], [`StreamRef::synchronize`], [`Event::query`](crate::Event::query), [`Event::synchronize`](crate::Event::synchronize), [`Event::elapsed`](crate::Event::elapsed) and [`Device::synchronize`], on this thread |
+//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress | [`StreamRef::query`], [`StreamRef::synchronize`], [`Event::query`](crate::Event::query), [`Event::synchronize`](crate::Event::synchronize), [`Event::elapsed`](crate::Event::elapsed) and [`Device::synchronize`], on this thread; so are the calls that wait for a copy or allocate new memory (the table below marks them **refused by mode**) |
 //! | any thread has a [`Global`] capture in progress | the same calls, on every thread |
-//! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread; and always (any capture, this crate's or not): [`launch_host_fn`](StreamRef::launch_host_fn) and [`launch_host_callback`](StreamRef::launch_host_callback), [`completion`](StreamRef::completion), attribute reads and writes, and [`id`](StreamRef::id) and [`is_non_blocking`](StreamRef::is_non_blocking) of a stream not created here |
+//! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread; and for any capture the crate can see (its own, a foreign one once a foreign handle was wrapped, or one of the per-thread stream): [`launch_host_fn`](StreamRef::launch_host_fn) and [`launch_host_callback`](StreamRef::launch_host_callback), [`completion`](StreamRef::completion), attribute reads and writes, and [`id`](StreamRef::id) and [`is_non_blocking`](StreamRef::is_non_blocking) of a stream not created here; and, on a stream that may be captured, the allocations, copies, fills and uses of [`DeviceBuffer`](crate::DeviceBuffer), [`DeviceWords::zeroed`](crate::DeviceWords::zeroed) and [`to_vec`](crate::DeviceWords::to_vec), and a [`Kernel::launch`](crate::Kernel::launch) with a completion event (the table below) |
 //! | an event's last record went into a capture (any capture, this crate's or a foreign one seen through a borrowed stream) | its [`query`](crate::Event::query), [`synchronize`](crate::Event::synchronize), [`elapsed`](crate::Event::elapsed) and [`completion`](crate::Event::completion), on every thread, until it is recorded outside a capture again |
-//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress (this crate's or another library's) | nothing of: [`PinnedBuffer::zeroed`](crate::PinnedBuffer::zeroed) and `from_slice` and its drop (`cudaHostAlloc`, `cudaFreeHost`), [`MemPool::new`](crate::MemPool::new), [`MemPool::trim_to`](crate::MemPool::trim_to) and its drop, [`Graph::instantiate`], [`Graph::instantiate_with`] without an upload, the drops of [`Graph`] and [`GraphExec`](crate::GraphExec): CUDA counts them as "potentially unsafe", so this crate makes them in the [`Relaxed`] mode, in which no capture forbids them and none is invalidated (they enqueue nothing) |
+//! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress (this crate's or another library's) | nothing of: [`PinnedBuffer::zeroed`](crate::PinnedBuffer::zeroed) and `from_slice` and its drop (`cudaHostAlloc`, `cudaFreeHost`), [`MemPool::new`](crate::MemPool::new), [`MemPool::trim_to`](crate::MemPool::trim_to) and its drop, [`Graph::new`], [`Graph::instantiate`], [`Graph::instantiate_with`] without an upload, the nodes and conditions a [`GraphBuilder`](crate::GraphBuilder) adds, the drops of [`Graph`] and [`GraphExec`](crate::GraphExec): CUDA counts them as "potentially unsafe", so this crate makes them in the [`Relaxed`] mode, in which no capture forbids them and none is invalidated (they enqueue nothing) |
 //! | a stream is being captured | [`GraphExec::launch`](crate::GraphExec::launch) and [`GraphExec::upload`](crate::GraphExec::upload) onto it, and [`Graph::instantiate_with`] uploading to it (CUDA would invalidate the capture); checked under the capture-transition lock |
 //!
 //! The legacy stream is refused even while only non-blocking streams are captured, where CUDA
@@ -95,6 +95,169 @@
 //!   capture: whether the event was recorded inside cannot be known without a CUDA call on it,
 //!   so CUDA answers `cudaErrorStreamCaptureIsolation` and invalidates the capture.
 //!   [`StreamRef::wait_stream`] handles that case (an external wait the graph keeps).
+//!
+//! # Every call's rule
+//! Every public call of this crate that reaches CUDA, with what it does while a capture begun
+//! through this crate is in progress. "On the capture": the call names a stream of the capture
+//! (the capturing stream, or one that joined it) or an event whose last record went into it.
+//! "Elsewhere": it names only streams and events outside the capture, or none. The rules:
+//! * **captured**: made, and captured into the graph (each replay does it again).
+//! * **allowed**: made now, not captured: CUDA permits it during the capture.
+//! * **Relaxed**: one of CUDA's "potentially unsafe" calls that enqueues nothing, made in the
+//!   [`Relaxed`] capture interaction mode: no capture forbids it or is invalidated by it.
+//! * **refused**: [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) before CUDA sees it, in
+//!   every mode, from every thread.
+//! * **refused by mode**: [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) before CUDA on
+//!   the thread of a [`Global`] or [`ThreadLocal`] capture, and on every thread while a
+//!   [`Global`] capture is in progress; **allowed** otherwise (another thread's ThreadLocal
+//!   capture, a [`Relaxed`] capture).
+//! * **allowed or refused by mode**: **allowed** when no new memory is needed (a block from
+//!   the crate's free list), else **refused by mode** (a `cudaMalloc` or `cudaHostAlloc`).
+//! * **not refused**: reaches CUDA, which refuses it (see the limits above and the row).
+//! * **—**: does not apply (the call takes no stream or event of a capture).
+//!
+//! Every call on the legacy stream is also refused while its device captures (the first row),
+//! and a call on another thread's per-thread stream is refused with
+//! [`Error::WrongThread`](crate::Error::WrongThread) whatever captures. `tests/call/capture_rules.rs`
+//! makes each call of this table during a capture of each mode, from the capturing thread and
+//! from another (the [`Capture`] guard's own calls from its thread), checks the rule, and checks
+//! that the capture ends and its graph replays; it also checks that this table and its own
+//! list of calls name the same calls with the same rules.
+//!
+//! | call | on the capture | elsewhere |
+//! |---|---|---|
+//! | `BuiltinStream::legacy`, every call | **—** | **refused** (a capture of its device in progress; also `BuiltinStream::null` where handle 0 is the legacy stream) |
+//! | `Stream::new` | **—** | **allowed** |
+//! | `Stream::destroy` | **—** | **allowed** (its check for pending work is skipped where a capture refuses the query) |
+//! | `drop(Stream)` | **—** | **allowed** |
+//! | `Stream::from_raw_owned` | **—** | **allowed** |
+//! | `BorrowedStream::borrow_raw` | **allowed** | **allowed** |
+//! | `BorrowedStream::borrow_raw_on` | **allowed** | **allowed** |
+//! | `BorrowedStream::from_cudarc` | **allowed** | **allowed** |
+//! | `StreamRef::to_cudarc` | **allowed** | **allowed** |
+//! | `StreamRef::id` | **allowed** (a stream created here: its id was read at its creation) | **allowed** |
+//! | `StreamRef::id`, of a borrowed stream | **refused** (`cudaStreamGetId` would invalidate the capture) | **allowed** |
+//! | `StreamRef::is_non_blocking` | **allowed** (a stream created here: no CUDA call) | **allowed** |
+//! | `StreamRef::is_non_blocking`, of a borrowed stream | **refused** (`cuStreamGetFlags` would invalidate the capture) | **allowed** |
+//! | `StreamRef::priority` | **allowed** | **allowed** |
+//! | `StreamRef::capture_status` | **allowed** | **allowed** |
+//! | `StreamRef::capture_info` | **allowed** | **allowed** |
+//! | `StreamRef::query` | **refused** | **refused by mode** |
+//! | `StreamRef::synchronize` | **refused** | **refused by mode** |
+//! | `StreamRef::fork` | **captured** (the new stream joins the capture: join it back before the end) | **allowed** |
+//! | `StreamRef::record` | **captured** | **allowed** |
+//! | `Event::record` | **captured** | **allowed** |
+//! | `StreamRef::record_event` | **captured** | **allowed** |
+//! | `StreamRef::record_with` | **captured** (external: a node the graph keeps) | **allowed** |
+//! | `StreamRef::record_event_with` | **captured** | **allowed** |
+//! | `StreamRef::wait_event` | **captured** (of an event recorded into the capture: the stream joins it) | **allowed** |
+//! | `StreamRef::wait_event`, on a capturing stream, of an event recorded outside | **not refused** (`cudaErrorStreamCaptureIsolation`; use `wait_stream`) | **—** |
+//! | `StreamRef::wait_stream` | **captured** (a join, or a wait on work outside: a node the graph keeps) | **allowed** |
+//! | `StreamRef::wait_stream`, between streams of two captures | **refused** | **—** |
+//! | `StreamRef::launch` | **captured** | **allowed** |
+//! | `StreamRef::launch_host_fn` | **refused** (use `Capture::launch_host_fn`) | **allowed** |
+//! | `StreamRef::launch_host_callback` | **refused** | **allowed** |
+//! | `StreamRef::completion` | **refused** (the future resolves to the error) | **allowed** |
+//! | `StreamRef::set_sync_policy` | **refused** | **allowed** |
+//! | `StreamRef::sync_policy` | **refused** | **allowed** |
+//! | `StreamRef::set_access_policy_window` | **refused** | **allowed** |
+//! | `StreamRef::access_policy_window` | **refused** | **allowed** |
+//! | `StreamRef::declare_accesses` | **allowed** (noted for the graph's replays) | **allowed** |
+//! | `StreamRef::as_current_with_device` | **allowed** | **allowed** |
+//! | `StreamRef::wait_value_raw` | **captured** | **allowed** |
+//! | `StreamRef::write_value_raw` | **captured** | **allowed** |
+//! | `StreamPool::acquire` | **—** | **allowed** |
+//! | `drop(StreamLease)` | **—** | **allowed** (a lease whose stream is capturing is quarantined, never reused) |
+//! | `Device::split_sms` | **—** | **allowed** |
+//! | `SmPartition::stream` | **—** | **allowed** |
+//! | `StreamRef::begin_capture` | **not refused** (`cudaErrorIllegalState`: the stream is already capturing) | **allowed** (a capture of its own) |
+//! | `StreamRef::begin_capture_into` | **not refused** (as `begin_capture`) | **allowed** (a capture of its own) |
+//! | `GraphBuilder::capture` | **not refused** (as `begin_capture`) | **allowed** (a capture of its own) |
+//! | `Capture::launch_host_fn` | **captured** (a host node the graph owns) | **refused** (a stream outside the capture) |
+//! | `Capture::scratch` | **captured** (an allocation and a free of the graph) | **refused** (a stream outside the capture) |
+//! | `Event::new` | **—** | **allowed** |
+//! | `drop(Event)` | **—** | **allowed** |
+//! | `Event::ipc_handle` | **—** | **allowed** |
+//! | `Event::from_ipc_handle` | **—** | **allowed** |
+//! | `Event::query` | **refused** | **refused by mode** |
+//! | `Event::synchronize` | **refused** | **refused by mode** |
+//! | `Event::elapsed` | **refused** | **refused by mode** |
+//! | `Event::completion` | **refused** (the future resolves to the error) | **allowed** (the crate's reactor queries in Relaxed mode) |
+//! | `Device::synchronize` | **—** | **refused** (a capture of its device in progress; else **refused by mode**) |
+//! | `Device::count` | **—** | **allowed** |
+//! | `Device::new` | **—** | **allowed** |
+//! | `Device::current` | **—** | **allowed** |
+//! | `Device::name` | **—** | **allowed** |
+//! | `Device::attribute` | **—** | **allowed** |
+//! | `Device::priority_range` | **—** | **allowed** |
+//! | `Device::check_priority` | **—** | **allowed** |
+//! | `Device::has_primary_context` | **—** | **allowed** |
+//! | `Device::make_current` | **—** | **allowed** |
+//! | `driver_version` | **—** | **allowed** |
+//! | `runtime_version` | **—** | **allowed** |
+//! | `with_thread_mode` | **—** | **allowed** |
+//! | `Graph::new` | **—** | **Relaxed** |
+//! | `Graph::instantiate` | **—** | **Relaxed** |
+//! | `Graph::instantiate_with` | **refused** (uploading to a capturing stream) | **Relaxed** (an upload, if any, is work on its stream) |
+//! | `drop(Graph)` | **—** | **Relaxed** |
+//! | `GraphExec::launch` | **refused** | **allowed** |
+//! | `GraphExec::upload` | **refused** | **allowed** |
+//! | `GraphExec::update` | **—** | **allowed** |
+//! | `GraphExec::flags` | **—** | **allowed** |
+//! | `drop(GraphExec)` | **—** | **Relaxed** |
+//! | `GraphBuilder::leaves` | **—** | **allowed** |
+//! | `GraphBuilder::add_empty_node` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_dependency` | **—** | **Relaxed** |
+//! | `GraphBuilder::condition` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_if` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_if_else` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_while` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_switch` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_kernel` | **—** | **Relaxed** |
+//! | `Kernel::launch` | **captured** | **allowed** |
+//! | `Kernel::launch`, with a completion event | **refused** (the graph would not keep the event) | **allowed** |
+//! | `Kernel::attributes` | **—** | **allowed** |
+//! | `Kernel::max_cooperative_blocks` | **—** | **allowed** |
+//! | `DeviceBuffer::new` | **refused** | **allowed** (`cudaMallocAsync` on a stream outside the capture) |
+//! | `DeviceBuffer::new_in` | **refused** | **allowed** |
+//! | `DeviceBuffer::zeroed` | **refused** | **allowed** |
+//! | `DeviceBuffer::from_slice` | **refused** | **refused by mode** (it waits for its copy from pageable memory) |
+//! | `DeviceBuffer::copy_from_slice` | **refused** | **refused by mode** (it waits for its copy) |
+//! | `DeviceBuffer::copy_to_slice` | **refused** | **refused by mode** (it waits for its copy) |
+//! | `DeviceBuffer::to_vec` | **refused** | **refused by mode** (it waits for its copy) |
+//! | `DeviceBuffer::copy_from_pinned` | **refused** | **allowed** |
+//! | `DeviceBuffer::copy_to_pinned` | **refused** | **allowed** |
+//! | `DeviceBuffer::copy_from` | **refused** | **allowed** |
+//! | `DeviceBuffer::fill_bytes` | **refused** | **allowed** |
+//! | `DeviceBuffer::use_on` | **refused** | **allowed** |
+//! | `drop(DeviceBuffer)` | **allowed** (its home stream capturing: nothing is freed, the memory leaks) | **allowed** |
+//! | `PinnedBuffer::zeroed` | **—** | **Relaxed** |
+//! | `PinnedBuffer::from_slice` | **—** | **Relaxed** |
+//! | `PinnedBuffer::as_slice` | **—** | **allowed** (no copy in flight; with copies in flight it waits for them: **refused by mode**) |
+//! | `PinnedBuffer::as_mut_slice` | **—** | **allowed** (as `as_slice`) |
+//! | `drop(PinnedBuffer)` | **—** | **Relaxed** (with copies in flight where the mode refuses the wait: leaked) |
+//! | `MemPool::new` | **—** | **Relaxed** |
+//! | `MemPool::device_default` | **—** | **allowed** |
+//! | `MemPool::set_release_threshold` | **—** | **allowed** |
+//! | `MemPool::release_threshold` | **—** | **allowed** |
+//! | `MemPool::set_reuse` | **—** | **allowed** |
+//! | `MemPool::reuse` | **—** | **allowed** |
+//! | `MemPool::stats` | **—** | **allowed** |
+//! | `MemPool::reset_peaks` | **—** | **allowed** |
+//! | `MemPool::trim_to` | **—** | **Relaxed** |
+//! | `drop(MemPool)` | **—** | **Relaxed** |
+//! | `MemOpSupport::of` | **—** | **allowed** |
+//! | `MappedWords::new` | **—** | **allowed or refused by mode** |
+//! | `MappedWords::wait_value` | **captured** (the graph keeps the words) | **allowed** |
+//! | `MappedWords::write_value` | **captured** | **allowed** |
+//! | `MappedWords::mem_ops` | **captured** | **allowed** |
+//! | `MappedWords::use_on` | **captured** | **allowed** |
+//! | `DeviceWords::zeroed` | **refused** | **allowed or refused by mode** |
+//! | `DeviceWords::wait_value` | **captured** (the graph keeps the words) | **allowed** |
+//! | `DeviceWords::write_value` | **captured** | **allowed** |
+//! | `DeviceWords::mem_ops` | **captured** | **allowed** |
+//! | `DeviceWords::use_on` | **captured** | **allowed** |
+//! | `DeviceWords::to_vec` | **refused** | **refused by mode** (it waits for its copy) |
 //!
 //! # Who is in a capture: begins, ends and joins are transitions
 //! A stream becomes part of a capture in two ways: a capture begins on it, or it **joins** one
@@ -163,7 +326,7 @@ pub use crate::call::capture_mode::{CaptureMode, Global, Relaxed, ThreadLocal, w
 pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
 
 use super::{Graph, leaves_of};
-use crate::call::live_captures::{self, capture_transition};
+use crate::call::live_captures::{self, Transition, capture_transition};
 use crate::call::race;
 use crate::call::uncaptured_calls;
 use crate::device::same_device;
@@ -235,7 +398,7 @@ impl StreamRef {
             // else uses meanwhile.
             Some(Target::Borrowed(graph)) => unsafe { leaves_of(*graph as sys::cudaGraph_t)? },
         };
-        let transition = capture_transition();
+        let transition = capture_transition()?;
         // Counted before CUDA begins it: a call that CUDA orders after the begin (a record that
         // goes into the capture) then sees the count (`live_captures::may_capture`).
         let mut counted = live_captures::begun(self.device().ordinal(), M::RAW);
@@ -375,7 +538,7 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         let host = CaptureNode::Host(run_repeatable::<F>);
         // Declared before the lock: a closure the graph did not take drops after it.
         let mut f = Some(Counted::boxed(f));
-        let transition = capture_transition();
+        let transition = capture_transition()?;
         match add_to_capture(stream, Some(self.id), &mut f, host, &transition)? {
             Added::Node => Ok(()),
             Added::NotCapturing => Err(Error::CaptureMisuse("the host function's stream is not part of this capture")),
@@ -395,9 +558,8 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         match self.finish() {
             Ended::Graph(graph) => graph.map(|graph| graph.with_race_accesses(race_accesses)),
             // Captures into a borrowed graph are never handed out as a `Capture`.
-            Ended::Borrowed(_) | Ended::StillOpen(_) => {
-                Err(Error::CaptureMisuse("this capture wrote into a graph it does not own"))
-            }
+            Ended::Borrowed(_) => Err(Error::CaptureMisuse("this capture wrote into a graph it does not own")),
+            Ended::StillOpen(error) => Err(error),
         }
     }
 
@@ -407,14 +569,17 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     pub(super) fn finish(&mut self) -> Ended {
         self.ended = true;
         let into = self.into.take();
-        let current = match self.stream.enter_runtime() {
-            Ok(current) => current,
+        // Neither inside a host function nor inside a call that holds the transition lock (a
+        // launcher's closure) can the end be made.
+        let entered = self.stream.enter_runtime().and_then(|current| Ok((current, capture_transition()?)));
+        let (current, transition) = match entered {
+            Ok(entered) => entered,
             Err(error) => {
                 std::mem::forget(into);
                 return Ended::StillOpen(error);
             }
         };
-        let ended = end_capture(self.stream, into);
+        let ended = end_capture(self.stream, into, transition);
         drop(current);
         live_captures::ended(self.counted);
         // Accesses declared into a capture whose graph does not keep them (a capture dropped,
@@ -440,13 +605,12 @@ pub(super) enum Ended {
     StillOpen(Error),
 }
 
-/// Ends the capture of `stream`: its graph is `into`, the graph it captured into, or CUDA's
-/// own new graph.
-fn end_capture(stream: &StreamRef, into: Option<Target>) -> Ended {
+/// Ends the capture of `stream` under `transition`, which it releases once CUDA has: its graph is
+/// `into`, the graph it captured into, or CUDA's own new graph.
+fn end_capture(stream: &StreamRef, into: Option<Target>, transition: Transition) -> Ended {
     // Until the capture has ended CUDA may still write to `into`: every failure leaks it.
     let into = ManuallyDrop::new(into);
     let mut raw: sys::cudaGraph_t = std::ptr::null_mut();
-    let transition = capture_transition();
     // SAFETY: a live, capturing stream; `raw` is a valid out-pointer.
     let code = unsafe { sys::cudaStreamEndCapture(stream.as_raw(), &mut raw) };
     drop(transition);

@@ -20,13 +20,14 @@ pub mod capture;
 pub mod conditional;
 
 use crate::call::capture_mode::uncapturable_call;
-use crate::call::race::{self, model::Step};
+use crate::call::race;
 use crate::device::Device;
 use crate::device::same_device;
 use crate::ffi::error::{Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check};
 use crate::ffi::inside_host_fn::{call_outside_host_fn, refuse_inside_host_fn};
 use crate::stream::AsStream;
 use crate::stream::StreamRef;
+use crate::stream::enqueue::{InCapture, Via, Work};
 use crate::sys;
 use std::cell::{Cell, RefCell};
 use std::ffi::c_ulonglong;
@@ -261,7 +262,7 @@ impl Graph {
         };
         match options.upload {
             // An upload is work on its stream, which must not be capturing.
-            Some(stream) => stream.enqueue_uncaptured(LAUNCH_INTO_CAPTURE, instantiate),
+            Some(stream) => stream.outside_transitions(InCapture::Refused(LAUNCH_INTO_CAPTURE), instantiate),
             None => instantiate(),
         }
     }
@@ -473,22 +474,32 @@ impl GraphExec {
     #[inline]
     pub fn launch(&self, stream: impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
-        stream.enqueue_uncaptured(LAUNCH_INTO_CAPTURE, || {
-            if let Some(accesses) = self.race_accesses.as_deref().filter(|_| race::tracking()) {
-                let checked = stream.race_check_replay(accesses)?;
-                return self.launch_unobserved(&stream).map(|()| checked.enqueued());
-            }
-            stream.race_observed(Step::Work, "cudaGraphLaunch", || self.launch_unobserved(&stream))
+        if let Some(accesses) = self.race_accesses.as_deref().filter(|_| race::tracking()) {
+            return self.launch_replaying(&stream, accesses);
+        }
+        let work = Work::named("cudaGraphLaunch").refused_in_capture(LAUNCH_INTO_CAPTURE).through_driver();
+        stream.enqueue(work, |via| self.launch_via(&stream, via))
+    }
+
+    /// A launch whose capture declared `accesses` to the race detector: the replay is checked
+    /// and recorded as those accesses.
+    #[cold]
+    fn launch_replaying(&self, stream: &StreamRef, accesses: &race::CapturedAccesses) -> Result<()> {
+        let current = stream.enter()?;
+        let via = if current.is_some() { Via::Runtime } else { Via::Driver };
+        stream.outside_transitions(InCapture::Refused(LAUNCH_INTO_CAPTURE), || {
+            let checked = stream.race_check_replay(accesses)?;
+            self.launch_via(stream, via).map(|()| checked.enqueued())
         })
     }
 
     #[inline(always)]
-    fn launch_unobserved(&self, stream: &StreamRef) -> Result<()> {
-        match stream.enter()? {
+    fn launch_via(&self, stream: &StreamRef, via: Via) -> Result<()> {
+        match via {
             // SAFETY: a live executable used by this thread only, and a live real stream.
-            None => unsafe { crate::ffi::driver::graph_launch(self.raw, stream.as_raw()) },
+            Via::Driver => unsafe { crate::ffi::driver::graph_launch(self.raw, stream.as_raw()) },
             // SAFETY: as above, with a special handle of the current device.
-            Some(_current) => check(unsafe { sys::cudaGraphLaunch(self.raw, stream.as_raw()) }, "cudaGraphLaunch"),
+            Via::Runtime => check(unsafe { sys::cudaGraphLaunch(self.raw, stream.as_raw()) }, "cudaGraphLaunch"),
         }
     }
 
@@ -499,7 +510,7 @@ impl GraphExec {
     /// CUDA's errors.
     pub fn upload(&self, stream: impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
-        stream.enqueue_uncaptured(LAUNCH_INTO_CAPTURE, || {
+        stream.outside_transitions(InCapture::Refused(LAUNCH_INTO_CAPTURE), || {
             let _current = stream.enter_runtime()?;
             // SAFETY: a live executable used by this thread only, and a live stream.
             check(unsafe { sys::cudaGraphUpload(self.raw, stream.as_raw()) }, "cudaGraphUpload")

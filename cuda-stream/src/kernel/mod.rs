@@ -55,11 +55,11 @@ mod graph_node;
 pub use args::{KernelArg, KernelArgs};
 pub use config::{Dim3, LaunchConfig, MemSyncDomain};
 
-use crate::call::live_captures::no_capture_transitions;
 use crate::call::race::{self, model::Step};
 use crate::device::Device;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result};
+use crate::stream::enqueue::{InCapture, Work};
 use crate::stream::{AsStream, StreamRef};
 use crate::sys;
 use std::ffi::c_void;
@@ -116,6 +116,10 @@ pub struct Kernel<A: KernelArgs> {
     signature: AtomicU8,
     args: PhantomData<fn(A)>,
 }
+
+/// Why a launch with a completion event is refused on a capturing stream.
+const COMPLETION_EVENT_CAPTURED: &str =
+    "a launch with a completion event during a stream capture (the graph would not keep the event)";
 
 const UNCHECKED: u8 = 0;
 const MATCHES: u8 = 1;
@@ -195,37 +199,28 @@ impl<A: KernelArgs> Kernel<A> {
             self.check_signature(stream.device())?;
         }
         config.check(stream.device())?;
-        let race_check =
-            || stream.race_check(Step::Work, || race::uses(config.declared_accesses()), || self.name.to_owned());
+        let uses = || race::uses(config.declared_accesses());
         match config.launch_completion_event() {
-            // Through the one enqueue path: no node is added by hand to a capture's graph
-            // while CUDA may capture the launch into it.
-            None => stream.enqueue(|| {
-                let checked = race_check()?;
-                self.launch_now(&stream, config, &args).map(|()| checked.enqueued())
-            }),
-            Some(event) => {
-                // No capture of this crate begins or ends around the launch: a capture would
-                // take the kernel with a node naming the event, which the graph does not keep.
-                let _transitions = no_capture_transitions();
-                if stream.may_be_capturing()? {
-                    return Err(Error::CaptureMisuse(
-                        "a launch with a completion event during a stream capture (the graph would not keep the event)",
-                    ));
-                }
+            // Through the one enqueue path (entered above: the checks needed the device).
+            None => {
+                stream.enqueue(Work::named(self.name).uses(uses).entered(), |_| self.launch_now(&stream, config, &args))
+            }
+            // Never into a capture: the graph would take the kernel with a node naming the
+            // event, which it does not keep.
+            Some(event) => stream.outside_transitions(InCapture::Refused(COMPLETION_EVENT_CAPTURED), || {
                 let ticket = event.records().before_record();
                 // To the race detector, the event records the work before the kernel (it
                 // fires once the kernel's blocks have begun, not after their accesses): both
                 // checked before the launch, recorded after it, the record first.
                 let recorded = stream
                     .race_check(Step::Record(event.as_raw() as usize), Vec::new, || "completion event".to_owned())?;
-                let checked = race_check()?;
+                let checked = stream.race_check(Step::Work, uses, || self.name.to_owned())?;
                 self.launch_now(&stream, config, &args)?;
                 recorded.enqueued();
                 checked.enqueued();
                 event.records().note_uncaptured_record(ticket);
                 Ok(())
-            }
+            }),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::pinned::PinnedBuffer;
 use super::pool::MemPool;
-use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
+use super::uses::{CAPTURED, Touched, Uses, ordered_use};
 use super::{DeviceCopy, byte_size, same_length};
 use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures::{self, no_capture_transitions};
@@ -16,6 +16,7 @@ use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::capture_status::CaptureStatus;
+use crate::stream::enqueue::{InCapture, Work};
 use crate::stream::{AsStream, BorrowedStream, StreamRef};
 use crate::sys;
 use std::ffi::c_void;
@@ -119,7 +120,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         // begin waits for it), else the check and the allocation under the read side of the
         // capture-transition lock. Never a graph's allocation (CUDA would make it one on a
         // capturing stream) handed out as a buffer.
-        let ptr = stream.enqueue_uncaptured(CAPTURED, || allocate_on(&stream, bytes, pool))?;
+        let ptr = stream.outside_transitions(InCapture::Refused(CAPTURED), || allocate_on(&stream, bytes, pool))?;
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         let (home_raw, device) = (stream.as_raw(), stream.device());
         let home_identity = (stream.identity(), stream.known_id());
@@ -172,6 +173,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     ///
     /// `launch` typically calls [`StreamRef::launch`] with a kernel of yours; the kernel must
     /// use the address only on `stream`, and only through work enqueued inside `launch`.
+    /// `launch` runs inside the use's hold, as [`StreamRef::launch`]'s launcher does: calls of
+    /// this crate inside it work, a capture transition there is refused.
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::CaptureMisuse`]
@@ -183,12 +186,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let stream = stream.as_stream();
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let (home, ptr) = (self.home()?, self.ptr.as_ptr());
-        // Your launch is not held under the capture-transition lock (it may make calls that
-        // take it): a capture that begins on `stream` meanwhile takes your launch, your
-        // `unsafe` contract; one that begins on the home stream makes the buffer leak.
-        ordered_use(&stream, &[Touched { home: &home, uses: &self.uses }], Hold::ChecksAndWaits, || {
-            Ok(launch(&stream, ptr))
-        })
+        // Your launch runs inside the use's hold: no capture of this crate begins, ends or is
+        // joined meanwhile (one begun there is refused), so the checks hold for it.
+        ordered_use(&stream, &[Touched { home: &home, uses: &self.uses }], || Ok(launch(&stream, ptr)))
     }
 
     /// Copies `source` into the buffer on `stream`, and returns once the copy has completed:
@@ -278,19 +278,25 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         }
         let (to_home, from_home) = (self.home()?, source.home()?);
         let touched = [Touched { home: &to_home, uses: &self.uses }, Touched { home: &from_home, uses: &source.uses }];
-        ordered_use(&stream, &touched, Hold::Throughout, || {
+        ordered_use(&stream, &touched, || {
             if to_device == from_device {
                 return copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
             }
-            let _current = stream.enter_runtime()?;
-            let uses = || copy_uses(to, from, bytes);
-            let checked = stream.race_check(Step::Work, uses, || "cudaMemcpyPeerAsync".to_owned())?;
-            // SAFETY: two live allocations of `bytes` on their devices, the ordinals of those
-            // devices; a live stream of one of them.
-            let code = unsafe {
-                sys::cudaMemcpyPeerAsync(to, to_device.ordinal(), from, from_device.ordinal(), bytes, stream.as_raw())
-            };
-            check(code, "cudaMemcpyPeerAsync").map(|()| checked.enqueued())
+            stream.enqueue(Work::named("cudaMemcpyPeerAsync").uses(|| copy_uses(to, from, bytes)), |_| {
+                // SAFETY: two live allocations of `bytes` on their devices, the ordinals of
+                // those devices; a live stream of one of them, its device current.
+                let code = unsafe {
+                    sys::cudaMemcpyPeerAsync(
+                        to,
+                        to_device.ordinal(),
+                        from,
+                        from_device.ordinal(),
+                        bytes,
+                        stream.as_raw(),
+                    )
+                };
+                check(code, "cudaMemcpyPeerAsync")
+            })
         })
     }
 
@@ -305,17 +311,14 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
         self.ordered(stream, || {
-            let _current = stream.enter_runtime()?;
-            let checked = stream.race_check(
-                Step::Work,
-                || vec![self.race_use(AccessKind::Write)],
-                || "cudaMemsetAsync".to_owned(),
-            )?;
-            // SAFETY: a live allocation of `bytes()` bytes; a live stream of its device.
-            let code = unsafe {
-                sys::cudaMemsetAsync(self.ptr.as_ptr().cast(), i32::from(byte), self.bytes(), stream.as_raw())
-            };
-            check(code, "cudaMemsetAsync").map(|()| checked.enqueued())
+            let work = Work::named("cudaMemsetAsync").uses(|| vec![self.race_use(AccessKind::Write)]);
+            stream.enqueue(work, |_| {
+                // SAFETY: a live allocation of `bytes()` bytes; a live stream of its device, current.
+                let code = unsafe {
+                    sys::cudaMemsetAsync(self.ptr.as_ptr().cast(), i32::from(byte), self.bytes(), stream.as_raw())
+                };
+                check(code, "cudaMemsetAsync")
+            })
         })
     }
 
@@ -346,7 +349,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     fn ordered<R>(&self, stream: &StreamRef, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let home = self.home()?;
-        ordered_use(stream, &[Touched { home: &home, uses: &self.uses }], Hold::Throughout, enqueue)
+        ordered_use(stream, &[Touched { home: &home, uses: &self.uses }], enqueue)
     }
 
     /// A copy between the buffer and host memory the caller lends only for this call: the
@@ -479,13 +482,12 @@ fn copy_async(
     bytes: usize,
     kind: sys::cudaMemcpyKind,
 ) -> Result<()> {
-    let _current = stream.enter_runtime()?;
-    let checked = stream.race_check(Step::Work, || copy_uses(to, from, bytes), || "cudaMemcpyAsync".to_owned())?;
-    // SAFETY: the callers pass `bytes` valid bytes at both addresses, of the kinds `kind`
-    // names, alive until the copy has completed (device buffers by the stream order, host
-    // memory by a wait or a pinned buffer's record); a live stream.
-    check(unsafe { sys::cudaMemcpyAsync(to, from, bytes, kind, stream.as_raw()) }, "cudaMemcpyAsync")
-        .map(|()| checked.enqueued())
+    stream.enqueue(Work::named("cudaMemcpyAsync").uses(|| copy_uses(to, from, bytes)), |_| {
+        // SAFETY: the callers pass `bytes` valid bytes at both addresses, of the kinds `kind`
+        // names, alive until the copy has completed (device buffers by the stream order, host
+        // memory by a wait or a pinned buffer's record); a live stream.
+        check(unsafe { sys::cudaMemcpyAsync(to, from, bytes, kind, stream.as_raw()) }, "cudaMemcpyAsync")
+    })
 }
 
 /// What a copy of `bytes` from `from` to `to` reads and writes, for the race detector.

@@ -37,11 +37,11 @@
 
 use super::StreamRef;
 use super::capture_status::{CaptureInfo, CaptureStatus};
+use crate::call::live_captures::Transition;
 use crate::device::keep_alive::{graph_mutations, keep_alive_locked};
 use crate::ffi::error::{Result, check};
 use crate::sys;
 use std::ffi::{c_ulonglong, c_void};
-use std::sync::RwLockWriteGuard;
 
 /// The node to add, built from the address of the object the graph keeps.
 pub(crate) enum CaptureNode {
@@ -86,7 +86,7 @@ pub(crate) fn add_to_capture<T: Send + 'static>(
     expected: Option<u64>,
     object: &mut Option<Box<T>>,
     node: CaptureNode,
-    _transition: &RwLockWriteGuard<'static, ()>,
+    _transition: &Transition,
 ) -> Result<Added> {
     let _current = stream.enter_runtime()?;
     let serialized = graph_mutations();

@@ -3,11 +3,9 @@
 //! stream). Beginning and ending captures is the [graph layer](crate::capture)'s.
 
 use super::StreamRef;
-use crate::call::live_captures::no_capture_transitions;
-use crate::call::uncaptured_calls;
+use super::enqueue::InCapture;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
-use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::ffi::c_ulonglong;
 
@@ -56,15 +54,18 @@ impl StreamRef {
     /// Global mode.
     #[inline]
     pub fn capture_status(&self) -> Result<CaptureStatus> {
-        let status = match self.enter_to_read()? {
-            None => driver::stream_is_capturing(self.as_raw())?,
-            Some(_current) => {
+        let current = self.enter_to_read()?;
+        // Never beside a capture transition: a read racing another thread's end of the
+        // capture crashed libcuda (CUDA 13.0, `cuStreamGetCaptureInfo`).
+        let status = self.outside_transitions(InCapture::Captured, || match current {
+            None => driver::stream_is_capturing(self.as_raw()),
+            Some(_) => {
                 let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
                 // SAFETY: a special handle of the current device; a valid out-pointer.
                 check(unsafe { sys::cudaStreamIsCapturing(self.as_raw(), &mut status) }, "cudaStreamIsCapturing")?;
-                status
+                Ok(status)
             }
-        };
+        })?;
         Ok(CaptureStatus::of(status))
     }
 
@@ -76,56 +77,6 @@ impl StreamRef {
             CaptureStatus::None => Ok(()),
             _ => Err(Error::CaptureMisuse(why)),
         }
-    }
-
-    /// Runs `call`, which puts work on this stream: the enqueue under the crate's capture
-    /// protocol. While no capture may be in progress, `call` is a fast call (a capture of this
-    /// crate does not begin until it has returned: one thread-local store, no lock); otherwise
-    /// it holds the read side of the capture-transition lock, so no capture begins, ends or is
-    /// joined meanwhile, and no node is added by hand to a capture's graph while CUDA may
-    /// capture `call`'s work into it. Refused inside a host function before any lock.
-    #[inline(always)]
-    pub(crate) fn enqueue<R>(&self, call: impl FnOnce() -> Result<R>) -> Result<R> {
-        self.enqueue_with(None, call)
-    }
-
-    /// [`StreamRef::enqueue`] for work that must not go into a capture (a graph launch or
-    /// upload, which CUDA would refuse by invalidating the capture, a completion's event): on a
-    /// capturing stream, [`Error::CaptureMisuse`] with `why`, before CUDA. The per-thread
-    /// stream, which another library may capture at any time, is always checked.
-    #[inline(always)]
-    pub(crate) fn enqueue_uncaptured<R>(&self, why: &'static str, call: impl FnOnce() -> Result<R>) -> Result<R> {
-        self.enqueue_with(Some(why), call)
-    }
-
-    #[inline(always)]
-    fn enqueue_with<R>(&self, refuse_capturing: Option<&'static str>, call: impl FnOnce() -> Result<R>) -> Result<R> {
-        let mut call = Some(call);
-        if refuse_capturing.is_none() || !self.is_thread_bound() {
-            if let Some(Some(done)) = uncaptured_calls::outside_captures(|| call.take().map(|call| call())) {
-                return done;
-            }
-        }
-        match call {
-            Some(call) => self.enqueue_held(refuse_capturing, call),
-            // Taken only by a fast call that ran, and returned above.
-            None => Err(Error::CaptureMisuse("a fast call did not return its result")),
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn enqueue_held<R>(&self, refuse_capturing: Option<&'static str>, call: impl FnOnce() -> Result<R>) -> Result<R> {
-        // Never blocks a host function behind a waiting writer (CUDA's callback thread would
-        // hold up the very work the writer's readers wait for).
-        refuse_inside_host_fn()?;
-        let _transitions = no_capture_transitions();
-        if let Some(why) = refuse_capturing {
-            if self.may_be_capturing()? {
-                return Err(Error::CaptureMisuse(why));
-            }
-        }
-        call()
     }
 
     /// The capture status and the capture's unique id
@@ -150,6 +101,11 @@ pub(crate) fn refuse_legacy(stream: &StreamRef, why: &'static str) -> Result<()>
 /// ([`cudaStreamGetCaptureInfo`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__STREAM.html)).
 pub(crate) fn capture_state(stream: &StreamRef) -> Result<CaptureState> {
     let _current = stream.enter_runtime()?;
+    // Never beside a capture transition (see `capture_status`).
+    stream.outside_transitions(InCapture::Captured, || read_capture_state(stream))
+}
+
+fn read_capture_state(stream: &StreamRef) -> Result<CaptureState> {
     let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
     let mut id: c_ulonglong = 0;
     let mut graph: sys::cudaGraph_t = std::ptr::null_mut();

@@ -18,6 +18,7 @@ pub mod attributes;
 pub(crate) mod capture_node;
 pub(crate) mod capture_status;
 pub(crate) mod current;
+pub(crate) mod enqueue;
 mod launch;
 pub(crate) mod partition;
 pub(crate) mod pool;

@@ -78,29 +78,6 @@ impl StreamRef {
         }
     }
 
-    /// Makes `call`, a CUDA call that enqueues operation `step` (no accesses) here, and tells
-    /// the detector once CUDA took it. While the detector is off: `call` after one relaxed
-    /// load and a branch, nothing else on the hot path.
-    #[inline(always)]
-    pub(crate) fn race_observed(
-        &self,
-        step: Step,
-        operation: &'static str,
-        call: impl FnOnce() -> Result<()>,
-    ) -> Result<()> {
-        if !race::tracking() {
-            return call();
-        }
-        self.race_observed_slow(step, operation, call)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn race_observed_slow(&self, step: Step, operation: &'static str, call: impl FnOnce() -> Result<()>) -> Result<()> {
-        let checked = self.race_check(step, Vec::new, || operation.to_owned())?;
-        call().map(|()| checked.enqueued())
-    }
-
     /// What a synchronize (or a query that answers true) of this stream waits for, read
     /// before it, for [`race::host_saw`] after it: later work on any stream comes after it.
     #[inline(always)]

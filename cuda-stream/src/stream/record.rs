@@ -6,6 +6,7 @@
 
 use super::capture_node::{Added, CaptureNode, add_to_capture};
 use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
+use super::enqueue::{Via, Work};
 use super::{AsStream, Builtin, StreamRef};
 use crate::call::live_captures::{self, no_capture_transitions};
 use crate::call::race::{self, model::Step};
@@ -145,7 +146,7 @@ impl StreamRef {
         // No capture of this crate begins, ends or is joined until the record is in: the graph
         // read is the one the node goes into, and it lives meanwhile; no call of this crate
         // captures into that graph meanwhile (see `add_to_capture`).
-        let transition = live_captures::capture_transition();
+        let transition = live_captures::capture_transition()?;
         // Not beside another thread's record of the event into a capture (see `record`).
         let _turn = event.records().take_turn();
         let ticket = event.records().before_record();
@@ -182,13 +183,12 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn record_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        self.race_observed(Step::Record(event as usize), "cudaEventRecord", || match self.enter()? {
-            None => driver::event_record(event, self.raw, flags),
-            Some(_current) => {
-                // SAFETY: `event` is live, of the device whose stream the special handle `raw`
-                // names; `flags` is one of CUDA's record flags.
-                check(unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }, "cudaEventRecord")
-            }
+        let work = Work::named("cudaEventRecord").step(Step::Record(event as usize)).through_driver();
+        self.enqueue(work, |via| match via {
+            Via::Driver => driver::event_record(event, self.raw, flags),
+            // SAFETY: `event` is live, of the device whose stream the special handle `raw`
+            // names, which is current; `flags` is one of CUDA's record flags.
+            Via::Runtime => check(unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }, "cudaEventRecord"),
         })
     }
 
@@ -251,7 +251,7 @@ impl StreamRef {
         // thread's per-thread stream, the legacy stream during a capture): a misuse never
         // reaches the join's bookkeeping.
         let _entered = self.enter()?;
-        let transition = live_captures::capture_transition();
+        let transition = live_captures::capture_transition()?;
         // Until a foreign handle was seen, a capture this crate did not count (another library's
         // capture of its thread's per-thread stream) may be joined here: the wait is counted
         // while it is made, after the fast calls that assumed no capture have returned, as a
@@ -299,11 +299,12 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn wait_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        self.race_observed(Step::WaitEvent(event as usize), "cudaStreamWaitEvent", || match self.enter()? {
-            None => driver::stream_wait_event(self.raw, event, flags),
-            // SAFETY: `event` is live, `raw` a special handle; `flags` is one of CUDA's wait
-            // flags.
-            Some(_current) => check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent"),
+        let work = Work::named("cudaStreamWaitEvent").step(Step::WaitEvent(event as usize)).through_driver();
+        self.enqueue(work, |via| match via {
+            Via::Driver => driver::stream_wait_event(self.raw, event, flags),
+            // SAFETY: `event` is live, `raw` a special handle of the current device; `flags` is
+            // one of CUDA's wait flags.
+            Via::Runtime => check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent"),
         })
     }
 
@@ -427,7 +428,7 @@ pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Res
     // event is in it (another thread could otherwise end the capture and destroy the graph in
     // between, or begin a new capture that the wait would go into); no call of this crate
     // captures into that graph meanwhile (see `add_to_capture`).
-    let transitions = live_captures::capture_transition();
+    let transitions = live_captures::capture_transition()?;
     let mine = capture_state(this)?;
     if mine.info.status == CaptureStatus::None {
         // Its capture ended since the caller's check: the wait may join another capture now.
