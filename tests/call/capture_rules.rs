@@ -813,19 +813,24 @@ fn rows() -> Vec<Row> {
             keep(s, partition);
             stream.map(|stream| keep(s, stream))
         }),
-        row("StreamRef::begin_capture", NotRefused, Allowed, |s, _| {
-            let other = other_stream(s);
-            other.begin_capture(capture::ThreadLocal)?.end().map(drop)
+        row("StreamRef::begin_capture", Refused, Allowed, |s, side| match side {
+            Side::OnTheCapture => s.captured.begin_capture(capture::ThreadLocal).map(drop),
+            Side::Elsewhere => other_stream(s).begin_capture(capture::ThreadLocal)?.end().map(drop),
         }),
-        row("StreamRef::begin_capture_into", NotRefused, Allowed, |s, _| {
-            let other = other_stream(s);
-            other.begin_capture_into(Graph::new(s.device)?, capture::ThreadLocal)?.end().map(drop)
+        row("StreamRef::begin_capture_into", Refused, Allowed, |s, side| {
+            let graph = Graph::new(s.device)?;
+            match side {
+                Side::OnTheCapture => s.captured.begin_capture_into(graph, capture::ThreadLocal).map(drop),
+                Side::Elsewhere => other_stream(s).begin_capture_into(graph, capture::ThreadLocal)?.end().map(drop),
+            }
         }),
-        row("GraphBuilder::capture", NotRefused, Allowed, |s, _| {
-            let other = other_stream(s);
+        row("GraphBuilder::capture", Refused, Allowed, |s, side| {
             let mut graph = Graph::new(s.device)?;
             let mut builder = graph.builder();
-            builder.capture(&other, capture::ThreadLocal)?.end()
+            match side {
+                Side::OnTheCapture => builder.capture(s.captured, capture::ThreadLocal).map(drop),
+                Side::Elsewhere => builder.capture(&other_stream(s), capture::ThreadLocal)?.end(),
+            }
         }),
         Row {
             name: "Capture::launch_host_fn",

@@ -91,9 +91,11 @@ pub(crate) fn outside_captures<R>(call: impl FnOnce() -> R) -> Option<R> {
     // A thread being torn down (its thread-locals gone) takes the slow path.
     let flag = this_threads_flag()?;
     if flag.load(Ordering::Relaxed) {
-        // Nested in a fast call of this thread (a launcher's closure): a capture's begin waits
-        // for that one, which is still in progress, whatever the count says now.
-        return Some(call());
+        // Nested in a fast call of this thread (a record inside a wait): a capture's begin
+        // waits for the outer one, but this thread itself may have changed the premise since
+        // (a foreign handle wrapped): the count is read again, and a caller that finds a
+        // capture possible takes its held path (which takes no lock inside a fast call).
+        return (!may_capture()).then(call);
     }
     flag.store(true, Ordering::Relaxed);
     // Cleared however the call ends (a panic too: a flag left set would hold every capture's

@@ -170,9 +170,9 @@
 //! | `drop(StreamLease)` | **—** | **allowed** (a lease whose stream is capturing is quarantined, never reused) |
 //! | `Device::split_sms` | **—** | **allowed** |
 //! | `SmPartition::stream` | **—** | **allowed** |
-//! | `StreamRef::begin_capture` | **not refused** (`cudaErrorIllegalState`: the stream is already capturing) | **allowed** (a capture of its own) |
-//! | `StreamRef::begin_capture_into` | **not refused** (as `begin_capture`) | **allowed** (a capture of its own) |
-//! | `GraphBuilder::capture` | **not refused** (as `begin_capture`) | **allowed** (a capture of its own) |
+//! | `StreamRef::begin_capture` | **refused** (the stream is already part of a capture) | **allowed** (a capture of its own) |
+//! | `StreamRef::begin_capture_into` | **refused** (as `begin_capture`) | **allowed** (a capture of its own) |
+//! | `GraphBuilder::capture` | **refused** (as `begin_capture`) | **allowed** (a capture of its own) |
 //! | `Capture::launch_host_fn` | **captured** (a host node the graph owns) | **refused** (a stream outside the capture) |
 //! | `Capture::scratch` | **captured** (an allocation and a free of the graph) | **refused** (a stream outside the capture) |
 //! | `Event::new` | **—** | **allowed** |
@@ -352,8 +352,9 @@ impl StreamRef {
     /// [module docs](crate::capture#calls-refused-during-a-capture)).
     ///
     /// # Errors
-    /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) on the legacy stream (CUDA cannot capture it); CUDA's
-    /// `cudaErrorIllegalState` when the stream is already capturing.
+    /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) on the legacy stream (CUDA cannot capture it), on a
+    /// stream already part of a capture (CUDA would answer `cudaErrorIllegalState`), and inside
+    /// a caller's closure that the enqueue path runs (see [`StreamRef::launch`]).
     pub fn begin_capture<M: CaptureMode>(&self, _mode: M) -> Result<Capture<'_, M>> {
         self.start_capture(None)
     }
@@ -399,6 +400,11 @@ impl StreamRef {
             Some(Target::Borrowed(graph)) => unsafe { leaves_of(*graph as sys::cudaGraph_t)? },
         };
         let transition = capture_transition()?;
+        // A stream already in a capture (begun here, or joined): CUDA answers
+        // cudaErrorIllegalState; refused before it sees the call.
+        if self.may_be_capturing()? {
+            return Err(Error::CaptureMisuse("the stream is already part of a capture"));
+        }
         // Counted before CUDA begins it: a call that CUDA orders after the begin (a record that
         // goes into the capture) then sees the count (`live_captures::may_capture`).
         let mut counted = live_captures::begun(self.device().ordinal(), M::RAW);

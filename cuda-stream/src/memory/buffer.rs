@@ -3,7 +3,7 @@
 
 use super::pinned::PinnedBuffer;
 use super::pool::MemPool;
-use super::uses::{CAPTURED, Touched, Uses, ordered_use};
+use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
 use super::{DeviceCopy, byte_size, same_length};
 use crate::call::capture_mode::ignore_other_threads_captures;
 use crate::call::live_captures::{self, no_capture_transitions};
@@ -173,8 +173,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     ///
     /// `launch` typically calls [`StreamRef::launch`] with a kernel of yours; the kernel must
     /// use the address only on `stream`, and only through work enqueued inside `launch`.
-    /// `launch` runs inside the use's hold, as [`StreamRef::launch`]'s launcher does: calls of
-    /// this crate inside it work, a capture transition there is refused.
+    /// `launch` runs outside the crate's hold, as [`StreamRef::launch`]'s launcher does.
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::CaptureMisuse`]
@@ -186,9 +185,13 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let stream = stream.as_stream();
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let (home, ptr) = (self.home()?, self.ptr.as_ptr());
-        // Your launch runs inside the use's hold: no capture of this crate begins, ends or is
-        // joined meanwhile (one begun there is refused), so the checks hold for it.
-        ordered_use(&stream, &[Touched { home: &home, uses: &self.uses }], || Ok(launch(&stream, ptr)))
+        // Your launch is not held under the capture-transition lock (it may wait for other
+        // threads' calls, which a pending transition would hold up): a capture that begins on
+        // `stream` meanwhile takes your launch, your `unsafe` contract; one that begins on the
+        // home stream makes the buffer leak.
+        ordered_use(&stream, &[Touched { home: &home, uses: &self.uses }], Hold::ChecksAndWaits, || {
+            Ok(launch(&stream, ptr))
+        })
     }
 
     /// Copies `source` into the buffer on `stream`, and returns once the copy has completed:
@@ -278,7 +281,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         }
         let (to_home, from_home) = (self.home()?, source.home()?);
         let touched = [Touched { home: &to_home, uses: &self.uses }, Touched { home: &from_home, uses: &source.uses }];
-        ordered_use(&stream, &touched, || {
+        ordered_use(&stream, &touched, Hold::Throughout, || {
             if to_device == from_device {
                 return copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
             }
@@ -349,7 +352,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     fn ordered<R>(&self, stream: &StreamRef, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let home = self.home()?;
-        ordered_use(stream, &[Touched { home: &home, uses: &self.uses }], enqueue)
+        ordered_use(stream, &[Touched { home: &home, uses: &self.uses }], Hold::Throughout, enqueue)
     }
 
     /// A copy between the buffer and host memory the caller lends only for this call: the

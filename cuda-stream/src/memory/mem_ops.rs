@@ -887,20 +887,23 @@ impl<W: Word> Words<W> {
         result.and_then(|result| noted.map(|()| result))
     }
 
-    /// Runs `launch` (the caller's work on `stream`, which may call this crate: its calls nest
-    /// in the hold taken here, and a capture transition there is refused) and keeps the block
-    /// until its work on `stream` has run, as [`Words::enqueue`] does. A foreign capture that
-    /// began or ended on `stream` meanwhile leaves the work's whereabouts unknown: the block is
-    /// then leaked.
+    /// Runs `launch` (the caller's work on `stream`, which may call this crate: run under no
+    /// lock) and keeps the block until its work on `stream` has run, as [`Words::enqueue`]
+    /// does. A capture that began or ended on `stream` meanwhile leaves the work's whereabouts
+    /// unknown: the block is then leaked.
     fn use_with<R>(&self, stream: &StreamRef, launch: impl FnOnce() -> R) -> Result<R> {
         self.same_device(stream)?;
         let _current = stream.enter()?;
-        let _transitions = no_capture_transitions();
-        let before = capturing(stream)?;
-        if let Some((graph, _)) = before {
-            keep_alive(graph, stream.device(), Box::new(Arc::clone(&self.block)))?;
-        }
+        let before = {
+            let _transitions = no_capture_transitions();
+            let before = capturing(stream)?;
+            if let Some((graph, _)) = before {
+                keep_alive(graph, stream.device(), Box::new(Arc::clone(&self.block)))?;
+            }
+            before
+        };
         let result = launch();
+        let _transitions = no_capture_transitions();
         let after = capturing(stream);
         match (before, after) {
             (None, Ok(None)) => self.note(stream)?,

@@ -4,14 +4,13 @@
 //! for. Events are kept per stream and recorded again, never created per use; a stream that
 //! already waited for the home stream's current event does not wait again.
 
-use crate::call::live_captures;
+use crate::call::live_captures::{self, NoTransitions, no_capture_transitions};
 use crate::call::race;
 use crate::event::Event;
 use crate::ffi::driver;
 use crate::ffi::error::Result;
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
-use crate::stream::enqueue::InCapture;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -193,6 +192,16 @@ impl Uses {
     }
 }
 
+/// How much of [`ordered_use`] holds the capture-transition lock.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// From the checks to the last record, the enqueue included (this crate's own CUDA calls).
+    Throughout,
+    /// The checks and the waits before, then the checks and the records after, each under
+    /// it; not the enqueue (a caller's closure, which may take the lock itself).
+    ChecksAndWaits,
+}
+
 /// One buffer a use touches: its home stream and its ordering state.
 pub(super) struct Touched<'a> {
     pub(super) home: &'a StreamRef,
@@ -201,41 +210,47 @@ pub(super) struct Touched<'a> {
 
 /// Runs `enqueue` (work on `stream` that uses the buffers `touched`), ordered after each
 /// buffer's earlier uses and noted for its later ones and its free, also when `enqueue`
-/// panics. The whole use is one call of the enqueue path's hold
-/// ([`StreamRef::outside_transitions`]): no capture of this crate begins, ends or is joined
-/// from the checks to the last record, the enqueue included (a caller's closure too, whose
-/// calls of this crate nest in the hold). CUDA captures allocations, copies and fills rather
-/// than refusing them, so this crate's refusals come first.
+/// panics. No capture of this crate begins or ends meanwhile (as `hold` says): CUDA captures
+/// allocations, copies and fills rather than refusing them, and this crate's refusals come
+/// first. A use that cannot be noted afterwards marks its buffer leaked.
 pub(super) fn ordered_use<R>(
     stream: &StreamRef,
     touched: &[Touched<'_>],
+    hold: Hold,
     enqueue: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    // Refused inside a host function before any hold (a fast call too: a host function's CUDA
-    // calls are refused, and its thread is CUDA's).
+    // Refused inside a host function before the lock: a host function blocked behind a
+    // waiting writer would hold up the work that the writer's readers wait for.
     refuse_inside_host_fn()?;
-    stream.outside_transitions(InCapture::Captured, || {
-        refuse_capture(stream)?;
-        for buffer in touched {
-            refuse_capture(buffer.home)?;
+    let transitions = no_capture_transitions();
+    refuse_capture(stream)?;
+    for buffer in touched {
+        refuse_capture(buffer.home)?;
+    }
+    let mut generations = [0u64; 2];
+    for (buffer, generation) in touched.iter().zip(generations.iter_mut()) {
+        *generation = buffer.uses.before(buffer.home, stream)?;
+    }
+    let held = match hold {
+        Hold::Throughout => Some(transitions),
+        Hold::ChecksAndWaits => {
+            drop(transitions);
+            None
         }
-        let mut generations = [0u64; 2];
-        for (buffer, generation) in touched.iter().zip(generations.iter_mut()) {
-            *generation = buffer.uses.before(buffer.home, stream)?;
-        }
-        let after = After { touched, stream, generations, done: false };
-        let result = enqueue();
-        after.finish()?;
-        result
-    })
+    };
+    let after = After { touched, stream, generations, held, done: false };
+    let result = enqueue();
+    after.finish()?;
+    result
 }
 
 /// The notes after a use: at `finish`, or, if that is never reached (a panic), when dropped,
-/// still inside the use's hold.
+/// under the capture-transition lock (`held`, or taken now).
 struct After<'a, 'b> {
     touched: &'b [Touched<'a>],
     stream: &'a StreamRef,
     generations: [u64; 2],
+    held: Option<NoTransitions>,
     done: bool,
 }
 
@@ -246,10 +261,14 @@ impl After<'_, '_> {
     }
 
     fn note(&mut self) -> Result<()> {
+        let _transitions = match self.held.take() {
+            Some(held) => held,
+            None => no_capture_transitions(),
+        };
         let mut noted = Ok(());
         for (buffer, &generation) in self.touched.iter().zip(&self.generations) {
-            // A stream found capturing now (a foreign capture begun meanwhile) would take the
-            // record: the use is then not noted, and the buffer leaks.
+            // A capture of either stream begun meanwhile (during a caller's closure) would take
+            // the record: the use is then not noted, and the buffer leaks.
             let this = refuse_capture(buffer.home)
                 .and_then(|()| refuse_capture(self.stream))
                 .and_then(|()| buffer.uses.after(buffer.home, self.stream, generation));

@@ -5,9 +5,9 @@
 //! both: it makes the stream's device current for the call (and restores the previous one), and
 //! returns the error of this launch, not one that an earlier call left behind.
 
+use crate::call::race::model::Step;
 use crate::ffi::error::{Result, take_last_error};
 use crate::stream::StreamRef;
-use crate::stream::enqueue::Work;
 use crate::sys;
 
 impl StreamRef {
@@ -20,13 +20,12 @@ impl StreamRef {
     /// this launch's) and read after it, so a launcher that returns `cudaSuccess` without
     /// checking still has its launch error reported; nothing is left behind either way.
     ///
-    /// `launcher` runs inside the enqueue path's hold (see the
+    /// `launcher` runs outside the enqueue path's hold (see the
     /// [capture docs](crate::capture#who-is-in-a-capture-begins-ends-and-joins-are-transitions)):
-    /// no capture of this crate begins, ends or is joined while it runs. Calls of this crate
-    /// made inside it work, except those that would be such a transition (a capture's begin or
-    /// end, a wait while a capture may be in progress, an external record or a capture's host
-    /// node), which return [`crate::Error::CaptureMisuse`] instead of waiting for their own
-    /// caller.
+    /// it is your code, which may wait for other threads' calls of this crate. So a capture
+    /// transition of another thread may come between the crate's checks and your launch: a
+    /// launch onto a stream of a capture while another thread adds a node to that capture's
+    /// graph is yours to avoid.
     ///
     /// ```no_run
     /// # use cuda_stream::{Device, Stream, StreamOptions, sys};
@@ -51,14 +50,20 @@ impl StreamRef {
         launcher_name: &'static str,
         launcher: impl FnOnce(sys::cudaStream_t) -> sys::cudaError_t,
     ) -> Result<()> {
-        self.enqueue(Work::named(launcher_name), |_| {
-            let _ = take_last_error();
-            let returned = launcher(self.as_raw());
-            let last = take_last_error();
-            match if returned == sys::cudaError::cudaSuccess { last } else { returned } {
-                sys::cudaError::cudaSuccess => Ok(()),
-                code => Err(self.device().launch_error(code, launcher_name, launcher_name, None)),
+        // Not through the enqueue path's hold: `launcher` is your code, which may wait for
+        // other threads' calls of this crate, and a transition pending on the hold would then
+        // wait for it forever.
+        let _current = self.enter_runtime()?;
+        let checked = self.race_check(Step::Work, Vec::new, || launcher_name.to_owned())?;
+        let _ = take_last_error();
+        let returned = launcher(self.as_raw());
+        let last = take_last_error();
+        match if returned == sys::cudaError::cudaSuccess { last } else { returned } {
+            sys::cudaError::cudaSuccess => {
+                checked.enqueued();
+                Ok(())
             }
-        })
+            code => Err(self.device().launch_error(code, launcher_name, launcher_name, None)),
+        }
     }
 }
