@@ -1,7 +1,7 @@
 //! **Layer 2, the call context:** what a call consults before it reaches CUDA, beyond the
 //! host-function rule of the floor ([`ffi`](crate::ffi)): the captures in progress and the
-//! calls they forbid ([`live_captures`]: counted captures, the foreign-handle mark, the
-//! capture-transition lock), the capture modes and the thread's capture-interaction mode
+//! calls they forbid ([`live_captures`]: counted captures, the foreign-handle mark), the
+//! capture-transition lock and its nesting holds ([`transitions`]), the capture modes and the thread's capture-interaction mode
 //! ([`capture_mode`]), the reactor's polling passes that a record into a capture waits out
 //! ([`reactor_passes`]), the calling thread's identity ([`thread`]), the counts of live
 //! handles ([`live`]), the fast calls a capture's begin waits for ([`uncaptured_calls`]), and
@@ -20,4 +20,5 @@ pub mod race;
 pub(crate) mod reactor_passes;
 pub mod sync_debug;
 pub(crate) mod thread;
+pub(crate) mod transitions;
 pub(crate) mod uncaptured_calls;

@@ -150,7 +150,7 @@ pub(crate) fn wait_for_uncaptured_calls() {
         fence(Ordering::SeqCst);
     }
     // Not this thread's own flag: a transition refuses to begin inside a fast call, and a record
-    // made inside one (a launcher's closure) waits for the other threads' calls only.
+    // made inside one (nested in a wait) waits for the other threads' calls only.
     let own = FLAG.try_with(Cell::get).unwrap_or(std::ptr::null());
     let flags: Vec<Arc<AtomicBool>> = FLAGS.lock().unwrap_or_else(PoisonError::into_inner).clone();
     for flag in flags.iter().filter(|flag| !std::ptr::eq(Arc::as_ptr(flag), own)) {

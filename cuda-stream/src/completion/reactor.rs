@@ -440,7 +440,7 @@ fn serve(query: Query) {
             // pass begins: a record into a capture (which holds it shared too) waits for the
             // pass in progress after marking its event, and must never wait for a pass that
             // waits for this lock.
-            let _transitions = crate::call::live_captures::no_capture_transitions();
+            let _transitions = crate::call::transitions::no_capture_transitions();
             let _polling = begin_pass();
             if EXITING.load(Ordering::SeqCst) {
                 break;

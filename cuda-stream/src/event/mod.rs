@@ -7,7 +7,6 @@ mod record_state;
 pub(crate) use self::record_state::RecordState;
 
 use crate::call::live;
-use crate::call::live_captures;
 use crate::call::race;
 use crate::call::sync_debug::{self, SyncKind};
 use crate::call::{capture_mode, uncaptured_calls};
@@ -300,7 +299,7 @@ impl Event {
         // a capture is either seen (refused) or made after it. The hold first, then the count:
         // a call counted never waits (a record into a capture waits for the count while it
         // holds the lock as a reader).
-        let _transitions = live_captures::unsafe_call_hold()?;
+        let _transitions = crate::call::transitions::unsafe_call_hold()?;
         let _in_flight = self.records.marker_call()?;
         crate::ffi::driver::event_query(self.raw)
     }
@@ -382,7 +381,7 @@ impl Event {
         // As in `query`: the hold (checked again: a capture that began since the queries above
         // may forbid the call), then the counts, refused if either event was recorded into a
         // capture since.
-        let _transitions = live_captures::unsafe_call_hold()?;
+        let _transitions = crate::call::transitions::unsafe_call_hold()?;
         let _in_flight = (start.records.marker_call()?, self.records.marker_call()?);
         let mut ms: f32 = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.

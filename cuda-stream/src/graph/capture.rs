@@ -326,8 +326,9 @@ pub use crate::call::capture_mode::{CaptureMode, Global, Relaxed, ThreadLocal, w
 pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
 
 use super::{Graph, leaves_of};
-use crate::call::live_captures::{self, Transition, capture_transition};
+use crate::call::live_captures;
 use crate::call::race;
+use crate::call::transitions::{Transition, capture_transition};
 use crate::call::uncaptured_calls;
 use crate::device::same_device;
 use crate::ffi::error::{Error, Result, check};
@@ -353,8 +354,7 @@ impl StreamRef {
     ///
     /// # Errors
     /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) on the legacy stream (CUDA cannot capture it), on a
-    /// stream already part of a capture (CUDA would answer `cudaErrorIllegalState`), and inside
-    /// a caller's closure that the enqueue path runs (see [`StreamRef::launch`]).
+    /// stream already part of a capture (CUDA would answer `cudaErrorIllegalState`).
     pub fn begin_capture<M: CaptureMode>(&self, _mode: M) -> Result<Capture<'_, M>> {
         self.start_capture(None)
     }
@@ -575,8 +575,8 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     pub(super) fn finish(&mut self) -> Ended {
         self.ended = true;
         let into = self.into.take();
-        // Neither inside a host function nor inside a call that holds the transition lock (a
-        // launcher's closure) can the end be made.
+        // Neither inside a host function nor inside a call that holds the transition lock can
+        // the end be made.
         let entered = self.stream.enter_runtime().and_then(|current| Ok((current, capture_transition()?)));
         let (current, transition) = match entered {
             Ok(entered) => entered,

@@ -27,7 +27,7 @@ use crate::ffi::error::{Error, GraphExecUpdateResult, GraphInstantiateResult, Re
 use crate::ffi::inside_host_fn::{call_outside_host_fn, refuse_inside_host_fn};
 use crate::stream::AsStream;
 use crate::stream::StreamRef;
-use crate::stream::enqueue::{InCapture, Via, Work};
+use crate::stream::enqueue::{Calls, InCapture, Via, Work};
 use crate::sys;
 use std::cell::{Cell, RefCell};
 use std::ffi::c_ulonglong;
@@ -485,8 +485,7 @@ impl GraphExec {
     /// and recorded as those accesses.
     #[cold]
     fn launch_replaying(&self, stream: &StreamRef, accesses: &race::CapturedAccesses) -> Result<()> {
-        let current = stream.enter()?;
-        let via = if current.is_some() { Via::Runtime } else { Via::Driver };
+        let (_current, via) = stream.enter_for(Calls::Driver)?;
         stream.outside_transitions(InCapture::Refused(LAUNCH_INTO_CAPTURE), || {
             let checked = stream.race_check_replay(accesses)?;
             self.launch_via(stream, via).map(|()| checked.enqueued())

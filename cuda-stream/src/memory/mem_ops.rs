@@ -75,8 +75,9 @@
 //! (that is their purpose): order them as you order kernels.
 
 use super::DeviceCopy;
-use crate::call::live_captures::{self, no_capture_transitions};
+use crate::call::live_captures;
 use crate::call::sync_debug::{self, SyncKind};
+use crate::call::transitions::no_capture_transitions;
 use crate::device::keep_alive::keep_alive;
 use crate::device::{Device, same_device};
 use crate::event::Event;
@@ -744,7 +745,7 @@ fn allocate(place: Place, bytes: usize) -> Result<usize> {
     refuse_inside_host_fn()?;
     // Another thread's Global capture must not forbid the allocation; this thread's capture,
     // or any Global one of this crate, would be invalidated by it: refused.
-    let _hold = live_captures::unsafe_call_hold()?;
+    let _hold = crate::call::transitions::unsafe_call_hold()?;
     let mut address: *mut c_void = std::ptr::null_mut();
     match place {
         Place::Host => {

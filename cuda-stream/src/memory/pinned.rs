@@ -174,7 +174,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         }
         // Refused where a capture of this crate forbids waiting; the events themselves were
         // recorded outside any capture.
-        drop(live_captures::unsafe_call_hold()?);
+        drop(crate::call::transitions::unsafe_call_hold()?);
         sync_debug::before_sync("cudaEventSynchronize (a pinned buffer's copies in flight)", SyncKind::PinnedWait)?;
         while let Some(event) = self.in_flight.last() {
             event.synchronize_checked_earlier()?;

@@ -2,7 +2,7 @@
 //! so the allocation and the free are the graph's own memory nodes.
 
 use super::{DeviceCopy, byte_size};
-use crate::call::live_captures::no_capture_transitions;
+use crate::call::transitions::no_capture_transitions;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::graph::capture::{Capture, CaptureMode, CaptureStatus};

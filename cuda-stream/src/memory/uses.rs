@@ -4,8 +4,9 @@
 //! for. Events are kept per stream and recorded again, never created per use; a stream that
 //! already waited for the home stream's current event does not wait again.
 
-use crate::call::live_captures::{self, NoTransitions, no_capture_transitions};
+use crate::call::live_captures;
 use crate::call::race;
+use crate::call::transitions::{NoTransitions, no_capture_transitions};
 use crate::event::Event;
 use crate::ffi::driver;
 use crate::ffi::error::Result;

@@ -237,7 +237,7 @@ impl StreamRef {
         valid: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let _current = self.enter_runtime()?;
-        let _transitions = crate::call::live_captures::no_capture_transitions();
+        let _transitions = crate::call::transitions::no_capture_transitions();
         self.refuse_capturing("a stream attribute is not set during capture (CUDA may invalidate it)")?;
         valid()?;
         // SAFETY: `raw` is live (or a special handle of the current device); `value` is a
@@ -247,7 +247,7 @@ impl StreamRef {
 
     fn attribute(&self, id: sys::cudaLaunchAttributeID) -> Result<sys::cudaLaunchAttributeValue> {
         let _current = self.enter_runtime()?;
-        let _transitions = crate::call::live_captures::no_capture_transitions();
+        let _transitions = crate::call::transitions::no_capture_transitions();
         self.refuse_capturing("a stream attribute is not read during capture (CUDA may invalidate it)")?;
         let mut value = sys::cudaLaunchAttributeValue::default();
         // SAFETY: `raw` is live (or a special handle of the current device); `value` is a

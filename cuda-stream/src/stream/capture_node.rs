@@ -37,7 +37,7 @@
 
 use super::StreamRef;
 use super::capture_status::{CaptureInfo, CaptureStatus};
-use crate::call::live_captures::Transition;
+use crate::call::transitions::Transition;
 use crate::device::keep_alive::{graph_mutations, keep_alive_locked};
 use crate::ffi::error::{Result, check};
 use crate::sys;

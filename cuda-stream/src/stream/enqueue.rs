@@ -20,14 +20,16 @@
 //! 4. the race detector's check (work going into a capture is noted for the graph's launches);
 //! 5. the call; once CUDA took it, the race detector records it.
 //!
-//! Holds nest: a call made inside another's closure (a launcher's closure, a use's enqueue)
-//! takes nothing more, and a capture transition there is refused (it would wait for its own
-//! caller). The lock order is in `docs/architecture.md`.
+//! Holds nest: a call made inside another's hold (a record inside a wait, a copy inside a
+//! buffer's ordered use) takes nothing more, and a capture transition there is refused (it
+//! would wait for its own caller). Your closures (a raw launcher, `use_on`) run outside any
+//! hold: they may wait for other threads' calls. The lock order is in `docs/architecture.md`.
 
 use super::StreamRef;
-use crate::call::live_captures::no_capture_transitions;
 use crate::call::race::model::{Step, Use};
+use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls;
+use crate::device::DeviceGuard;
 use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 
@@ -133,19 +135,31 @@ impl StreamRef {
         call: impl FnOnce(Via) -> Result<R>,
     ) -> Result<R> {
         let Work { name, step, uses, in_capture, calls } = work;
-        let (_current, via) = match calls {
+        let (_current, via) = self.enter_for(calls)?;
+        self.outside_transitions(in_capture, || {
+            let checked = self.race_check(step, uses, || name.to_owned())?;
+            let done = call(via)?;
+            checked.enqueued();
+            Ok(done)
+        })
+    }
+
+    /// Step 1 of the [protocol](self): the crate's refusals, and the device made current where
+    /// `calls` needs it (its guard, to hold until the enqueue has returned); and the API the
+    /// enqueue then calls.
+    ///
+    /// # Errors
+    /// [`Error::InsideHostFn`], [`Error::WrongThread`], [`Error::CaptureMisuse`] (the legacy
+    /// stream while its device captures), the errors of making the device current.
+    #[inline(always)]
+    pub(crate) fn enter_for(&self, calls: Calls) -> Result<(Option<DeviceGuard>, Via)> {
+        Ok(match calls {
             Calls::Runtime => (Some(self.enter_runtime()?), Via::Runtime),
             Calls::Entered => (None, Via::Runtime),
             Calls::Driver => match self.enter()? {
                 None => (None, Via::Driver),
                 Some(current) => (Some(current), Via::Runtime),
             },
-        };
-        self.outside_transitions(in_capture, || {
-            let checked = self.race_check(step, uses, || name.to_owned())?;
-            let done = call(via)?;
-            checked.enqueued();
-            Ok(done)
         })
     }
 

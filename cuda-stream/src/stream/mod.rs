@@ -238,7 +238,7 @@ impl StreamRef {
             return Ok(id);
         }
         refuse_inside_host_fn()?;
-        let _transitions = live_captures::no_capture_transitions();
+        let _transitions = crate::call::transitions::no_capture_transitions();
         self.refuse_capturing("reading the id of a capturing stream would invalidate the capture")?;
         self.read_id()
     }
@@ -341,7 +341,7 @@ impl StreamRef {
         let current = self.enter_to_read()?;
         // While captures of this crate are in progress, none begins or ends during the query
         // (CUDA 13.0 crashed when a query raced the end of a Global capture).
-        let transitions = live_captures::unsafe_call_hold()?;
+        let transitions = crate::call::transitions::unsafe_call_hold()?;
         if transitions.is_some() {
             self.refuse_capturing_for_query()?;
         }
@@ -366,7 +366,7 @@ impl StreamRef {
     #[inline]
     pub fn synchronize(&self) -> Result<()> {
         let current = self.enter_to_read()?;
-        if let Some(_transitions) = live_captures::unsafe_call_hold()? {
+        if let Some(_transitions) = crate::call::transitions::unsafe_call_hold()? {
             // Checked, not held while waiting: the work may depend on a capture's end.
             self.refuse_capturing_for_query()?;
         }
@@ -451,7 +451,7 @@ impl StreamRef {
         // A stream this crate did not create (a real handle). CUDA invalidates a capture of the
         // stream, in every mode, to answer `cuStreamGetFlags` (probed on CUDA 13.0); no capture
         // of this crate begins between the check and the read.
-        let _transitions = live_captures::no_capture_transitions();
+        let _transitions = crate::call::transitions::no_capture_transitions();
         self.refuse_capturing("reading the flags of a capturing stream would invalidate its capture")?;
         Ok(driver::stream_flags(self.raw)? & sys::cudaStreamNonBlocking != 0)
     }

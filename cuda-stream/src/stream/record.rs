@@ -8,8 +8,9 @@ use super::capture_node::{Added, CaptureNode, add_to_capture};
 use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
 use super::enqueue::{Via, Work};
 use super::{AsStream, Builtin, StreamRef};
-use crate::call::live_captures::{self, no_capture_transitions};
+use crate::call::live_captures;
 use crate::call::race::{self, model::Step};
+use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls;
 use crate::device::same_device;
 use crate::event::{Event, EventFlags};
@@ -146,7 +147,7 @@ impl StreamRef {
         // No capture of this crate begins, ends or is joined until the record is in: the graph
         // read is the one the node goes into, and it lives meanwhile; no call of this crate
         // captures into that graph meanwhile (see `add_to_capture`).
-        let transition = live_captures::capture_transition()?;
+        let transition = crate::call::transitions::capture_transition()?;
         // Not beside another thread's record of the event into a capture (see `record`).
         let _turn = event.records().take_turn();
         let ticket = event.records().before_record();
@@ -251,7 +252,7 @@ impl StreamRef {
         // thread's per-thread stream, the legacy stream during a capture): a misuse never
         // reaches the join's bookkeeping.
         let _entered = self.enter()?;
-        let transition = live_captures::capture_transition()?;
+        let transition = crate::call::transitions::capture_transition()?;
         // Until a foreign handle was seen, a capture this crate did not count (another library's
         // capture of its thread's per-thread stream) may be joined here: the wait is counted
         // while it is made, after the fast calls that assumed no capture have returned, as a
@@ -428,7 +429,7 @@ pub(crate) fn wait_stream_in_capture(this: &StreamRef, other: &StreamRef) -> Res
     // event is in it (another thread could otherwise end the capture and destroy the graph in
     // between, or begin a new capture that the wait would go into); no call of this crate
     // captures into that graph meanwhile (see `add_to_capture`).
-    let transitions = live_captures::capture_transition()?;
+    let transitions = crate::call::transitions::capture_transition()?;
     let mine = capture_state(this)?;
     if mine.info.status == CaptureStatus::None {
         // Its capture ended since the caller's check: the wait may join another capture now.

@@ -90,6 +90,21 @@ pub(crate) fn pick_in<'a>(slots: &'a [Slot], pick: u32, origin: Option<&'a Strea
     (!slots.is_empty()).then(|| &*slots[pick as usize % slots.len()].stream)
 }
 
+/// The index of the buffer `b` picks among `buffers` and the stream `s` picks for a use of it
+/// (see [`pick_in`]); `None` (the operation is skipped) while there is no buffer or no stream.
+fn buffer_use<'a>(
+    buffers: usize,
+    slots: &'a [Slot],
+    b: u32,
+    s: u32,
+    origin: Option<&'a Stream>,
+) -> Option<(usize, &'a StreamRef)> {
+    if buffers == 0 {
+        return None;
+    }
+    Some((b as usize % buffers, pick_in(slots, s, origin)?))
+}
+
 /// Two distinct elements of `items`, the first mutable.
 fn two<T>(items: &mut [T], first: usize, second: usize) -> (&mut T, &T) {
     assert_ne!(first, second);
@@ -189,11 +204,9 @@ impl<'p> World<'p> {
         let origin = active.map(|active| active.origin);
         let capturing = active.is_some();
         let watched = watch(active, self.quiet());
-        if self.mem.buffers.is_empty() {
+        let Some((index, stream)) = buffer_use(self.mem.buffers.len(), &self.slots, b, s, origin) else {
             return skip();
-        }
-        let index = b as usize % self.mem.buffers.len();
-        let Some(stream) = pick_in(&self.slots, s, origin) else { return skip() };
+        };
         let mem = &mut self.mem;
         match how % 6 {
             0 => {
@@ -263,11 +276,9 @@ impl<'p> World<'p> {
         let origin = active.map(|active| active.origin);
         let capturing = active.is_some();
         let watched = watch(active, self.quiet());
-        if self.mem.buffers.is_empty() {
+        let Some((index, stream)) = buffer_use(self.mem.buffers.len(), &self.slots, b, s, origin) else {
             return skip();
-        }
-        let index = b as usize % self.mem.buffers.len();
-        let Some(stream) = pick_in(&self.slots, s, origin) else { return skip() };
+        };
         let mem = &mut self.mem;
         let buf = &mem.buffers[index];
         match how % 4 {
