@@ -160,8 +160,14 @@ impl StreamRef {
             event.records().note_external_record();
             return Ok(());
         }
-        // Not capturing (or a broken capture, which CUDA then reports): a real record.
-        self.record_raw(event.as_raw(), sys::cudaEventRecordExternal)?;
+        // Not capturing (or a broken capture, which CUDA then reports): a real record. The flag
+        // means nothing outside a capture, and CUDA refuses it (cudaErrorIllegalState) during
+        // this thread's Global capture; it is kept only where a foreign capture may begin on
+        // the stream before the record (a foreign handle was wrapped: no capture of this crate
+        // begins under the transition, and only this thread can capture its per-thread
+        // stream), which it then makes an external node rather than a captured record.
+        let flags = if live_captures::foreign() { sys::cudaEventRecordExternal } else { 0 };
+        self.record_raw(event.as_raw(), flags)?;
         // A foreign capture that began since the status read made the record an external node,
         // not a real record: the event stays what its last real record made it.
         if !self.caught_by_a_capture_begun_meanwhile() {
