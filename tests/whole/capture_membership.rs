@@ -571,11 +571,14 @@ fn calls_inside_a_callers_closure_work_and_never_deadlock() {
     child_test_prints("child_calls_inside_closures", &["closures:"]);
 }
 
-/// A raw launcher's closure and a `use_on` closure are your code, run outside the enqueue
-/// path's hold: calls of the crate inside them work, a capture's begin and end included, also
-/// while another thread's capture begins (its begin waits for the crate's fast calls and takes
-/// the write side: a closure under either would wait for it forever, the closure's thread
-/// waiting for that thread). Without a capture in progress, and with one: both are tried.
+/// A `use_on` closure is your code, run outside the enqueue path's hold: calls of the crate
+/// inside it work, a capture's begin and end included, also while another thread's capture
+/// begins (its begin waits for the crate's fast calls and takes the write side: a closure
+/// under either would wait for it forever, the closure's thread waiting for that thread). A raw
+/// launcher runs under the hold (a capture must not end or be joined between the crate's
+/// checks and your launch): the crate's enqueues and reads work inside it, and a capture
+/// transition there (a begin; a wait, which may join a capture) is refused, not a hang. Without a capture in progress, and with one: both
+/// are tried.
 #[test]
 #[ignore = "run by calls_inside_a_callers_closure_work_and_never_deadlock in a child process"]
 fn child_calls_inside_closures() {
@@ -607,8 +610,16 @@ fn child_calls_inside_closures() {
                 1
             })
         };
+        let in_launcher = |on: &StreamRef| {
+            assert_eq!(on.capture_status(), Ok(CaptureStatus::None), "a status read");
+            y.record(&event).expect("a record");
+            match y.begin_capture(capture::ThreadLocal) {
+                Err(Error::CaptureMisuse(_)) => {}
+                other => panic!("a capture's begin inside a launcher: {other:?}"),
+            }
+        };
         x.launch("cs_launch_tag", |raw| {
-            inner_captures += inside(&x);
+            in_launcher(&x);
             // SAFETY: the launcher takes a live stream of the current device and a live log.
             unsafe { cuda_stream_tests::ffi::cs_launch_tag(raw, log.device_ptr(), 1, 0) }
         })

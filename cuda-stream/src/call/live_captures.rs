@@ -134,16 +134,15 @@ fn publish(captures: &MutexGuard<'static, Vec<Entry>>) {
 
 /// Marks the process as holding a handle this crate did not create (a borrowed stream or
 /// event, a stream taken over or lent to another library): captures this crate does not count
-/// may be in progress from now on. Never cleared. Whether this call set it (the first): see
+/// may be in progress from now on. Never cleared. Every caller goes through
 /// [`uncaptured_calls::foreign_handle_seen`](super::uncaptured_calls::foreign_handle_seen),
-/// which every caller goes through.
+/// which then waits for the fast calls that read it unset.
 #[inline]
-pub(crate) fn foreign_handle_seen() -> bool {
+pub(crate) fn foreign_handle_seen() {
     if IN_PROGRESS.load(Ordering::Relaxed) & FOREIGN == 0 {
         let _captures = captures();
-        return IN_PROGRESS.fetch_or(FOREIGN, Ordering::SeqCst) & FOREIGN == 0;
+        IN_PROGRESS.fetch_or(FOREIGN, Ordering::SeqCst);
     }
-    false
 }
 
 /// Whether any capture begun by this crate is in progress: one relaxed load. Every refusal

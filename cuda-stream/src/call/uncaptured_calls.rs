@@ -129,12 +129,18 @@ impl Drop for ClearOnDrop {
 
 /// Marks the process as holding a foreign handle ([`live_captures::foreign_handle_seen`]):
 /// from now on a capture this crate cannot count may be in progress, so no call is fast any
-/// more. The first time, waits for the fast calls that read the mark unset: a record of the
-/// foreign owner's (or one of ours into its capture) never overlaps one of them.
+/// more. Until the fast calls that read the mark unset are known to have returned, waits for
+/// them: a record of the foreign owner's (or one of ours into its capture) never overlaps one
+/// of them. Every caller waits until then, not only the first: a second thread wrapping a
+/// handle while the first still waits would otherwise hand it out early.
 #[inline]
 pub(crate) fn foreign_handle_seen() {
-    if live_captures::foreign_handle_seen() {
+    /// Set once a wait that began after the mark was visible has returned.
+    static SETTLED: AtomicBool = AtomicBool::new(false);
+    live_captures::foreign_handle_seen();
+    if !SETTLED.load(Ordering::Acquire) {
         wait_for_uncaptured_calls();
+        SETTLED.store(true, Ordering::Release);
     }
 }
 

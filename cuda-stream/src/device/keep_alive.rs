@@ -6,20 +6,50 @@ use super::Device;
 use crate::ffi::error::{Result, check};
 use crate::ffi::inside_host_fn::run_guarded;
 use crate::sys;
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// The lock that serializes every change this crate makes to a capture's graph, and every
-/// read of a capturing stream's dependencies (see
+/// The lock that serializes every change this crate makes to a capture's graph: work enqueued
+/// on a capturing stream, nodes added by hand, references the graph is given, and every read
+/// of a capturing stream's dependencies (see
 /// [`add_to_capture`](crate::stream::capture_node::add_to_capture)).
 ///
 /// NVIDIA's graph objects "are not internally synchronized and must not be accessed
 /// concurrently from multiple threads", and two threads may reach the graph of one capture at
-/// once (`Capture::launch_host_fn` on one thread while `wait_stream` and external records reach
-/// the same graph from any other).
-pub(crate) fn graph_mutations() -> MutexGuard<'static, ()> {
+/// once: the capturing thread's work, and another thread's on a stream it joined to the capture
+/// (a typed launch there while the capturing thread launches crashed libcuda), or
+/// `Capture::launch_host_fn` on one thread while `wait_stream` and external records reach the
+/// same graph from any other. A leaf lock: taken under the read side of the capture-transition
+/// lock (or a transition's write side) and after any event's record turn, never before them.
+/// It nests per thread: a call made during this thread's turn takes nothing more.
+pub(crate) fn graph_mutations() -> GraphTurn {
     static GRAPH_MUTATIONS: Mutex<()> = Mutex::new(());
-    GRAPH_MUTATIONS.lock().unwrap_or_else(PoisonError::into_inner)
+    if IN_GRAPH_TURN.try_with(Cell::get).unwrap_or(false) {
+        return GraphTurn { guard: None };
+    }
+    let guard = GRAPH_MUTATIONS.lock().unwrap_or_else(PoisonError::into_inner);
+    let _ = IN_GRAPH_TURN.try_with(|cell| cell.set(true));
+    GraphTurn { guard: Some(guard) }
+}
+
+thread_local! {
+    /// Whether this thread holds the [graph-mutation lock](graph_mutations).
+    static IN_GRAPH_TURN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This thread's turn at changing captures' graphs ([`graph_mutations`]); nothing more where
+/// it had one already.
+pub(crate) struct GraphTurn {
+    guard: Option<MutexGuard<'static, ()>>,
+}
+
+impl Drop for GraphTurn {
+    fn drop(&mut self) {
+        if self.guard.is_some() {
+            let _ = IN_GRAPH_TURN.try_with(|cell| cell.set(false));
+        }
+    }
 }
 
 /// Hands `value` to `graph` as a CUDA user object that the graph owns (moved, not retained
@@ -44,7 +74,7 @@ pub(crate) fn keep_alive_locked<T: Send + 'static>(
     graph: sys::cudaGraph_t,
     device: Device,
     value: &mut Option<Box<T>>,
-    _serialized: &MutexGuard<'static, ()>,
+    _serialized: &GraphTurn,
 ) -> Result<*const T> {
     let _current = device.make_current()?;
     let Some(taken) = value.take() else {

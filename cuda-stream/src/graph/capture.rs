@@ -283,6 +283,15 @@
 //! transitions of this crate; the `# Safety` of the calls that lend handles says that they must
 //! not overlap this crate's calls on the stream.
 //!
+//! Work of this crate that goes into a capture (a launch, raw or typed, a copy, a fill, a
+//! record, a wait) is made under the read side and, while a capture of this crate exists and
+//! the stream is capturing, under the graph-mutation lock too: a capture's graph is not
+//! internally synchronized, and the capturing thread and a thread working on a stream it joined
+//! to the capture add to it at once. So a raw launcher ([`StreamRef::launch`]) runs inside the
+//! hold; it must launch and return (a capture transition inside it is refused with
+//! [`Error::CaptureMisuse`](crate::Error::CaptureMisuse); waiting there for another thread's
+//! transition would wait forever).
+//!
 //! PyTorch's idiom `side.wait_stream(capturing)` inside a capture, then
 //! `capturing.wait_stream(side)` before the end, works as in CUDA: both are transitions.
 //!
@@ -308,9 +317,10 @@
 //! write side of the capture-transition lock: no capture of this crate begins, ends or is joined
 //! meanwhile, and no call of this crate captures work into the graph meanwhile (records, waits
 //! and launches hold the read side while a capture may exist; a captured launch beside a node
-//! added by hand crashed libcuda). A raw launch of yours onto a stream of the capture, made
-//! at the same time from another thread, is the remaining race (`capture_node` has the details
-//! and the limits). What stays a
+//! added by hand crashed libcuda). Raw work of yours that bypasses the crate (FFI on
+//! [`as_raw`](StreamRef::as_raw)) onto a stream of the capture, made at the same time from
+//! another thread, is the remaining race (`capture_node` has the details and the limits). What
+//! stays a
 //! contract: a foreign end racing the node's insertion changes the graph from two threads at
 //! once; the entry points that let foreign code begin or end captures on this crate's streams
 //! are `unsafe` and say so.

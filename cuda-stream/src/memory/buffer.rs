@@ -174,7 +174,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     ///
     /// `launch` typically calls [`StreamRef::launch`] with a kernel of yours; the kernel must
     /// use the address only on `stream`, and only through work enqueued inside `launch`.
-    /// `launch` runs outside the crate's hold, as [`StreamRef::launch`]'s launcher does.
+    /// `launch` runs outside the crate's hold (it may wait for other threads' calls of this
+    /// crate); the launches it makes through the crate take the hold themselves.
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::CaptureMisuse`]

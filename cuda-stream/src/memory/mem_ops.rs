@@ -78,7 +78,7 @@ use super::DeviceCopy;
 use crate::call::live_captures;
 use crate::call::sync_debug::{self, SyncKind};
 use crate::call::transitions::no_capture_transitions;
-use crate::device::keep_alive::keep_alive;
+use crate::device::keep_alive::{graph_mutations, keep_alive};
 use crate::device::{Device, same_device};
 use crate::event::Event;
 use crate::ffi::driver::{self, MemOpParams};
@@ -878,6 +878,8 @@ impl<W: Word> Words<W> {
             if capture == InCapture::Refuse {
                 return Err(Error::CaptureMisuse(CAPTURED));
             }
+            // Not beside another thread's work on the same graph (see `graph_mutations`).
+            let _turn = graph_mutations();
             // The graph holds the block for every launch, also if the work fails to enqueue.
             keep_alive(graph, stream.device(), Box::new(Arc::clone(&self.block)))?;
             return submit(raw);

@@ -3,6 +3,7 @@
 
 use super::{DeviceCopy, byte_size};
 use crate::call::transitions::no_capture_transitions;
+use crate::device::keep_alive::graph_mutations;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::graph::capture::{Capture, CaptureMode, CaptureStatus};
@@ -49,6 +50,8 @@ impl<M: CaptureMode> Capture<'_, M> {
             }
             // The stream stays in this capture until `end`, which needs `self`.
             let _current = stream.enter_runtime()?;
+            // Not beside another thread's work on the same graph.
+            let _turn = graph_mutations();
             let mut address: *mut c_void = std::ptr::null_mut();
             // SAFETY: a valid out-pointer; a stream of an active capture (the allocation is
             // the graph's node); bytes > 0.
@@ -80,6 +83,7 @@ impl FreeInCapture<'_> {
         refuse_inside_host_fn()?;
         let _transitions = no_capture_transitions();
         let _current = self.stream.enter_runtime()?;
+        let _turn = graph_mutations();
         // SAFETY: the graph's own allocation of this capture, freed once, after the work that
         // was enqueued on its stream.
         check(unsafe { sys::cudaFreeAsync(self.address, self.stream.as_raw()) }, "cudaFreeAsync")

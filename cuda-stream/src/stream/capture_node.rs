@@ -21,8 +21,8 @@
 //! (Adding the node to the dependencies instead, as this crate once did, made consecutive hand-
 //! added nodes each depend on all the ones before: on the GPU, three threads recording external
 //! events into one capture slowed `cudaGraphAddEventRecordNode` and the instantiation to a
-//! standstill.) A raw launch of yours onto the stream from another thread at the same moment is
-//! the race of two threads enqueuing onto one stream.
+//! standstill.) Raw work that bypasses the crate (FFI on `as_raw`) onto the stream from another
+//! thread at the same moment is the race of two threads enqueuing onto one stream.
 //!
 //! What CUDA documents, and this relies on: the dependency array is valid "until the next API
 //! call which operates on the stream" (this crate's reads of it are serialized; another

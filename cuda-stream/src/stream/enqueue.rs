@@ -18,18 +18,23 @@
 //!    capture status ([`Error::CaptureMisuse`] before CUDA); the per-thread stream, which
 //!    another library may capture at any time, is always checked;
 //! 4. the race detector's check (work going into a capture is noted for the graph's launches);
-//! 5. the call; once CUDA took it, the race detector records it.
+//! 5. the call, for work going into a capture of this crate under the
+//!    [graph-mutation lock](graph_mutations) (a capture's graph is not internally synchronized,
+//!    and another thread may be adding to it through another stream of the capture); once CUDA
+//!    took it, the race detector records it.
 //!
 //! Holds nest: a call made inside another's hold (a record inside a wait, a copy inside a
 //! buffer's ordered use) takes nothing more, and a capture transition there is refused (it
-//! would wait for its own caller). Your closures (a raw launcher, `use_on`) run outside any
-//! hold: they may wait for other threads' calls. The lock order is in `docs/architecture.md`.
+//! would wait for its own caller). A raw launcher runs inside the hold (it must launch and
+//! return); a `use_on` closure runs outside any: it may wait for other threads' calls. The
+//! lock order is in `docs/architecture.md`.
 
 use super::StreamRef;
 use crate::call::race::model::{Step, Use};
 use crate::call::transitions::no_capture_transitions;
-use crate::call::uncaptured_calls;
+use crate::call::{live_captures, uncaptured_calls};
 use crate::device::DeviceGuard;
+use crate::device::keep_alive::{GraphTurn, graph_mutations};
 use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 
@@ -138,10 +143,30 @@ impl StreamRef {
         let (_current, via) = self.enter_for(calls)?;
         self.outside_transitions(in_capture, || {
             let checked = self.race_check(step, uses, || name.to_owned())?;
+            let _turn = self.graph_turn_if_capturing(in_capture);
             let done = call(via)?;
             checked.enqueued();
             Ok(done)
         })
+    }
+
+    /// Step 5's lock: the [graph-mutation lock](graph_mutations) for work that goes into a
+    /// capture of this crate (another thread may be adding to the same graph through another
+    /// stream of the capture); nothing while no capture of this crate is in progress (one
+    /// load), nor for work that no capture takes. Called under the hold, so the stream joins or
+    /// leaves no capture before the call; a status that cannot be read takes the lock.
+    #[inline(always)]
+    fn graph_turn_if_capturing(&self, in_capture: InCapture) -> Option<GraphTurn> {
+        if in_capture != InCapture::Captured || !live_captures::any() {
+            return None;
+        }
+        self.capturing_graph_turn()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn capturing_graph_turn(&self) -> Option<GraphTurn> {
+        self.may_be_capturing().unwrap_or(true).then(graph_mutations)
     }
 
     /// Step 1 of the [protocol](self): the crate's refusals, and the device made current where

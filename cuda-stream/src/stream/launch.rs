@@ -5,9 +5,9 @@
 //! both: it makes the stream's device current for the call (and restores the previous one), and
 //! returns the error of this launch, not one that an earlier call left behind.
 
-use crate::call::race::model::Step;
 use crate::ffi::error::{Result, take_last_error};
 use crate::stream::StreamRef;
+use crate::stream::enqueue::Work;
 use crate::sys;
 
 impl StreamRef {
@@ -20,12 +20,16 @@ impl StreamRef {
     /// this launch's) and read after it, so a launcher that returns `cudaSuccess` without
     /// checking still has its launch error reported; nothing is left behind either way.
     ///
-    /// `launcher` runs outside the enqueue path's hold (see the
-    /// [capture docs](crate::capture#who-is-in-a-capture-begins-ends-and-joins-are-transitions)):
-    /// it is your code, which may wait for other threads' calls of this crate. So a capture
-    /// transition of another thread may come between the crate's checks and your launch: a
-    /// launch onto a stream of a capture while another thread adds a node to that capture's
-    /// graph is yours to avoid.
+    /// `launcher` runs inside the [enqueue path](crate::capture#who-is-in-a-capture-begins-ends-and-joins-are-transitions)'s
+    /// hold, as the crate's own launches do: no capture begins, ends or is joined while it
+    /// runs, so a launch that found the stream outside any capture is not caught by one, and
+    /// one into a capture is not overlapped by its end or by another thread's work on the same
+    /// graph. So `launcher` must launch and return: calls of this crate it makes on its own
+    /// thread work (a capture transition there is refused with
+    /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse)), but waiting for another thread
+    /// that begins, ends or joins a capture would wait forever. For longer work around a
+    /// launch, see [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on), whose closure runs
+    /// outside the hold and launches through this.
     ///
     /// ```no_run
     /// # use cuda_stream::{Device, Stream, StreamOptions, sys};
@@ -50,20 +54,15 @@ impl StreamRef {
         launcher_name: &'static str,
         launcher: impl FnOnce(sys::cudaStream_t) -> sys::cudaError_t,
     ) -> Result<()> {
-        // Not through the enqueue path's hold: `launcher` is your code, which may wait for
-        // other threads' calls of this crate, and a transition pending on the hold would then
-        // wait for it forever.
-        let _current = self.enter_runtime()?;
-        let checked = self.race_check(Step::Work, Vec::new, || launcher_name.to_owned())?;
-        let _ = take_last_error();
-        let returned = launcher(self.as_raw());
-        let last = take_last_error();
-        match if returned == sys::cudaError::cudaSuccess { last } else { returned } {
-            sys::cudaError::cudaSuccess => {
-                checked.enqueued();
-                Ok(())
+        let work = Work::named(launcher_name);
+        self.enqueue(work, |_| {
+            let _ = take_last_error();
+            let returned = launcher(self.as_raw());
+            let last = take_last_error();
+            match if returned == sys::cudaError::cudaSuccess { last } else { returned } {
+                sys::cudaError::cudaSuccess => Ok(()),
+                code => Err(self.device().launch_error(code, launcher_name, launcher_name, None)),
             }
-            code => Err(self.device().launch_error(code, launcher_name, launcher_name, None)),
-        }
+        })
     }
 }
