@@ -83,6 +83,15 @@ pub trait LaunchStream {
     fn launch_device(&self) -> Option<Device> {
         None
     }
+
+    /// The crate's stream behind it: the launchers then launch through
+    /// [`StreamRef::launch`], the crate's enqueue path, as a user's code would (a raw launch
+    /// beside it races the crate's capture transitions: in the API fuzzer, a raw launch onto a
+    /// stream joined to another thread's capture crashed libcuda). `None` for a raw handle,
+    /// launched on directly.
+    fn crate_stream(&self) -> Option<&StreamRef> {
+        None
+    }
 }
 
 impl LaunchStream for StreamRef {
@@ -92,6 +101,10 @@ impl LaunchStream for StreamRef {
 
     fn launch_device(&self) -> Option<Device> {
         Some(self.device())
+    }
+
+    fn crate_stream(&self) -> Option<&StreamRef> {
+        Some(self)
     }
 }
 
@@ -105,6 +118,10 @@ macro_rules! launch_through_deref {
 
             fn launch_device(&self) -> Option<Device> {
                 Some(self.device())
+            }
+
+            fn crate_stream(&self) -> Option<&StreamRef> {
+                Some(self)
             }
         }
     )*};
@@ -141,12 +158,16 @@ impl cuda_stream::AsStream for HeldStream {
 }
 
 /// Calls the C launcher `launch` with the stream's handle, its device current, and checks the
-/// returned launch error under the launcher's `name`.
+/// returned launch error under the launcher's `name`: through [`StreamRef::launch`] for a
+/// stream of the crate.
 fn launch(
     stream: &impl LaunchStream,
     name: &'static str,
     launch: impl FnOnce(sys::cudaStream_t) -> sys::cudaError_t,
 ) -> Result<()> {
+    if let Some(stream) = stream.crate_stream() {
+        return stream.launch(name, launch);
+    }
     let _current = stream.launch_device().map(Device::make_current).transpose()?;
     check(launch(stream.launch_handle()), name)
 }

@@ -120,6 +120,19 @@ pub(crate) fn uncapturable_call<R>(call: impl FnOnce() -> Result<R>) -> Result<R
     with_thread_mode(Relaxed, call)?
 }
 
+/// [`uncapturable_call`] for a stream-ordered call (an allocation, a free) on a stream the
+/// caller found outside any capture, under the enqueue path's hold: CUDA refuses it during the
+/// calling thread's own Global or ThreadLocal capture (`cudaErrorStreamCaptureUnsupported` for
+/// `cudaMallocAsync` on another stream, probed on CUDA 13.0), although nothing of it goes into
+/// that capture. While no capture may be in progress, the call as it is (one load).
+///
+/// # Errors
+/// As [`uncapturable_call`].
+#[inline(always)]
+pub(crate) fn uncaptured_stream_call<R>(call: impl FnOnce() -> Result<R>) -> Result<R> {
+    if super::live_captures::may_capture() { uncapturable_call(call) } else { call() }
+}
+
 /// What this crate knows of the calling thread's capture interaction mode.
 #[derive(Copy, Clone, PartialEq, Eq)]
 enum ThreadMode {

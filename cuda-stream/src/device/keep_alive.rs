@@ -17,8 +17,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 ///
 /// NVIDIA's graph objects "are not internally synchronized and must not be accessed
 /// concurrently from multiple threads", and two threads may reach the graph of one capture at
-/// once: the capturing thread's work, and another thread's on a stream it joined to the capture
-/// (a typed launch there while the capturing thread launches crashed libcuda), or
+/// once: the capturing thread's work, and another thread's on a stream it joined to the capture,
+/// or
 /// `Capture::launch_host_fn` on one thread while `wait_stream` and external records reach the
 /// same graph from any other. A leaf lock: taken under the read side of the capture-transition
 /// lock (or a transition's write side) and after any event's record turn, never before them.

@@ -5,7 +5,7 @@ use super::pinned::PinnedBuffer;
 use super::pool::MemPool;
 use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
 use super::{DeviceCopy, byte_size, same_length};
-use crate::call::capture_mode::ignore_other_threads_captures;
+use crate::call::capture_mode::{ignore_other_threads_captures, uncaptured_stream_call};
 use crate::call::live_captures;
 use crate::call::race::model::{Step, Use};
 use crate::call::race::{self, Access, AccessKind};
@@ -458,6 +458,12 @@ fn allocate_on(stream: &StreamRef, bytes: usize, pool: Option<&MemPool>) -> Resu
 }
 
 fn allocate_raw(stream: &StreamRef, bytes: usize, pool: Option<&MemPool>) -> Result<*mut c_void> {
+    // The stream is outside any capture (checked under the hold), but the calling thread may
+    // be capturing another stream in Global or ThreadLocal mode.
+    uncaptured_stream_call(|| allocate_now(stream, bytes, pool))
+}
+
+fn allocate_now(stream: &StreamRef, bytes: usize, pool: Option<&MemPool>) -> Result<*mut c_void> {
     match stream.enter()? {
         // A real handle carries its context: the driver allocates on its device from any
         // thread, with no context made current.
@@ -544,13 +550,14 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let (address, raw) = (self.ptr.as_ptr().cast::<c_void>(), home.as_raw());
         // Memory this buffer allocated and nothing else frees; every use this crate enqueued
         // is ordered before this point of the home stream. On failure the memory is leaked.
-        let freed = match home.enter() {
+        // Not into a capture (checked above), but the calling thread may be capturing another
+        // stream in Global or ThreadLocal mode (see `allocate_raw`).
+        let freed = uncaptured_stream_call(|| match home.enter()? {
             // SAFETY: as above; a live real stream.
-            Ok(None) => unsafe { driver::mem_free_async(address, raw) },
+            None => unsafe { driver::mem_free_async(address, raw) },
             // SAFETY: as above; a special handle of the current device.
-            Ok(Some(_current)) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
-            Err(_) => return,
-        };
+            Some(_current) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
+        });
         if freed.is_ok() {
             checked.enqueued();
         }

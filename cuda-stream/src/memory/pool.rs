@@ -209,15 +209,24 @@ impl MemPool {
     /// `cudaMemPoolSetAttribute`; `value` points to the attribute's type (`int` or `cuuint64_t`).
     fn set(&self, attribute: sys::cudaMemPoolAttr, value: *mut c_void) -> Result<()> {
         let _current = self.inner.device.make_current()?;
-        // SAFETY: a live pool; the callers pass a pointer to the attribute's type.
-        check(unsafe { sys::cudaMemPoolSetAttribute(self.inner.raw, attribute, value) }, "cudaMemPoolSetAttribute")
+        // Relaxed: CUDA refuses it during the calling thread's own Global or ThreadLocal capture
+        // (cudaErrorStreamCaptureUnsupported), although it touches no stream.
+        let set = || {
+            // SAFETY: a live pool; the callers pass a pointer to the attribute's type.
+            check(unsafe { sys::cudaMemPoolSetAttribute(self.inner.raw, attribute, value) }, "cudaMemPoolSetAttribute")
+        };
+        uncapturable_call(set)
     }
 
     /// `cudaMemPoolGetAttribute`; `value` points to the attribute's type.
     fn get(&self, attribute: sys::cudaMemPoolAttr, value: *mut c_void) -> Result<()> {
         let _current = self.inner.device.make_current()?;
-        // SAFETY: as in `set`.
-        check(unsafe { sys::cudaMemPoolGetAttribute(self.inner.raw, attribute, value) }, "cudaMemPoolGetAttribute")
+        // Relaxed, as in `set`.
+        let get = || {
+            // SAFETY: as in `set`.
+            check(unsafe { sys::cudaMemPoolGetAttribute(self.inner.raw, attribute, value) }, "cudaMemPoolGetAttribute")
+        };
+        uncapturable_call(get)
     }
 }
 
