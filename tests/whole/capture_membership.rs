@@ -110,7 +110,7 @@ fn joins_never_land_between_a_check_and_its_call() {
     let _device = gpu_or_skip!();
     child_test_prints(
         "child_joins_racing_checked_calls",
-        &["external records", "completions", "allocations", "copies"],
+        &["external records", "completions", "allocations", "copies", "launches"],
     );
 }
 
@@ -188,6 +188,24 @@ fn child_joins_racing_checked_calls() {
     assert_eq!(late.into_inner(), 0, "a refused copy never writes the slice later");
     assert!(failures.is_empty(), "every capture ended: {failures:?}");
     println!("copies: {ended} captures ended");
+
+    // A kernel launch through the crate (`StreamRef::launch`, the test kernels' launchers):
+    // into the capture or real work, never beside the capture's end or another thread's join
+    // (the API fuzzer's launches on `as_raw()`, which bypassed the crate, crashed libcuda in
+    // 22 of 32 processes). A launch onto `x` after it rejoined leaves it unjoined: CUDA's
+    // typed refusal at the end.
+    let launched = AtomicUsize::new(0);
+    let (ended, failures) = joins_racing(rounds, &x, |x| {
+        cuda_stream_tests::empty(x).expect("a launch is captured or runs, never refused");
+        launched.fetch_add(1, Ordering::Relaxed);
+    });
+    for failure in &failures {
+        assert!(
+            matches!(failure, Error::Cuda { api: "cudaStreamEndCapture", code } if code.0 == 904),
+            "only an unjoined end (904) may fail: {failure:?}"
+        );
+    }
+    println!("launches: {ended} captures ended, {} unjoined, {} launches", failures.len(), launched.into_inner());
 }
 
 /// CUDA's stream-capture errors (`cudaErrorStreamCaptureUnsupported` to

@@ -568,7 +568,10 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// # Errors
     /// `cudaErrorStreamCaptureInvalidated` if the capture broke; `cudaErrorStreamCaptureUnjoined`
     /// if a forked stream was not joined back. A graph given to `begin_capture_into` is then
-    /// leaked (see there).
+    /// leaked (see there). [`Error::InsideHostFn`](crate::Error::InsideHostFn) inside a host
+    /// function, and [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) inside a raw
+    /// launcher ([`StreamRef::launch`]), where an end would wait for the launch itself: the
+    /// capture then stays open in CUDA and counted, as a leaked one (the same for a drop there).
     pub fn end(mut self) -> Result<Graph> {
         let race_accesses = race::take_captured(self.id);
         match self.finish() {
@@ -580,8 +583,9 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     }
 
     /// Ends the capture in CUDA and uncounts it, exactly once (`end`, or else the drop). When
-    /// the stream cannot be used here (inside a host function), CUDA's capture stays open: it
-    /// stays counted, as a leaked capture does, and a graph it captures into is leaked with it.
+    /// the stream cannot be used here (inside a host function, or inside a call that holds the
+    /// enqueue path's hold: a raw launcher), CUDA's capture stays open: it stays counted, as a
+    /// leaked capture does, and a graph it captures into is leaked with it.
     pub(super) fn finish(&mut self) -> Ended {
         self.ended = true;
         let into = self.into.take();
