@@ -585,8 +585,11 @@ fn link_eager_loading(out_dir: &Path) -> Result<(), Error> {
 mod tests {
     use super::*;
 
-    /// A package directory under the system's temporary directory with `files` (path, text).
-    fn package(name: &str, files: &[(&str, &str)]) -> PathBuf {
+    /// A file of a package: its path and its text.
+    type File = (&'static str, &'static str);
+
+    /// A package directory under the system's temporary directory with `files`.
+    fn package(name: &str, files: &[File]) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("cuda-stream-build-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         for (path, text) in files {
@@ -600,7 +603,7 @@ mod tests {
     #[test]
     fn test_targets_are_found_by_cargos_rules() {
         let manifest = "[package]\nname = \"p\"\n";
-        let shapes: [(&str, Vec<(&str, &str)>, bool); 8] = [
+        let shapes: [(&str, Vec<File>, bool); 8] = [
             ("library", vec![("Cargo.toml", manifest), ("src/lib.rs", "")], false),
             ("binary", vec![("Cargo.toml", manifest), ("src/main.rs", "fn main() {}")], false),
             (
