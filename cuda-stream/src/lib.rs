@@ -3,12 +3,17 @@
 //! ```no_run
 //! use cuda_stream::{Device, Stream, StreamOptions};
 //!
+//! // Kernels of your `.cu` files (built by `cuda-stream-build`), declared once.
+//! cuda_stream::kernel! {
+//!     static SCALE = fn scale(x: *mut f32, by: f32, n: u32);
+//! }
+//!
 //! # fn main() -> cuda_stream::Result<()> {
 //! let device = Device::new(0)?;
 //! let range = device.priority_range()?;
 //! let urgent = Stream::new(device, StreamOptions::non_blocking().with_priority(range.most_urgent()))?;
 //! let batch = Stream::new(device, StreamOptions::non_blocking())?;
-//! // ... enqueue work on `batch` (kernels take `batch.as_raw()`) ...
+//! // ... enqueue work on `batch`: `unsafe { SCALE.launch(&batch, &config, (x, 2.0, n)) }` ...
 //! urgent.wait_stream(&batch)?; // later work on `urgent` waits for `batch`'s work so far
 //! urgent.launch_host_fn(|| println!("both streams' work so far is done"))?;
 //! urgent.synchronize()?;

@@ -82,7 +82,8 @@ fn unavailable(error: &Error) -> String {
             }
             _ => format!("the NVIDIA driver is too old ({error})"),
         },
-        _ => error.to_string(),
+        Some(other) => format!("{other} ({error})"),
+        None => error.to_string(),
     }
 }
 

@@ -25,6 +25,11 @@ use std::time::Duration;
 /// How to create an event
 /// ([`cudaEventCreateWithFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
 /// The default is all off: no timing (cheaper to record), spin-waiting synchronize, local.
+///
+/// **Unlike `cudaEventCreate`**, whose events time by default, `EventFlags::default()` has
+/// timing off (`cudaEventDisableTiming`, as PyTorch's and cudarc's events): for
+/// [`Event::elapsed`], create both events with [`EventFlags::timing`]
+/// (`cudaEventCreate(&e)` in C++ is `Event::new(device, EventFlags::timing())` here).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct EventFlags {
     /// Record timestamps, for [`Event::elapsed`] (else `cudaEventDisableTiming`).

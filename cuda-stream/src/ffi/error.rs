@@ -234,7 +234,10 @@ pub enum Error {
     #[error("the value holding a device buffer's home stream now lends another stream")]
     HomeStreamChanged,
     /// `elapsed` on an event created without timing.
-    #[error("elapsed time needs both events created with timing enabled (EventFlags::timing)")]
+    #[error(
+        "elapsed time needs both events created with timing enabled (EventFlags::timing; unlike \
+         cudaEventCreate, EventFlags::default() and Event::new's default have timing off)"
+    )]
     TimingDisabled,
     /// `elapsed` where the end event completed before the start event (CUDA's value, negative).
     #[error("the end event completed {before:?} before the start event")]

@@ -5,6 +5,7 @@ use super::error::{Error, Result, check};
 use super::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::ffi::c_int;
+use std::fmt;
 
 /// The version of the installed driver, e.g. 13000 for CUDA 13.0
 /// ([`cudaDriverGetVersion`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART____VERSION.html)).
@@ -46,6 +47,21 @@ pub enum GpuUnavailable {
     NoDevice,
 }
 
+impl fmt::Display for GpuUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GpuUnavailable::NoDriver => "no NVIDIA driver (libcuda.so.1 not found, or only the toolkit's stub)",
+            GpuUnavailable::InsufficientDriver => "the NVIDIA driver is older than this binary's CUDA runtime",
+            GpuUnavailable::DriverMismatch => {
+                "the NVIDIA driver's kernel module and its user-space library are of different versions"
+            }
+            GpuUnavailable::NoDevice => "no CUDA device (none installed, or none visible through CUDA_VISIBLE_DEVICES)",
+        })
+    }
+}
+
+impl std::error::Error for GpuUnavailable {}
+
 impl Error {
     /// Whether this error means the machine has no usable GPU, and why. Every constructor in
     /// this crate returns such an error on a machine without a driver or a device.
@@ -60,6 +76,25 @@ impl Error {
                 _ => Some(GpuUnavailable::InsufficientDriver),
             },
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GpuUnavailable;
+
+    #[test]
+    fn each_reason_for_no_gpu_says_what_to_look_at() {
+        let reasons = [
+            (GpuUnavailable::NoDriver, "libcuda.so.1"),
+            (GpuUnavailable::InsufficientDriver, "older than"),
+            (GpuUnavailable::DriverMismatch, "kernel module"),
+            (GpuUnavailable::NoDevice, "CUDA_VISIBLE_DEVICES"),
+        ];
+        for (reason, words) in reasons {
+            let text = reason.to_string();
+            assert!(text.contains(words), "{reason:?}: {text}");
         }
     }
 }

@@ -78,6 +78,27 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// }
 /// ```
 ///
+/// A parameter's Rust type must have the C++ parameter's size (checked at the first launch
+/// against the loaded kernel) and its bytes; on Linux x86-64 and aarch64:
+///
+/// | C++ parameter | Rust type |
+/// |---|---|
+/// | `int`, `unsigned`, `int32_t`, `uint32_t` | `i32`, `u32` |
+/// | `long`, `long long`, `int64_t`, `clock_t`, `ptrdiff_t` | `i64` |
+/// | `unsigned long`, `unsigned long long`, `uint64_t` | `u64` |
+/// | `size_t` | `usize` |
+/// | `short`, `unsigned short` | `i16`, `u16` |
+/// | `char`, `signed char`, `unsigned char`, `bool` | `i8`, `i8`, `u8`, `u8` (0 or 1) |
+/// | `float`, `double` | `f32`, `f64` |
+/// | `half` (`__half`), `__nv_bfloat16` | `u16` (the bits) |
+/// | `T*`, `const T*` | `*mut T`, `*const T` (a device address) |
+/// | `float2`, `float4`, `int4`, `uchar4`, `double2`, ... | `[f32; 2]`, `[f32; 4]`, `[i32; 4]`, `[u8; 4]`, `[f64; 2]`, ... |
+/// | a struct | a `#[repr(C)]` struct of the same fields, no padding, `unsafe impl DeviceCopy` |
+///
+/// A vector type's alignment does not matter here: CUDA copies each argument's bytes into the
+/// parameter where the kernel expects it. A struct with padding in C++ gets explicit padding
+/// fields in Rust (`DeviceCopy` forbids implicit padding).
+///
 /// The kernel's host stub (the C symbol nvcc emits for an `extern "C" __global__` function) is
 /// declared with those parameters, never called: its address names the kernel to
 /// `cudaLaunchKernelEx`. The static also carries what the kernels were built for

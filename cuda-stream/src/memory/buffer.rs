@@ -154,6 +154,16 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// order it also after the buffer's uses on other streams so far, enqueue it through
     /// [`DeviceBuffer::use_on`] on the home stream. Using the address in a kernel is `unsafe`,
     /// like every launch.
+    ///
+    /// On another stream, use the buffer through [`DeviceBuffer::use_on`], which orders the
+    /// use after the allocation and before the free. The C++ habit of allocating on stream 0
+    /// (`cudaMallocAsync(&p, n, 0)`) and launching with the raw address on blocking streams
+    /// relies on the legacy default stream's implicit synchronization: it holds here only
+    /// while the home stream is the legacy stream ([`BuiltinStream::legacy`](crate::BuiltinStream::legacy), or handle 0 in
+    /// the default build) and the other streams are blocking. With a non-blocking home
+    /// stream, or in the per-thread build (where handle 0 is the per-thread stream, which
+    /// synchronizes with nothing), nothing orders those launches after the allocation nor the
+    /// free after them: use `use_on`.
     pub fn as_ptr(&self) -> *const T {
         self.uses.exported();
         self.ptr.as_ptr()
@@ -171,6 +181,11 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// `launch` makes later uses and the free wait for this one, also when `launch` panics.
     /// On the home stream it waits only for uses elsewhere; a stream that uses the buffer
     /// again costs one event record.
+    ///
+    /// Uses on different streams are serialized: each waits for the last use on every other
+    /// stream, reads and disjoint ranges included, so two kernels that only read the buffer on
+    /// two streams do not overlap. For work that must overlap, order it yourself with raw
+    /// addresses and events.
     ///
     /// `launch` typically calls [`StreamRef::launch`] with a kernel of yours; the kernel must
     /// use the address only on `stream`, and only through work enqueued inside `launch`.
