@@ -37,8 +37,9 @@ pub struct PinnedBuffer<T: DeviceCopy> {
 // SAFETY: the buffer owns its memory; moving it moves the ownership, and the events it holds
 // are `Send`.
 unsafe impl<T: DeviceCopy> Send for PinnedBuffer<T> {}
-// SAFETY: `&self` methods read only the length and the address; every access to the memory
-// and to the events in flight takes `&mut self`.
+// SAFETY: `&self` methods read the length, the address, the events in flight (which they only
+// wait on) and, once those copies completed, the memory; every write to the memory and every
+// change of the events in flight takes `&mut self`.
 unsafe impl<T: DeviceCopy> Sync for PinnedBuffer<T> {}
 
 impl<T: DeviceCopy> PinnedBuffer<T> {
@@ -92,15 +93,18 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         false
     }
 
-    /// The elements, once every copy in flight has completed.
+    /// The elements, once every copy in flight has completed. A shared borrow, as for a
+    /// `Vec`: a new copy takes `&mut self`, so none begins while the slice lives (until
+    /// [`PinnedBuffer::as_mut_slice`] or a copy forgets them, the copies' events are asked
+    /// again at each call).
     ///
     /// # Errors
     /// The errors of [`Event::synchronize`] (a fault in the copies' streams).
-    pub fn as_slice(&mut self) -> Result<&[T]> {
-        self.settle()?;
+    pub fn as_slice(&self) -> Result<&[T]> {
+        self.wait_for_copies()?;
         self.race_host_access("PinnedBuffer::as_slice", AccessKind::Read)?;
-        // SAFETY: `len` initialized elements this buffer owns; no copy is in flight, and
-        // `&mut self` keeps new ones out while the slice lives.
+        // SAFETY: `len` initialized elements this buffer owns; no copy is in flight, and a new
+        // one takes `&mut self`, which the slice's borrow of `self` keeps out.
         Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
     }
 
@@ -163,8 +167,15 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         Ok(())
     }
 
-    /// Waits for every copy in flight.
+    /// Waits for every copy in flight, and forgets them.
     fn settle(&mut self) -> Result<()> {
+        self.wait_for_copies()?;
+        self.in_flight.clear();
+        Ok(())
+    }
+
+    /// Waits for every copy in flight (the newest first).
+    fn wait_for_copies(&self) -> Result<()> {
         refuse_inside_host_fn()?;
         if self.leak {
             return Err(Error::Size(UNTRACKED));
@@ -176,11 +187,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         // recorded outside any capture.
         drop(crate::call::transitions::unsafe_call_hold()?);
         sync_debug::before_sync("cudaEventSynchronize (a pinned buffer's copies in flight)", SyncKind::PinnedWait)?;
-        while let Some(event) = self.in_flight.last() {
-            event.synchronize_checked_earlier()?;
-            self.in_flight.pop();
-        }
-        Ok(())
+        self.in_flight.iter().rev().try_for_each(Event::synchronize_checked_earlier)
     }
 }
 

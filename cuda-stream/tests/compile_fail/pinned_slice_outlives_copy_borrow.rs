@@ -1,4 +1,4 @@
-//! A `PinnedBuffer`'s host slice borrows the buffer mutably: no copy can be enqueued into it
+//! A `PinnedBuffer`'s host slice borrows the buffer: no copy (which takes it mutably) can be enqueued into it
 //! while the slice is alive (the copy would write under it).
 use cuda_stream::{DeviceBuffer, Device, PinnedBuffer, Stream, StreamOptions};
 
