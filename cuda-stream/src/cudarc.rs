@@ -75,7 +75,8 @@ impl StreamRef {
     /// per-thread stream must stay on this thread. And, because cudarc's safe API may capture
     /// it: no capture of the stream begins or ends through cudarc on another thread while a
     /// call of this crate on it runs, and a capture begun through cudarc is ended through
-    /// cudarc (for a pool's lease, before the lease drops).
+    /// cudarc (for a pool's lease, before the lease drops). Not called inside a raw launcher's
+    /// closure, as for [`BorrowedStream::borrow_raw`].
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) if `context` is another

@@ -133,12 +133,18 @@ impl Drop for ClearOnDrop {
 /// them: a record of the foreign owner's (or one of ours into its capture) never overlaps one
 /// of them. Every caller waits until then, not only the first: a second thread wrapping a
 /// handle while the first still waits would otherwise hand it out early.
+///
+/// Inside a fast call (a raw launcher's closure) it only marks: waiting there could wait for
+/// another thread's fast call that waits for this one, and this thread's own call goes on
+/// under the old premise anyway. The functions that wrap foreign handles are `unsafe` and
+/// keep out of raw launchers in their contracts.
 #[inline]
 pub(crate) fn foreign_handle_seen() {
-    /// Set once a wait that began after the mark was visible has returned.
+    /// Set once a wait that began after the mark was visible, outside any fast call, has
+    /// returned.
     static SETTLED: AtomicBool = AtomicBool::new(false);
     live_captures::foreign_handle_seen();
-    if !SETTLED.load(Ordering::Acquire) {
+    if !SETTLED.load(Ordering::Acquire) && !in_fast_call() {
         wait_for_uncaptured_calls();
         SETTLED.store(true, Ordering::Release);
     }

@@ -20,9 +20,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// once: the capturing thread's work, and another thread's on a stream it joined to the capture,
 /// or
 /// `Capture::launch_host_fn` on one thread while `wait_stream` and external records reach the
-/// same graph from any other. A leaf lock: taken under the read side of the capture-transition
-/// lock (or a transition's write side) and after any event's record turn, never before them.
-/// It nests per thread: a call made during this thread's turn takes nothing more.
+/// same graph from any other. Taken under the read side of the capture-transition lock (or a
+/// transition's write side, or inside a fast call), and before any event's record turn, never
+/// after one (a raw launcher, which runs under it, may record). It nests per thread: a call
+/// made during this thread's turn takes nothing more.
 pub(crate) fn graph_mutations() -> GraphTurn {
     static GRAPH_MUTATIONS: Mutex<()> = Mutex::new(());
     if IN_GRAPH_TURN.try_with(Cell::get).unwrap_or(false) {

@@ -170,7 +170,8 @@ impl Event {
     /// another `Event` of the same handle (each keeps its own state): while the event is last
     /// recorded inside a stream capture (by its owner, say), it must not be queried,
     /// synchronized, timed or awaited through this `Event` (CUDA would invalidate the capture,
-    /// and such a query racing the capture's end crashed libcuda).
+    /// and such a query racing the capture's end crashed libcuda). Not called inside a raw
+    /// launcher's closure, as for [`BorrowedStream::borrow_raw`](crate::BorrowedStream::borrow_raw).
     pub unsafe fn from_raw(raw: sys::cudaEvent_t, device: Device) -> Event {
         // Its owner may record it in a capture this crate cannot see.
         crate::call::uncaptured_calls::foreign_handle_seen();

@@ -289,8 +289,8 @@
 //! internally synchronized, and the capturing thread and a thread working on a stream it joined
 //! to the capture add to it at once. So a raw launcher ([`StreamRef::launch`]) runs inside the
 //! hold; it must launch and return (a capture transition inside it is refused with
-//! [`Error::CaptureMisuse`](crate::Error::CaptureMisuse); waiting there for another thread's
-//! transition would wait forever).
+//! [`Error::CaptureMisuse`](crate::Error::CaptureMisuse); waiting there for another thread or
+//! a completion can wait forever: see `launch`).
 //!
 //! PyTorch's idiom `side.wait_stream(capturing)` inside a capture, then
 //! `capturing.wait_stream(side)` before the end, works as in CUDA: both are transitions.

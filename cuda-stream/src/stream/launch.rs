@@ -23,13 +23,21 @@ impl StreamRef {
     /// `launcher` runs inside the [enqueue path](crate::capture#who-is-in-a-capture-begins-ends-and-joins-are-transitions)'s
     /// hold, as the crate's own launches do: no capture begins, ends or is joined while it
     /// runs, so a launch that found the stream outside any capture is not caught by one, and
-    /// one into a capture is not overlapped by its end or by another thread's work on the same
-    /// graph. So `launcher` must launch and return: calls of this crate it makes on its own
-    /// thread work (a capture transition there is refused with
-    /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse)), but waiting for another thread
-    /// that begins, ends or joins a capture would wait forever. For longer work around a
-    /// launch, see [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on), whose closure runs
-    /// outside the hold and launches through this.
+    /// one into a capture of this crate is not overlapped by its end nor by another thread's
+    /// work of this crate on the same graph. So `launcher` must launch and return:
+    /// * it must not wait for another thread (a join, a channel, a lock another thread holds
+    ///   while calling this crate) nor for a [`completion`](StreamRef::completion): while a
+    ///   capture transition of another thread is pending, the crate's other calls (and the
+    ///   completions' reactor) wait for this one, which would wait for them forever;
+    /// * calls of this crate on its own thread that put work on a stream or read a status work;
+    ///   a transition there is refused with [`Error::CaptureMisuse`](crate::Error::CaptureMisuse)
+    ///   (a capture's begin or end, an external record, and a wait or `wait_stream` that may
+    ///   join a capture, which is every one while a capture may exist);
+    /// * a [`Capture`](crate::capture::Capture) ended or dropped inside it stays open and
+    ///   counted (see [`Capture::end`](crate::capture::Capture::end)).
+    ///
+    /// For longer work around a launch, see [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on),
+    /// whose closure runs outside the hold and launches through this.
     ///
     /// ```no_run
     /// # use cuda_stream::{Device, Stream, StreamOptions, sys};

@@ -541,8 +541,8 @@ impl Stream {
     /// # Safety
     /// `handle` must be a live stream that nobody else will destroy or use after this `Stream`
     /// destroys it (for example one from [`Stream::into_raw`]). Captures begun or ended outside
-    /// this crate on `handle` must not overlap this crate's calls on it, as for
-    /// [`BorrowedStream::borrow_raw`].
+    /// this crate on `handle` must not overlap this crate's calls on it, and it is not called
+    /// inside a raw launcher's closure, as for [`BorrowedStream::borrow_raw`].
     ///
     /// # Errors
     /// [`Error::BuiltinNotOwnable`] for the special handles (0, 0x1, 0x2);
@@ -677,6 +677,9 @@ impl<'a> BorrowedStream<'a> {
     ///   (a segmentation fault inside libcuda, probed on CUDA 13.0), and a call that checked
     ///   the capture status would act on a stale one. A capture in progress before the call is
     ///   seen and respected, and reading the stream leaves it intact.
+    /// * Not inside a raw launcher's closure ([`StreamRef::launch`]): the first foreign handle
+    ///   of the process waits for the other threads' calls that assumed none, which a launcher,
+    ///   running inside such a call, cannot.
     ///
     /// # Errors
     /// CUDA's errors reading the device (for a stream whose capture is broken, the capture's

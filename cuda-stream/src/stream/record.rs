@@ -12,6 +12,7 @@ use crate::call::live_captures;
 use crate::call::race::{self, model::Step};
 use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls;
+use crate::device::keep_alive::graph_mutations;
 use crate::device::same_device;
 use crate::event::{Event, EventFlags};
 use crate::ffi::driver;
@@ -78,6 +79,10 @@ impl StreamRef {
         // the legacy stream during a capture) come first: they leave the event as it was.
         let _current = self.enter()?;
         let _transitions = no_capture_transitions();
+        // The graph-mutation lock before the event's turn (the lock order): the record may go
+        // into a capture of this crate (`enqueue` then takes it), and a raw launcher that holds
+        // it may record.
+        let _graph = live_captures::any().then(graph_mutations);
         // One such record of the event at a time in CUDA (a real record overlapping a captured
         // one crashed libcuda).
         let _turn = event.records().take_turn();
@@ -148,6 +153,9 @@ impl StreamRef {
         // read is the one the node goes into, and it lives meanwhile; no call of this crate
         // captures into that graph meanwhile (see `add_to_capture`).
         let transition = crate::call::transitions::capture_transition()?;
+        // The graph-mutation lock before the event's turn (the lock order; `add_to_capture`
+        // takes it again, nested).
+        let _graph = graph_mutations();
         // Not beside another thread's record of the event into a capture (see `record`).
         let _turn = event.records().take_turn();
         let ticket = event.records().before_record();
