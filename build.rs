@@ -35,4 +35,34 @@ fn main() {
         }
         Err(error) => panic!("{error}"),
     }
+    // The examples' kernels (`examples/kernels/NAME.cu`, one file per example, each example a
+    // crate of its own once copied out: scripts/check-example-copies.sh). Without nvcc, C stubs
+    // of their host stubs (`examples/kernels/without-nvcc/NAME.c`) let the examples link; they
+    // then stop at their first launch (no kernel image), as they would on a machine without a
+    // GPU anyway.
+    // Cargo links a build script's libraries into the package's library, which the examples do
+    // not use (they use only the published crates): they get the archive by name, and the C++
+    // runtime its host code needs (which cc links into the library).
+    println!("cargo:rustc-link-arg-examples=-lcuda_stream_example_kernels");
+    println!("cargo:rustc-link-arg-examples=-lstdc++");
+    match Kernels::from_dir("examples/kernels")
+        .lazy_loading()
+        .fallback_archs("90")
+        .try_compile("cuda_stream_example_kernels")
+    {
+        Ok(_) => {}
+        Err(Error::NoNvcc { .. }) => {
+            let mut stubs = cc::Build::new();
+            stubs.includes(&toolkit.includes);
+            for entry in std::fs::read_dir("examples/kernels/without-nvcc").expect("the examples' stubs") {
+                let path = entry.expect("a directory entry").path();
+                if path.extension().is_some_and(|ext| ext == "c") {
+                    println!("cargo:rerun-if-changed={}", path.display());
+                    stubs.file(path);
+                }
+            }
+            stubs.compile("cuda_stream_example_kernels");
+        }
+        Err(error) => panic!("{error}"),
+    }
 }
