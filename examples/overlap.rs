@@ -1,17 +1,30 @@
 //! Overlapping copies and kernels on several streams: each of 4 streams copies its chunk to the
 //! GPU, runs a kernel on it, and copies it back; the printed timeline (from timing events) shows
 //! the streams' copies and kernels running side by side.
+//!
+//! A crate of its own: this file as `src/main.rs`, `examples/kernels/overlap.cu` in
+//! `kernels/`, `cuda-stream` (feature `testing`, for the GPU gate) as a dependency and
+//! `cuda-stream-build` as a build dependency, with its `build.rs`:
+//! `cuda_stream_build::Kernels::from_dir("kernels").compile("kernels");`.
 
-use cuda_stream::{Event, EventFlags, Stream, StreamOptions, check, sys};
+use cuda_stream::{Event, EventFlags, LaunchConfig, Stream, StreamOptions, check, sys};
 use std::ffi::c_void;
-use std::time::Duration;
+
+cuda_stream::kernel! {
+    /// Each thread spins for `ns` nanoseconds: the work on a chunk.
+    static SPIN = fn overlap_spin(ns: u64);
+}
 
 const STREAMS: usize = 4;
 const CHUNK: usize = 64 << 20;
 
 fn main() -> cuda_stream::Result<()> {
-    let Some(device) = cuda_stream_tests::gpu::example_device("overlap") else { return Ok(()) };
-    let sms = cuda_stream_tests::sm_count(device)?;
+    // Device 0, or a plain "skipped" without a GPU (a failure under CUDA_STREAM_REQUIRE_GPU=1).
+    let Some(device) = cuda_stream::testing::device_or_skip("overlap") else { return Ok(()) };
+    let sms = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMultiProcessorCount)? as u32;
+    // Loaded now: its first launch would load it (CUDA's lazy loading), which can wait for the
+    // copies already running and stretch the timeline.
+    SPIN.attributes(device)?;
     let (mut host, mut dev): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: valid out-pointers; pinned host memory so that copies are asynchronous.
     unsafe {
@@ -37,7 +50,8 @@ fn main() -> cuda_stream::Result<()> {
         // SAFETY: as above.
         check(unsafe { sys::cudaMemcpyAsync(d, h, CHUNK, kind, stream.as_raw()) }, "cudaMemcpyAsync")?;
         stream.record(&events[1])?;
-        cuda_stream_tests::spin_grid(stream, Duration::from_millis(3), sms / STREAMS as u32, 256)?;
+        // SAFETY: the kernel takes a number of nanoseconds (3 ms) and touches no memory.
+        unsafe { SPIN.launch(stream, &LaunchConfig::new(sms / STREAMS as u32, 256), (3_000_000,))? };
         stream.record(&events[2])?;
         let back = sys::cudaMemcpyKind::cudaMemcpyDeviceToHost;
         // SAFETY: as above.

@@ -20,6 +20,10 @@ cuda_stream::kernel! {
 fn main() -> cuda_stream::Result<()> {
     // Device 0, or a plain "skipped" without a GPU (a failure under CUDA_STREAM_REQUIRE_GPU=1).
     let Some(device) = cuda_stream::testing::device_or_skip("priorities") else { return Ok(()) };
+    // Both kernels loaded now: CUDA's lazy loading would load the mark at its first launch,
+    // behind the backlog it is meant to overtake.
+    SPIN.attributes(device)?;
+    MARK.attributes(device)?;
     let range = device.priority_range()?;
     let sms = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMultiProcessorCount)? as u32;
     let batch = Stream::new(device, StreamOptions::non_blocking().with_priority(range.least_urgent()))?;

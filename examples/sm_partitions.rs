@@ -2,17 +2,23 @@
 //! contexts), a long batch job on one, a short latency-sensitive job on the other. The short
 //! job runs at once on its own SMs instead of queueing behind the batch's blocks. Each
 //! partition lives as long as its streams.
+//!
+//! A crate of its own: this file as `src/main.rs`, `examples/kernels/sm_partitions.cu` in
+//! `kernels/`, `cuda-stream` (feature `testing`, for the GPU gate) as a dependency and
+//! `cuda-stream-build` as a build dependency, with its `build.rs`:
+//! `cuda_stream_build::Kernels::from_dir("kernels").compile("kernels");`.
 
 use cuda_stream::{DeviceBuffer, Error, LaunchConfig, Stream};
 use std::time::{Duration, Instant};
 
 cuda_stream::kernel! {
-    /// `cs_saxpy` of `kernels/launch_kernels.cu`: y = a * x + y over n elements.
-    static SAXPY = fn cs_saxpy(a: f32, x: *const f32, y: *mut f32, n: u32);
+    /// y = a * x + y over n elements.
+    static SAXPY = fn sm_partitions_saxpy(a: f32, x: *const f32, y: *mut f32, n: u32);
 }
 
 fn main() -> cuda_stream::Result<()> {
-    let Some(device) = cuda_stream_tests::gpu::example_device("sm_partitions") else { return Ok(()) };
+    // Device 0, or a plain "skipped" without a GPU (a failure under CUDA_STREAM_REQUIRE_GPU=1).
+    let Some(device) = cuda_stream::testing::device_or_skip("sm_partitions") else { return Ok(()) };
     // Two partitions of at least 16 SMs each; a split the device cannot make says what it can.
     let partitions = match device.split_sms(16, 2) {
         Ok(partitions) => partitions,

@@ -4,17 +4,31 @@
 //! (`cuStreamWriteValue32`) that the host polls. No event, no host function, no synchronize
 //! between them; the host touches the words only through atomics. The same round again as one
 //! batch (`cuStreamBatchMemOp`), and what the device supports.
+//!
+//! A crate of its own: this file as `src/main.rs`, `examples/kernels/stream_mem_ops.cu` in
+//! `kernels/`, `cuda-stream` (feature `testing`, for the GPU gate) as a dependency and
+//! `cuda-stream-build` as a build dependency, with its `build.rs`:
+//! `cuda_stream_build::Kernels::from_dir("kernels").compile("kernels");`.
 
-use cuda_stream::{BarrierScope, MappedWords, MemOp, MemOpSupport, Stream, StreamOptions, WaitValue};
+use cuda_stream::{BarrierScope, LaunchConfig, MappedWords, MemOp, MemOpSupport, Stream, StreamOptions, WaitValue};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const GO: usize = 0;
 const DONE: usize = 1;
 
+cuda_stream::kernel! {
+    /// Each thread spins for `ns` nanoseconds: the stream's work of a round.
+    static SPIN = fn stream_mem_ops_spin(ns: u64);
+}
+
 fn main() -> cuda_stream::Result<()> {
-    let Some(device) = cuda_stream_tests::gpu::example_device("stream_mem_ops") else { return Ok(()) };
+    // Device 0, or a plain "skipped" without a GPU (a failure under CUDA_STREAM_REQUIRE_GPU=1).
+    let Some(device) = cuda_stream::testing::device_or_skip("stream_mem_ops") else { return Ok(()) };
     println!("{:?}", MemOpSupport::of(device)?);
+    // Loads the kernel now. CUDA's lazy loading would load it at its first launch, and a load
+    // can wait for the device's work: here a stream parked on a "go" the host has not raised.
+    SPIN.attributes(device)?;
     let stream = Stream::new(device, StreamOptions::non_blocking())?;
     let words = MappedWords::<u32>::new(2)?;
     let (go, done) = (&words.words()[GO], &words.words()[DONE]);
@@ -22,7 +36,9 @@ fn main() -> cuda_stream::Result<()> {
     for round in 1..=3 {
         // Enqueued now; runs once the host says go.
         words.wait_value(&stream, GO, WaitValue::greater_or_equal(round))?;
-        cuda_stream_tests::spin(&*stream, Duration::from_millis(5))?; // your kernels here
+        // Your kernels here: one block of 32 threads that spin for 5 ms.
+        // SAFETY: the kernel takes a number of nanoseconds.
+        unsafe { SPIN.launch(&stream, &LaunchConfig::new(1, 32), (5_000_000,))? };
         words.write_value(&stream, DONE, round)?;
 
         std::thread::sleep(Duration::from_millis(10));

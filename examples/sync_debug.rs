@@ -2,12 +2,16 @@
 //! copies and kernels runs once under a sync-debug scope that reports (each wait, its CUDA
 //! call and where it came from), then under one that refuses (the wait fails, nothing waits).
 //! Set `RUST_BACKTRACE=1` to see where each reported wait was called.
+//!
+//! A crate of its own: this file as `src/main.rs`, with `cuda-stream` (feature `testing`, for
+//! the GPU gate) as a dependency.
 
 use cuda_stream::sync_debug::{SyncDebugMode, sync_debug_scope};
 use cuda_stream::{DeviceBuffer, Error, PinnedBuffer, Stream, StreamOptions};
 
 fn main() -> cuda_stream::Result<()> {
-    let Some(device) = cuda_stream_tests::gpu::example_device("sync_debug") else { return Ok(()) };
+    // Device 0, or a plain "skipped" without a GPU (a failure under CUDA_STREAM_REQUIRE_GPU=1).
+    let Some(device) = cuda_stream::testing::device_or_skip("sync_debug") else { return Ok(()) };
     let stream = Stream::new(device, StreamOptions::non_blocking())?;
     let mut pinned = PinnedBuffer::from_slice(&[1.0f32; 1 << 20])?;
     let mut buffer = DeviceBuffer::<f32, _>::new(&stream, 1 << 20)?;

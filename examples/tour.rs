@@ -1,11 +1,21 @@
 //! A tour of this machine's CUDA streams: the toolkit these crates were built against, the
 //! driver, each device with its stream priority range, and a kernel on a high-priority
 //! non-blocking stream, timed with events. Without a GPU it says so and exits 0.
+//!
+//! A crate of its own: this file as `src/main.rs`, `examples/kernels/tour.cu` in `kernels/`,
+//! `cuda-stream` (feature `testing`, for the GPU gate) as a dependency and `cuda-stream-build`
+//! as a build dependency, with its `build.rs`:
+//! `cuda_stream_build::Kernels::from_dir("kernels").compile("kernels");`.
 
-use cuda_stream::{BuiltinStream, Device, EventFlags, Stream, StreamOptions, sys};
+use cuda_stream::{BuiltinStream, Device, EventFlags, LaunchConfig, Stream, StreamOptions, sys};
 use std::time::{Duration, Instant};
 
-fn main() {
+cuda_stream::kernel! {
+    /// Each thread spins for `ns` nanoseconds.
+    static SPIN = fn tour_spin(ns: u64);
+}
+
+fn main() -> cuda_stream::Result<()> {
     println!("cuda-stream tour");
     println!("  toolkit      CUDA {} at {}", version(sys::CUDART_VERSION as i32), sys::TOOLKIT_ROOT);
     let mode =
@@ -20,18 +30,17 @@ fn main() {
         Ok(driver) => println!("  driver       supports CUDA {}", version(driver)),
         Err(error) => println!("  driver       {error}"),
     }
-    let count = match Device::count() {
-        Ok(count) if count > 0 => count,
-        Ok(_) => return println!("\nNo CUDA device: nothing more to show."),
-        Err(error) => {
-            return println!("\nNo usable CUDA GPU here ({error}).\nNothing more to show; this is not an error.");
-        }
-    };
-    for ordinal in 0..count {
+    // A plain "skipped" that says why without a GPU (a failure under CUDA_STREAM_REQUIRE_GPU=1).
+    if cuda_stream::testing::device_or_skip("tour").is_none() {
+        println!("\nNo usable CUDA GPU here.\nNothing more to show; this is not an error.");
+        return Ok(());
+    }
+    for ordinal in 0..Device::count()? {
         if let Err(error) = show_device(ordinal) {
             println!("  device {ordinal}: {error}");
         }
     }
+    Ok(())
 }
 
 fn version(v: i32) -> String {
@@ -41,7 +50,7 @@ fn version(v: i32) -> String {
 fn show_device(ordinal: i32) -> cuda_stream::Result<()> {
     let device = Device::new(ordinal)?;
     let range = device.priority_range()?;
-    let sms = cuda_stream_tests::sm_count(device)?;
+    let sms = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMultiProcessorCount)? as u32;
     println!("\ndevice {ordinal}: {} ({sms} SMs)", device.name()?);
     println!("  stream priorities  {range} ({} levels; lower is more urgent)", range.levels());
     let legacy = BuiltinStream::legacy(device);
@@ -62,7 +71,8 @@ fn show_device(ordinal: i32) -> cuda_stream::Result<()> {
     let spin = Duration::from_millis(5);
     let host = Instant::now();
     stream.record(&start)?;
-    cuda_stream_tests::spin_grid(&stream, spin, sms, 128)?;
+    // SAFETY: the kernel takes a number of nanoseconds.
+    unsafe { SPIN.launch(&stream, &LaunchConfig::new(sms, 128), (spin.as_nanos() as u64,))? };
     stream.record(&end)?;
     let busy_after_launch = !stream.query()?;
     stream.synchronize()?;

@@ -13,8 +13,6 @@ root=$repo/target/example-copies
 export CARGO_TARGET_DIR=$repo/target/kernel-tests CUDA_STREAM_ARCHS=90
 unset CUDA_COMPUTE_CAP
 
-# Examples not yet made copyable (issue 37): each is checked once it leaves this list.
-not_yet=" conditional_while current_stream graph_capture host_functions interop multi_gpu multi_gpu_nccl overlap sm_partitions stream_mem_ops stream_pool sync_debug tour "
 
 names=("$@")
 if [ ${#names[@]} = 0 ]; then
@@ -24,10 +22,6 @@ fi
 status=0
 for name in "${names[@]}"; do
   source=$repo/examples/$name.rs
-  if [ $# = 0 ] && [[ "$not_yet" == *" $name "* ]]; then
-    echo "not yet copyable: $name"
-    continue
-  fi
   if grep -q 'cuda_stream_tests' "$source"; then
     echo "FAILED: $name uses the workspace's private test crate (cuda_stream_tests)"; status=1; continue
   fi

@@ -1,0 +1,9 @@
+/* Host stubs of examples/kernels/multi_gpu.cu for a toolkit without nvcc: the example links,
+ * and its first launch fails (no kernel image). */
+#include <stdint.h>
+void multi_gpu_tag(unsigned* log, unsigned capacity, unsigned tag, uint64_t ns) {
+  (void)log;
+  (void)capacity;
+  (void)tag;
+  (void)ns;
+}
