@@ -1,11 +1,15 @@
-//! Safe launchers for the kernels in `kernels/`, on cuda-stream's streams.
+//! Safe launchers for the kernels in `kernels/`, on cuda-stream's streams, declared with
+//! `kernel!` and launched with `Kernel::launch`.
 
-use cuda_stream::{AsStream, DeviceBuffer, Error, Result, StreamRef, check, sys};
+use cuda_stream::{AsStream, DeviceBuffer, Error, LaunchConfig, MappedWords, Result, StreamRef};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-unsafe extern "C" {
-    fn kt_append_tag(stream: sys::cudaStream_t, log: *mut u32, tag: u32, spin_ns: u64) -> sys::cudaError_t;
-    fn kt_saxpy(stream: sys::cudaStream_t, a: f32, x: *const f32, y: *mut f32, n: u64) -> sys::cudaError_t;
+cuda_stream::kernel! {
+    /// `y = a * x + y` over `n` elements.
+    static SAXPY = fn kt_saxpy(a: f32, x: *const f32, y: *mut f32, n: u64);
+    /// Spins `spin_ns` nanoseconds, then appends `tag` to `log` (`log[0]` counts the tags).
+    static APPEND_TAG = fn kt_append_tag(log: *mut u32, tag: u32, spin_ns: u64);
 }
 
 /// `y = a * x + y` on `y`'s home stream (where `y` is allocated and will be freed); `x` is
@@ -22,18 +26,19 @@ pub fn saxpy<S: AsStream, T: AsStream>(
         return Err(Error::Size("saxpy needs x and y of one length"));
     }
     let (n, y_ptr) = (y.len() as u64, y.as_mut_ptr());
+    let blocks = n.div_ceil(256).clamp(1, 1024) as u32;
     let home = y.stream();
     x.use_on(&home, |stream, x_ptr| {
         // SAFETY: both addresses hold `n` floats, used on `stream` only: `y`'s home, and `x`
         // through `use_on`, which orders the use with `x`'s home stream.
-        stream.launch("kt_saxpy", |raw| unsafe { kt_saxpy(raw, a, x_ptr, y_ptr, n) })
+        unsafe { SAXPY.launch(stream, &LaunchConfig::new(blocks, 256), (a, x_ptr.cast_const(), y_ptr, n)) }
     })?
 }
 
-/// A log of tags in mapped, pinned host memory that kernels append to: `[count, tags...]`.
+/// A log of tags in mapped host memory that kernels append to: `[count, tags...]`.
 #[derive(Debug)]
 pub struct TagLog {
-    memory: *mut u32,
+    words: MappedWords<u32>,
     capacity: u32,
 }
 
@@ -43,44 +48,27 @@ impl TagLog {
     /// # Errors
     /// The allocation's error.
     pub fn new(capacity: u32) -> Result<TagLog> {
-        let mut memory: *mut std::ffi::c_void = std::ptr::null_mut();
-        let bytes = (capacity as usize + 1) * size_of::<u32>();
-        // SAFETY: a valid out-pointer; mapped memory is addressable from the device (UVA).
-        check(unsafe { sys::cudaHostAlloc(&mut memory, bytes, sys::cudaHostAllocMapped) }, "cudaHostAlloc")?;
-        // SAFETY: `bytes` were just allocated.
-        unsafe { std::ptr::write_bytes(memory.cast::<u8>(), 0, bytes) };
-        Ok(TagLog { memory: memory.cast(), capacity })
+        Ok(TagLog { words: MappedWords::new(capacity as usize + 1)?, capacity })
     }
 
     /// The tags appended so far, in the order the kernels appended them. Synchronize first.
     pub fn tags(&self) -> Vec<u32> {
-        // SAFETY: the allocation holds 1 + capacity u32s; kernels write it, so read volatile.
-        let count = unsafe { self.memory.read_volatile() }.min(self.capacity);
-        // SAFETY: as above, `count` is within the capacity.
-        (0..count as usize).map(|i| unsafe { self.memory.add(1 + i).read_volatile() }).collect()
-    }
-}
-
-impl Drop for TagLog {
-    fn drop(&mut self) {
-        // Kernels may still write the log: wait for the device before freeing it. Errors are
-        // ignored (a drop cannot report them); after a failed synchronize the memory leaks.
-        // SAFETY: no arguments; then the allocation of `new`, freed once.
-        unsafe {
-            if sys::cudaDeviceSynchronize() == sys::cudaError::cudaSuccess {
-                let _ = sys::cudaFreeHost(self.memory.cast());
-            }
-        }
+        let words = self.words.words();
+        let count = words[0].load(Ordering::Acquire).min(self.capacity) as usize;
+        words[1..=count].iter().map(|tag| tag.load(Ordering::Acquire)).collect()
     }
 }
 
 /// Enqueues a kernel on `stream` that spins for `spin`, then appends `tag` to `log`.
 ///
 /// # Errors
-/// The launch's own error.
+/// The launch's own error; the errors of noting the use of the log's memory.
 pub fn append_tag(stream: &StreamRef, log: &TagLog, tag: u32, spin: Duration) -> Result<()> {
     let spin_ns = u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX);
-    // SAFETY: the log outlives every kernel writing it (its drop waits for the device), and
-    // the kernel appends at most one tag per launch (callers keep within the capacity).
-    stream.launch("kt_append_tag", |raw| unsafe { kt_append_tag(raw, log.memory, tag, spin_ns) })
+    // Through `use_on`: the log's memory is not reused before the kernel has run.
+    log.words.use_on(stream, |on, words| {
+        // SAFETY: `words` holds 1 + capacity words, kept by `use_on` until the kernel has run;
+        // the kernel appends one tag per launch (callers keep within the capacity).
+        unsafe { APPEND_TAG.launch(on, &LaunchConfig::new(1, 1), (words, tag, spin_ns)) }
+    })?
 }
