@@ -35,6 +35,22 @@ fn main() {
         }
         Err(error) => panic!("{error}"),
     }
+    // A stand-in NVTX tool for tests/profiling/nvtx.rs: a shared library that a test process
+    // loads through NVTX_INJECTION64_PATH, as Nsight Systems' injection is loaded.
+    let out_dir = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("Cargo sets OUT_DIR"));
+    let recorder = out_dir.join("libnvtx_recorder.so");
+    println!("cargo:rerun-if-changed=kernels/nvtx_recorder.c");
+    let compiler = cc::Build::new().get_compiler();
+    let status = compiler
+        .to_command()
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&recorder)
+        .arg("kernels/nvtx_recorder.c")
+        .arg("-lpthread")
+        .status()
+        .expect("the C compiler runs");
+    assert!(status.success(), "kernels/nvtx_recorder.c does not compile as a shared library");
+    println!("cargo:rustc-env=CUDA_STREAM_NVTX_RECORDER={}", recorder.display());
     // The examples' kernels (`examples/kernels/NAME.cu`, one file per example, each example a
     // crate of its own once copied out: scripts/check-example-copies.sh). Without nvcc, C stubs
     // of their host stubs (`examples/kernels/without-nvcc/NAME.c`) let the examples link; they

@@ -193,8 +193,9 @@
 pub use cuda_stream_sys as sys;
 
 // The layers (rustfmt lists the modules alphabetically; bottom to top they are ffi, call,
-// device, event, stream, host_fn, graph, completion, cudarc): each imports only from the ones
-// before it (see docs/architecture.md for the map, the invariants each establishes and where).
+// device, event, stream, host_fn, graph, completion, cudarc, memory, kernel, profiling): each
+// imports only from the ones before it (see docs/architecture.md for the map, the invariants
+// each establishes and where).
 mod call;
 pub mod completion;
 #[cfg(feature = "cudarc")]
@@ -206,6 +207,7 @@ mod graph;
 pub mod host_fn;
 pub mod kernel;
 pub mod memory;
+pub mod profiling;
 mod stream;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

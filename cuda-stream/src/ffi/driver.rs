@@ -630,6 +630,26 @@ pub(crate) fn event_synchronize(event: sys::cudaEvent_t) -> Result<()> {
     check_driver(unsafe { (driver()?.event_synchronize)(event) }, "cudaEventSynchronize")
 }
 
+/// `cuProfilerStart`, as `cudaProfilerStart`, on the current context.
+pub(crate) fn profiler_start() -> Result<()> {
+    profiler_call(c"cuProfilerStart", "cudaProfilerStart")
+}
+
+/// `cuProfilerStop`, as `cudaProfilerStop`, on the current context.
+pub(crate) fn profiler_stop() -> Result<()> {
+    profiler_call(c"cuProfilerStop", "cudaProfilerStop")
+}
+
+/// Calls the profiler entry point `symbol`, `CUresult (void)`, fetched at each call (they are
+/// rare: not kept in the table every process fetches).
+fn profiler_call(symbol: &CStr, api: &'static str) -> Result<()> {
+    // SAFETY: `cuProfilerStart` and `cuProfilerStop` take nothing and return a CUresult; both
+    // are function pointers.
+    let function = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(entry(symbol)?) };
+    // SAFETY: no arguments; it acts on the current context, which the caller made current.
+    check_driver(unsafe { function() }, api)
+}
+
 /// `cuEventDestroy`, as `cudaEventDestroy` (works from a thread with no current context).
 ///
 /// # Safety
