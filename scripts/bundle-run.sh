@@ -25,6 +25,8 @@ if [ ! -d bin ]; then
   cd "$unpacked" || exit 2
 fi
 export CUDA_STREAM_REQUIRE_GPU=1
+# The stand-in NVTX tool of tests/profiling/nvtx.rs, carried beside the binaries.
+[ -e bin/lib/libnvtx_recorder.so ] && export CUDA_STREAM_NVTX_RECORDER=$PWD/bin/lib/libnvtx_recorder.so
 # NVLink multicast stays off on shared multi-GPU hosts (a program that uses it can take the
 # host's GPUs out of service): NCCL, PyTorch and NVSHMEM each have a switch.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
