@@ -66,6 +66,9 @@ fn show_device(ordinal: i32) -> cuda_stream::Result<()> {
         stream.priority()?.value(),
         range.most_urgent().value()
     );
+    // Loaded now, not at its first launch (CUDA's lazy loading), so the time below is the
+    // kernel's own.
+    SPIN.attributes(device)?;
     let start = cuda_stream::Event::new(device, EventFlags::timing())?;
     let end = cuda_stream::Event::new(device, EventFlags::timing())?;
     let spin = Duration::from_millis(5);

@@ -5,11 +5,11 @@
 //! shown by the names you give them (`StreamRef::nvtx_name`, `Event::nvtx_name`).
 //!
 //! NVTX here is NVTX 3's protocol, written in Rust: no `libnvToolsExt` is linked or loaded. At
-//! the first NVTX call the process looks for a tool once, as NVTX's headers do: one that
-//! already exports `InitializeInjectionNvtx2` in the process, else the library that
-//! `NVTX_INJECTION64_PATH` names (what Nsight Systems and Nsight Compute set). Without one,
-//! every later call is one atomic load and returns: no name is even converted to a C string.
-//! With the feature off none of it exists.
+//! the first NVTX call the process looks for a tool once, as NVTX's headers do on Linux: the
+//! library that `NVTX_INJECTION64_PATH` names (what Nsight Systems and Nsight Compute set),
+//! given NVTX's export tables with every module's function table. Without one, every later
+//! call is one atomic load and returns: no name is even converted to a C string. With the
+//! feature off none of it exists.
 
 use crate::device::Device;
 use crate::ffi::driver;
@@ -53,42 +53,94 @@ mod nvtx {
     use std::ffi::{CString, c_char, c_int, c_uint, c_void};
     use std::marker::PhantomData;
     use std::sync::Once;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-    /// NVTX's callback modules (`NvtxCallbackModule` in `nvtxDetail/nvtxTypes.h`).
+    /// NVTX's callback modules (`NvtxCallbackModule` in `nvtxDetail/nvtxTypes.h`), and each
+    /// one's size (its callback ids run from 1 to the size minus 1). Every module gets its
+    /// table, as NVTX's headers give them (tools ask for all of them, and some give up without
+    /// one); this crate calls five callbacks of two of them.
     const MODULE_CORE: c_int = 1;
+    const MODULE_CUDA: c_int = 2;
+    const MODULE_OPENCL: c_int = 3;
     const MODULE_CUDART: c_int = 4;
-    /// The callback ids of the core module that this crate calls, and the module's size.
+    const MODULE_CORE2: c_int = 5;
+    const MODULE_SYNC: c_int = 6;
+    const CORE_SIZE: usize = 16;
+    const CUDA_SIZE: usize = 9;
+    const OPENCL_SIZE: usize = 15;
+    const CUDART_SIZE: usize = 7;
+    const CORE2_SIZE: usize = 16;
+    const SYNC_SIZE: usize = 7;
+    /// The callback ids this crate calls.
     const CORE_MARK_A: usize = 2;
     const CORE_RANGE_PUSH_A: usize = 9;
     const CORE_RANGE_POP: usize = 11;
-    const CORE_SIZE: usize = 16;
-    /// The callback ids of the CUDA runtime module that this crate calls, and its size.
     const CUDART_NAME_STREAM_A: usize = 3;
     const CUDART_NAME_EVENT_A: usize = 5;
-    const CUDART_SIZE: usize = 7;
     /// NVTX's export tables (`NvtxExportTableID`).
     const EXPORT_TABLE_CALLBACKS: u32 = 1;
     const EXPORT_TABLE_VERSION_INFO: u32 = 3;
     /// The NVTX API version these tables follow.
     const NVTX_VERSION: u32 = 3;
 
-    /// A module's slots: where the tool writes the function it implements each call with
-    /// (null: not implemented), indexed by callback id.
-    struct Slots<const N: usize>(UnsafeCell<[*const c_void; N]>);
-    /// The module's table as NVTX hands it to a tool: a pointer to each slot, then a null.
-    struct Table<const N: usize>(UnsafeCell<[*mut *const c_void; N]>);
+    /// A module as NVTX hands it to a tool: its slots, where the tool writes the function it
+    /// implements each callback with (null: not implemented; slot 0, the invalid id, unused),
+    /// and its table, a pointer to each slot of ids 1 to `SIZE - 1` between two nulls (index 0
+    /// and index `SIZE`: a tool that reads past the table then stops). `ENTRIES` is `SIZE + 1`.
+    struct Module<const SIZE: usize, const ENTRIES: usize> {
+        slots: UnsafeCell<[*const c_void; SIZE]>,
+        table: UnsafeCell<[*mut *const c_void; ENTRIES]>,
+    }
 
-    // SAFETY: written only by the tool's initialization, inside `INIT` (one thread, once), and
-    // read only after `INIT` completed.
-    unsafe impl<const N: usize> Sync for Slots<N> {}
-    // SAFETY: as for `Slots`: filled inside `INIT` before the tool sees it.
-    unsafe impl<const N: usize> Sync for Table<N> {}
+    // SAFETY: the tables are filled inside `INIT` (one thread, once) before a tool sees them;
+    // the tool writes the slots during its initialization, inside `INIT` too, and the slots are
+    // read after `INIT` completed (atomically: a tool that writes again later races nothing).
+    unsafe impl<const SIZE: usize, const ENTRIES: usize> Sync for Module<SIZE, ENTRIES> {}
 
-    static CORE: Slots<{ CORE_SIZE + 1 }> = Slots(UnsafeCell::new([std::ptr::null(); CORE_SIZE + 1]));
-    static CUDART: Slots<{ CUDART_SIZE + 1 }> = Slots(UnsafeCell::new([std::ptr::null(); CUDART_SIZE + 1]));
-    static CORE_TABLE: Table<{ CORE_SIZE + 2 }> = Table(UnsafeCell::new([std::ptr::null_mut(); CORE_SIZE + 2]));
-    static CUDART_TABLE: Table<{ CUDART_SIZE + 2 }> = Table(UnsafeCell::new([std::ptr::null_mut(); CUDART_SIZE + 2]));
+    impl<const SIZE: usize, const ENTRIES: usize> Module<SIZE, ENTRIES> {
+        const fn new() -> Self {
+            Module {
+                slots: UnsafeCell::new([std::ptr::null(); SIZE]),
+                table: UnsafeCell::new([std::ptr::null_mut(); ENTRIES]),
+            }
+        }
+
+        /// Points the table's entries 1 to `SIZE - 1` at their slots.
+        ///
+        /// # Safety
+        /// Inside `INIT`, before a tool has the table.
+        unsafe fn fill(&self) {
+            const { assert!(ENTRIES == SIZE + 1) };
+            let (slots, table) =
+                (self.slots.get().cast::<*const c_void>(), self.table.get().cast::<*mut *const c_void>());
+            for id in 1..SIZE {
+                // SAFETY: the caller's contract (nothing else touches them); `id` is within both.
+                unsafe { *table.add(id) = slots.add(id).cast_mut() };
+            }
+        }
+
+        /// The table and its size, for `GetModuleFunctionTable`.
+        fn table(&self) -> (*mut *mut *const c_void, usize) {
+            (self.table.get().cast(), SIZE)
+        }
+
+        /// The tool's function for callback `id`, if it implements it: read after `INIT`.
+        fn slot(&self, id: usize) -> Option<*const c_void> {
+            assert!(id > 0 && id < SIZE, "a callback id of the module");
+            // SAFETY: a slot of this module, a pointer-sized, aligned location that lives for
+            // the process; read atomically (a tool may write it again from another thread).
+            let slot = unsafe { AtomicPtr::from_ptr(self.slots.get().cast::<*mut c_void>().add(id)) };
+            let function = slot.load(Ordering::Acquire);
+            (!function.is_null()).then_some(function.cast_const())
+        }
+    }
+
+    static CORE: Module<CORE_SIZE, { CORE_SIZE + 1 }> = Module::new();
+    static CUDA: Module<CUDA_SIZE, { CUDA_SIZE + 1 }> = Module::new();
+    static OPENCL: Module<OPENCL_SIZE, { OPENCL_SIZE + 1 }> = Module::new();
+    static CUDART: Module<CUDART_SIZE, { CUDART_SIZE + 1 }> = Module::new();
+    static CORE2: Module<CORE2_SIZE, { CORE2_SIZE + 1 }> = Module::new();
+    static SYNC: Module<SYNC_SIZE, { SYNC_SIZE + 1 }> = Module::new();
 
     /// `NvtxExportTableCallbacks`.
     #[repr(C)]
@@ -123,8 +175,12 @@ mod nvtx {
         out_size: *mut c_uint,
     ) -> c_int {
         let (table, size) = match module {
-            MODULE_CORE => (CORE_TABLE.0.get().cast::<*mut *const c_void>(), CORE_SIZE),
-            MODULE_CUDART => (CUDART_TABLE.0.get().cast::<*mut *const c_void>(), CUDART_SIZE),
+            MODULE_CORE => CORE.table(),
+            MODULE_CUDA => CUDA.table(),
+            MODULE_OPENCL => OPENCL.table(),
+            MODULE_CUDART => CUDART.table(),
+            MODULE_CORE2 => CORE2.table(),
+            MODULE_SYNC => SYNC.table(),
             _ => return 0,
         };
         // SAFETY: the tool passes valid out-pointers or null, as NVTX's contract has it.
@@ -157,9 +213,7 @@ mod nvtx {
         fn dlopen(path: *const c_char, flags: c_int) -> *mut c_void;
         fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
     }
-    const RTLD_NOW: c_int = 2;
-    /// `RTLD_DEFAULT`: the process's global symbols.
-    const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
+    const RTLD_LAZY: c_int = 1;
 
     static INIT: Once = Once::new();
     /// Whether a tool took the process's NVTX calls (set once, by `INIT`).
@@ -174,33 +228,28 @@ mod nvtx {
 
     #[cold]
     fn attach() {
-        for (slots, table, size) in [
-            (CORE.0.get().cast::<*const c_void>(), CORE_TABLE.0.get().cast::<*mut *const c_void>(), CORE_SIZE),
-            (CUDART.0.get().cast::<*const c_void>(), CUDART_TABLE.0.get().cast::<*mut *const c_void>(), CUDART_SIZE),
-        ] {
-            // Slot 0 is the invalid id, and the entry after the last slot stays null (NVTX
-            // leaves both null: a tool that reads past the table then stops).
-            for id in 1..=size {
-                // SAFETY: inside `INIT`: nothing else reads or writes the tables; `id` is
-                // within both arrays (`size + 1` slots, `size + 2` table entries).
-                unsafe { *table.add(id) = slots.add(id).cast_mut() };
-            }
+        // SAFETY: inside `INIT`, before any tool has a table.
+        unsafe {
+            CORE.fill();
+            CUDA.fill();
+            OPENCL.fill();
+            CUDART.fill();
+            CORE2.fill();
+            SYNC.fill();
         }
-        // SAFETY: a NUL-terminated symbol name; RTLD_DEFAULT searches the process.
-        let mut init = unsafe { dlsym(RTLD_DEFAULT, c"InitializeInjectionNvtx2".as_ptr()) };
+        // The tool `NVTX_INJECTION64_PATH` names, as NVTX's headers look for it on Linux (they
+        // take no injection already in the process; an empty value names none).
+        let Some(path) = std::env::var_os("NVTX_INJECTION64_PATH").filter(|path| !path.is_empty()) else { return };
+        let Ok(path) = CString::new(std::os::unix::ffi::OsStringExt::into_vec(path)) else { return };
+        // SAFETY: a NUL-terminated path; loading a tool is what the variable asks for.
+        let library = unsafe { dlopen(path.as_ptr(), RTLD_LAZY) };
+        if library.is_null() {
+            return;
+        }
+        // SAFETY: a library handle and a NUL-terminated symbol name.
+        let init = unsafe { dlsym(library, c"InitializeInjectionNvtx2".as_ptr()) };
         if init.is_null() {
-            let Some(path) = std::env::var_os("NVTX_INJECTION64_PATH") else { return };
-            let Ok(path) = CString::new(std::os::unix::ffi::OsStringExt::into_vec(path)) else { return };
-            // SAFETY: a NUL-terminated path; loading a tool is what the variable asks for.
-            let library = unsafe { dlopen(path.as_ptr(), RTLD_NOW) };
-            if library.is_null() {
-                return;
-            }
-            // SAFETY: a library handle and a NUL-terminated symbol name.
-            init = unsafe { dlsym(library, c"InitializeInjectionNvtx2".as_ptr()) };
-            if init.is_null() {
-                return;
-            }
+            return;
         }
         // SAFETY: `InitializeInjectionNvtx2` has this signature in NVTX's protocol.
         let init = unsafe { std::mem::transmute::<*mut c_void, InitializeInjection>(init) };
@@ -211,15 +260,17 @@ mod nvtx {
         }
     }
 
-    /// The tool's function for callback `id` of `slots`, if it implements it.
+    /// The tool's function for callback `id` of `module`, if a tool is attached and implements
+    /// it.
     #[inline(always)]
-    fn implementation<const N: usize>(slots: &Slots<N>, id: usize) -> Option<*const c_void> {
+    fn implementation<const SIZE: usize, const ENTRIES: usize>(
+        module: &Module<SIZE, ENTRIES>,
+        id: usize,
+    ) -> Option<*const c_void> {
         if !attached() {
             return None;
         }
-        // SAFETY: written only inside `INIT`, which has completed; `id` is a constant below N.
-        let function = unsafe { (*slots.0.get())[id] };
-        (!function.is_null()).then_some(function)
+        module.slot(id)
     }
 
     /// `name` as a C string, cut at its first NUL (a C string cannot hold one).
