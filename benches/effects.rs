@@ -1,16 +1,21 @@
 //! The effects streams exist for, measured on the GPU: overlap of independent streams, priority
 //! under a saturating backlog, the stream pool in a fork/join pipeline, and where overlap stops
 //! for lack of hardware queues (at this process's `CUDA_DEVICE_MAX_CONNECTIONS`, then in a
-//! child process of this benchmark started with 32). Prints tables (medians and min..max of 7
-//! repetitions) and writes `$BENCH_OUT/bench-effects.json`. `--quick` runs fewer repetitions.
+//! child process of this benchmark started with 32), and what waiting for an event costs:
+//! `Event::synchronize` beside C++'s `cudaEventSynchronize`, on the wall and in CPU time, for
+//! each device schedule flag (a child process each: the flag is set before the context
+//! exists). Prints tables (medians and min..max of 7 repetitions) and writes
+//! `$BENCH_OUT/bench-effects.json`. `--quick` runs fewer repetitions.
 
-use cuda_stream::{BuiltinStream, Device, Stream, StreamOptions, StreamPool, StreamRef};
+use cuda_stream::{BuiltinStream, Device, Event, EventFlags, Stream, StreamOptions, StreamPool, StreamRef, sys};
 use cuda_stream_tests::{Stats, TagLog, poll_until};
 use std::time::{Duration, Instant};
 
 /// Runs only the hardware-queue section, and prints its JSON rows behind this prefix for the
 /// parent process to collect.
 const QUEUES_CHILD: &str = "--queues-child";
+/// Runs only the event-synchronize section, under the device schedule flag that follows.
+const SYNC_CHILD: &str = "--sync-child";
 const JSON_ROW: &str = "json-row ";
 
 fn repeat(reps: usize, mut sample: impl FnMut() -> f64) -> Stats {
@@ -65,12 +70,23 @@ fn queue_overlap(device: Device, reps: usize, json: &mut Vec<String>) -> cuda_st
 /// [`queue_overlap`] in a child process of this benchmark with `CUDA_DEVICE_MAX_CONNECTIONS=32`
 /// (the driver reads it when it creates the context): prints its rows, keeps its JSON.
 fn queue_overlap_at_32(json: &mut Vec<String>) {
+    in_child(
+        json,
+        &[QUEUES_CHILD],
+        &[("CUDA_DEVICE_MAX_CONNECTIONS", "32")],
+        "the CUDA_DEVICE_MAX_CONNECTIONS=32 child",
+    );
+}
+
+/// Runs this benchmark again as a child process with `args` (and `--quick` if given here) and
+/// `env`: prints its lines, keeps the JSON rows it prints behind [`JSON_ROW`].
+fn in_child(json: &mut Vec<String>, args: &[&str], env: &[(&str, &str)], what: &str) {
     let exe = std::env::current_exe().expect("the benchmark knows its path");
-    let mut args: Vec<String> = std::env::args().skip(1).filter(|arg| arg == "--quick").collect();
-    args.push(QUEUES_CHILD.to_string());
+    let mut all: Vec<String> = std::env::args().skip(1).filter(|arg| arg == "--quick").collect();
+    all.extend(args.iter().map(|arg| arg.to_string()));
     let child = std::process::Command::new(exe)
-        .args(&args)
-        .env("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+        .args(&all)
+        .envs(env.iter().copied())
         .output()
         .expect("the benchmark can start itself");
     let stdout = String::from_utf8_lossy(&child.stdout);
@@ -81,15 +97,98 @@ fn queue_overlap_at_32(json: &mut Vec<String>) {
         }
     }
     if !child.status.success() {
-        println!("the CUDA_DEVICE_MAX_CONNECTIONS=32 child failed: {}", String::from_utf8_lossy(&child.stderr));
+        println!("{what} failed: {}", String::from_utf8_lossy(&child.stderr));
     }
+}
+
+/// The device schedule flags (`cudaSetDeviceFlags`), by name.
+const SCHEDULES: [(&str, u32); 4] = [("auto", 0), ("spin", 1), ("yield", 2), ("blocking sync", 4)];
+
+unsafe extern "C" {
+    /// `kernels/bench_floor.cu`: cudaEventSynchronize on `event`, timed on the wall and in
+    /// this thread's CPU time (ns); returns the CUDA result.
+    fn cs_floor_event_synchronize(event: sys::cudaEvent_t, wall_ns: *mut f64, cpu_ns: *mut f64) -> i32;
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer; the clock of the calling thread.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// In a child process whose device 0 was given `schedule` before its context existed: for a
+/// default event and a blocking-sync one, the wall time and the CPU time of waiting for a
+/// 2 ms kernel, through `Event::synchronize` and through C++'s `cudaEventSynchronize`
+/// (alternately, on the same stream and the same event).
+fn event_synchronize_costs(
+    device: Device,
+    schedule: &str,
+    reps: usize,
+    json: &mut Vec<String>,
+) -> cuda_stream::Result<()> {
+    let stream = Stream::new(device, StreamOptions::non_blocking())?;
+    let spin = Duration::from_millis(2);
+    for (kind, flags) in [
+        ("default event", EventFlags::default()),
+        ("blocking-sync event", EventFlags { blocking_sync: true, ..EventFlags::default() }),
+    ] {
+        let event = Event::new(device, flags)?;
+        // (wall, cpu) in µs of one wait: through the crate, or through C++.
+        let wait = |cpp: bool| -> (f64, f64) {
+            cuda_stream_tests::spin(&stream, spin).unwrap();
+            stream.record(&event).unwrap();
+            if cpp {
+                let (mut wall, mut cpu) = (0.0, 0.0);
+                // SAFETY: a live event of this device, recorded above; valid out-pointers.
+                let code = unsafe { cs_floor_event_synchronize(event.as_raw(), &mut wall, &mut cpu) };
+                assert_eq!(code, 0, "cudaEventSynchronize");
+                (wall / 1e3, cpu / 1e3)
+            } else {
+                let (start, cpu) = (Instant::now(), thread_cpu());
+                event.synchronize().unwrap();
+                (start.elapsed().as_secs_f64() * 1e6, (thread_cpu() - cpu).as_secs_f64() * 1e6)
+            }
+        };
+        let (mut rust, mut cpp) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            rust.push(wait(false));
+            cpp.push(wait(true));
+        }
+        let stats =
+            |samples: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| Stats::of(samples.iter().map(pick).collect());
+        for (side, samples) in [("C++ cudaEventSynchronize", &cpp), ("Event::synchronize", &rust)] {
+            row(json, &format!("{schedule}, {kind}: {side}, wall (us)"), "us", &stats(samples, |s| s.0));
+            row(json, &format!("{schedule}, {kind}: {side}, CPU (us)"), "us", &stats(samples, |s| s.1));
+        }
+    }
+    Ok(())
 }
 
 fn main() -> cuda_stream::Result<()> {
     let quick = std::env::args().any(|arg| arg == "--quick");
     let reps = if quick { 3 } else { 7 };
+    let args: Vec<String> = std::env::args().collect();
+    let sync_child = args.iter().position(|arg| arg == SYNC_CHILD).and_then(|at| args.get(at + 1)).cloned();
+    if let Some(schedule) = &sync_child {
+        let flags = SCHEDULES.iter().find(|(name, _)| name == schedule).map_or(0, |(_, flags)| *flags);
+        // Before the gate makes device 0's context: the flag is read when it is made.
+        // SAFETY: a flag CUDA defines, for the current device (0), whose context does not exist yet.
+        let code = unsafe { sys::cudaSetDeviceFlags(flags) };
+        if code != sys::cudaError::cudaSuccess {
+            // Without a GPU the gate below says so; with one the rows would not be this flag's.
+            eprintln!("cudaSetDeviceFlags({flags}) failed: {code:?}");
+            return Ok(());
+        }
+    }
     let Some(device) = cuda_stream_tests::gpu::example_device("effects benchmark") else { return Ok(()) };
     let mut json = Vec::new();
+    if let Some(schedule) = sync_child {
+        event_synchronize_costs(device, &schedule, reps, &mut json)?;
+        json.iter().for_each(|object| println!("{JSON_ROW}{object}"));
+        return Ok(());
+    }
     if std::env::args().any(|arg| arg == QUEUES_CHILD) {
         queue_overlap(device, reps, &mut json)?;
         json.iter().for_each(|object| println!("{JSON_ROW}{object}"));
@@ -187,6 +286,11 @@ fn main() -> cuda_stream::Result<()> {
 
     queue_overlap(device, reps, &mut json)?;
     queue_overlap_at_32(&mut json);
+
+    println!("waiting for an event after a 2 ms kernel: wall and CPU time, per device schedule flag (a child each)");
+    for (schedule, _) in SCHEDULES {
+        in_child(&mut json, &[SYNC_CHILD, schedule], &[], &format!("the {schedule} child"));
+    }
 
     let path = cuda_stream_tests::bench::write_json("bench-effects.json", &format!("[\n{}\n]\n", json.join(",\n")));
     println!("json: {}", path.display());

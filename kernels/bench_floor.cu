@@ -4,6 +4,7 @@
 // same process as the Rust measurements.
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <mutex>
@@ -436,4 +437,19 @@ extern "C" void cs_bench_noop_host_fn(void*) {}
 // sets the flag (an `int`) that its waiting thread spins on.
 extern "C" void cs_bench_set_flag_host_fn(void* flag) {
   __atomic_store_n(static_cast<int*>(flag), 1, __ATOMIC_RELEASE);
+}
+
+// The floor of the effects benchmark's event-synchronize rows: cudaEventSynchronize on `event`
+// (recorded by the caller after a kernel that is still running), timed on the wall and in this
+// thread's CPU time (ns), as the Rust side times Event::synchronize. Returns the CUDA result.
+extern "C" int cs_floor_event_synchronize(cudaEvent_t event, double* wall_ns, double* cpu_ns) {
+  timespec cpu0, cpu1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+  auto start = std::chrono::steady_clock::now();
+  cudaError_t code = cudaEventSynchronize(event);
+  auto end = std::chrono::steady_clock::now();
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+  *wall_ns = std::chrono::duration<double, std::nano>(end - start).count();
+  *cpu_ns = (cpu1.tv_sec - cpu0.tv_sec) * 1e9 + (cpu1.tv_nsec - cpu0.tv_nsec);
+  return (int)code;
 }
