@@ -43,6 +43,12 @@ double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEv
 cudaError_t cs_bench_launch_empty(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
 void cs_bench_noop_host_fn(void* data) { (void)data; }
 void cs_bench_set_flag_host_fn(void* flag) { (void)flag; }
+int cs_floor_event_synchronize(cudaEvent_t e, double* wall_ns, double* cpu_ns) {
+  (void)e;
+  *wall_ns = 0;
+  *cpu_ns = 0;
+  return (int)cudaErrorNotSupported;
+}
 int cs_scale_floor_has(int op, int api) { (void)op; (void)api; return 0; }
 double cs_scale_floor(int op, int api, const cudaStream_t* s, int per_thread, const cudaEvent_t* e, int iters,
                       int threads) {
