@@ -78,12 +78,6 @@ pub trait LaunchStream {
     /// The handle the launcher passes to the kernel launch.
     fn launch_handle(&self) -> sys::cudaStream_t;
 
-    /// The device to make current for the launch (a kernel launches into the current device's
-    /// context); `None` launches on whatever device is current.
-    fn launch_device(&self) -> Option<Device> {
-        None
-    }
-
     /// The crate's stream behind it: the launchers then launch through
     /// [`StreamRef::launch`], the crate's enqueue path, as a user's code would (a raw launch
     /// beside it races the crate's capture transitions: in the API fuzzer, a raw launch onto a
@@ -99,10 +93,6 @@ impl LaunchStream for StreamRef {
         self.as_raw()
     }
 
-    fn launch_device(&self) -> Option<Device> {
-        Some(self.device())
-    }
-
     fn crate_stream(&self) -> Option<&StreamRef> {
         Some(self)
     }
@@ -114,10 +104,6 @@ macro_rules! launch_through_deref {
         impl LaunchStream for $owner {
             fn launch_handle(&self) -> sys::cudaStream_t {
                 self.as_raw()
-            }
-
-            fn launch_device(&self) -> Option<Device> {
-                Some(self.device())
             }
 
             fn crate_stream(&self) -> Option<&StreamRef> {
@@ -157,19 +143,18 @@ impl cuda_stream::AsStream for HeldStream {
     }
 }
 
-/// Calls the C launcher `launch` with the stream's handle, its device current, and checks the
-/// returned launch error under the launcher's `name`: through [`StreamRef::launch`] for a
-/// stream of the crate.
+/// Calls the C launcher `launch` with the stream's handle and checks the returned launch error
+/// under the launcher's `name`: through [`StreamRef::launch`] (its device current) for a stream
+/// of the crate, on whatever device is current for a raw handle.
 fn launch(
     stream: &impl LaunchStream,
     name: &'static str,
     launch: impl FnOnce(sys::cudaStream_t) -> sys::cudaError_t,
 ) -> Result<()> {
-    if let Some(stream) = stream.crate_stream() {
-        return stream.launch(name, launch);
+    match stream.crate_stream() {
+        Some(stream) => stream.launch(name, launch),
+        None => check(launch(stream.launch_handle()), name),
     }
-    let _current = stream.launch_device().map(Device::make_current).transpose()?;
-    check(launch(stream.launch_handle()), name)
 }
 
 impl LaunchStream for sys::cudaStream_t {

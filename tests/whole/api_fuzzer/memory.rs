@@ -149,8 +149,10 @@ fn watch<'a, 'b>(active: Option<&'a Active<'b>>, quiet: bool) -> Option<&'a Acti
     active.filter(|active| quiet && capture_intact(active.origin, active.capture.id()))
 }
 
-/// A call refused with `CaptureMisuse` was refused before CUDA saw it: the capture is intact.
-fn expect_intact<T>(watched: Option<&Active<'_>>, what: &str, result: &Result<T>) {
+/// Notes `result` of `what`; a call refused with `CaptureMisuse` was refused before CUDA saw
+/// it: the capture is intact.
+fn note_intact<T>(watched: Option<&Active<'_>>, what: &str, result: &Result<T>) {
+    note(what, result);
     if let (Some(active), Err(Error::CaptureMisuse(_))) = (watched, result) {
         assert!(
             capture_intact(active.origin, active.capture.id()),
@@ -188,8 +190,7 @@ impl<'p> World<'p> {
             1 | 2 => (Buffer::zeroed(home, len), Some(0)),
             _ => (Buffer::from_slice(home, &vec![word(tag); len]), Some(tag)),
         };
-        note("DeviceBuffer::new", &made);
-        expect_intact(watched, "DeviceBuffer::new", &made);
+        note_intact(watched, "DeviceBuffer::new", &made);
         let holds = after_write(&made, capturing, written);
         if let Ok(buffer) = made {
             assert_eq!(buffer.len(), len, "a buffer has the length it was made with");
@@ -211,15 +212,13 @@ impl<'p> World<'p> {
         match how % 6 {
             0 => {
                 let result = mem.buffers[index].buffer.fill_bytes(stream, tag);
-                note("DeviceBuffer::fill_bytes", &result);
-                expect_intact(watched, "DeviceBuffer::fill_bytes", &result);
+                note_intact(watched, "DeviceBuffer::fill_bytes", &result);
                 mem.buffers[index].holds = after_write(&result, capturing, Some(tag));
             }
             1 => {
                 let buf = &mut mem.buffers[index];
                 let result = buf.buffer.copy_from_slice(stream, &vec![word(tag); buf.buffer.len()]);
-                note("DeviceBuffer::copy_from_slice", &result);
-                expect_intact(watched, "DeviceBuffer::copy_from_slice", &result);
+                note_intact(watched, "DeviceBuffer::copy_from_slice", &result);
                 buf.holds = after_write(&result, capturing, Some(tag));
             }
             2 => {
@@ -229,8 +228,7 @@ impl<'p> World<'p> {
                 }
                 let (to, from) = two(&mut mem.buffers, index, from);
                 let result = to.buffer.copy_from(stream, &from.buffer);
-                note("DeviceBuffer::copy_from", &result);
-                expect_intact(watched, "DeviceBuffer::copy_from", &result);
+                note_intact(watched, "DeviceBuffer::copy_from", &result);
                 if to.buffer.len() != from.buffer.len() {
                     expect_size("DeviceBuffer::copy_from", &result);
                 }
@@ -244,8 +242,7 @@ impl<'p> World<'p> {
                 let pin = &mut mem.pinned[at];
                 let buf = &mut mem.buffers[index];
                 let result = buf.buffer.copy_from_pinned(stream, &mut pin.buffer);
-                note("DeviceBuffer::copy_from_pinned", &result);
-                expect_intact(watched, "DeviceBuffer::copy_from_pinned", &result);
+                note_intact(watched, "DeviceBuffer::copy_from_pinned", &result);
                 if buf.buffer.len() != pin.buffer.len() {
                     expect_size("DeviceBuffer::copy_from_pinned", &result);
                 }
@@ -255,15 +252,13 @@ impl<'p> World<'p> {
                 let buf = &mut mem.buffers[index];
                 let bytes = buf.buffer.len() * size_of::<u32>();
                 let result = buf.buffer.use_on(stream, |on, ptr| raw_fill(on, ptr, bytes, tag)).and_then(|done| done);
-                note("DeviceBuffer::use_on (a fill)", &result);
-                expect_intact(watched, "DeviceBuffer::use_on (a fill)", &result);
+                note_intact(watched, "DeviceBuffer::use_on (a fill)", &result);
                 buf.holds = after_write(&result, capturing, Some(tag));
             }
             _ => {
                 let buf = &mut mem.buffers[index];
                 let result = buf.buffer.use_on(stream, |on, _| cuda_stream_tests::empty(on)).and_then(|done| done);
-                note("DeviceBuffer::use_on (a kernel)", &result);
-                expect_intact(watched, "DeviceBuffer::use_on (a kernel)", &result);
+                note_intact(watched, "DeviceBuffer::use_on (a kernel)", &result);
                 let kept = buf.holds;
                 buf.holds = after_write(&result, capturing, kept);
             }
@@ -285,16 +280,14 @@ impl<'p> World<'p> {
             0 => {
                 let mut values = vec![0u32; buf.buffer.len()];
                 let result = buf.buffer.copy_to_slice(stream, &mut values);
-                note("DeviceBuffer::copy_to_slice", &result);
-                expect_intact(watched, "DeviceBuffer::copy_to_slice", &result);
+                note_intact(watched, "DeviceBuffer::copy_to_slice", &result);
                 if result.is_ok() && !capturing {
                     expect_bytes("DeviceBuffer::copy_to_slice", buf.holds, &values);
                 }
             }
             1 => {
                 let values = buf.buffer.to_vec();
-                note("DeviceBuffer::to_vec", &values);
-                expect_intact(watched, "DeviceBuffer::to_vec", &values);
+                note_intact(watched, "DeviceBuffer::to_vec", &values);
                 if let (Ok(values), false) = (&values, capturing) {
                     assert_eq!(values.len(), buf.buffer.len(), "to_vec gives every element");
                     expect_bytes("DeviceBuffer::to_vec", buf.holds, values);
@@ -307,8 +300,7 @@ impl<'p> World<'p> {
                 let at = other as usize % mem.pinned.len();
                 let pin = &mut mem.pinned[at];
                 let result = buf.buffer.copy_to_pinned(stream, &mut pin.buffer);
-                note("DeviceBuffer::copy_to_pinned", &result);
-                expect_intact(watched, "DeviceBuffer::copy_to_pinned", &result);
+                note_intact(watched, "DeviceBuffer::copy_to_pinned", &result);
                 if buf.buffer.len() != pin.buffer.len() {
                     expect_size("DeviceBuffer::copy_to_pinned", &result);
                 }
@@ -319,8 +311,7 @@ impl<'p> World<'p> {
             _ => {
                 let mut values = vec![0u32; buf.buffer.len() + 1];
                 let result = buf.buffer.copy_to_slice(stream, &mut values);
-                note("DeviceBuffer::copy_to_slice (wrong length)", &result);
-                expect_intact(watched, "DeviceBuffer::copy_to_slice (wrong length)", &result);
+                note_intact(watched, "DeviceBuffer::copy_to_slice (wrong length)", &result);
                 expect_size("DeviceBuffer::copy_to_slice", &result);
             }
         }
