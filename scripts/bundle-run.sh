@@ -5,7 +5,8 @@
 #                                 racecheck, synccheck, initcheck); its errors count as failures
 #   run.sh --bench                also the benchmarks (their JSON goes to $BENCH_OUT or ./)
 #   run.sh --only PATTERN         only binaries whose path matches PATTERN (legacy/, per-thread/,
-#                                 cuda12/, examples/, ptx/: the kernel tests built as PTX only,
+#                                 cuda12/, examples/, shapes/: the programs of the documented
+#                                 build.rs in each crate shape, ptx/: the kernel tests built as PTX only,
 #                                 when the bundle has them, run through the driver's JIT)
 #   run.sh --gpus N               multi-GPU tests fail instead of skipping with fewer than N GPUs
 #   run.sh --repeat N             run each binary N times (races that show once in many runs);
@@ -98,7 +99,7 @@ for round in $(seq "$repeat"); do
   [ "$repeat" != 1 ] && echo "== round $round of $repeat =="
   export CUDA_STREAM_FUZZ_FIRST=$((fuzz_first + (round - 1) * ${CUDA_STREAM_FUZZ_PROGRAMS:-1000}))
   for bin in bin/legacy/* bin/per-thread/* bin/cuda12/* bin/ptx/*; do [ -e "$bin" ] && run_one "$bin" --nocapture; done
-  for bin in bin/examples/*; do [ -e "$bin" ] && run_one "$bin"; done
+  for bin in bin/examples/* bin/shapes/*; do [ -e "$bin" ] && run_one "$bin"; done
 done
 if [ $benches = 1 ]; then
   for bin in bin/benches/*; do [ -e "$bin" ] && run_one "$bin"; done

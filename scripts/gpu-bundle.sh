@@ -77,12 +77,14 @@ fi
 echo "building examples and benchmarks..."
 cargo build --workspace --release --examples --message-format=json --quiet | collect "$bundle/bin/examples" example
 cargo bench --workspace --no-run --message-format=json --quiet | collect "$bundle/bin/benches" bench
+echo "building the documented build.rs in every crate shape..."
+scripts/check-crate-shapes.sh --bundle "$bundle/bin/shapes"
 # The stand-in NVTX tool of tests/profiling/nvtx.rs, which run.sh names to it.
 mkdir -p "$bundle/bin/lib"
 cp "$(ls -t target/release/build/cuda-stream-tests-*/out/libnvtx_recorder.so | head -1)" "$bundle/bin/lib/"
 cp scripts/bundle-run.sh "$bundle/run.sh"
 chmod +x "$bundle/run.sh"
-strip "$bundle"/bin/{legacy,per-thread,cuda12,ptx,examples,benches}/* 2>/dev/null || true
+strip "$bundle"/bin/{legacy,per-thread,cuda12,ptx,examples,benches,shapes}/* 2>/dev/null || true
 # Packed: the carried folder must stay under 64 MiB, and statically linked binaries share most
 # of their bytes (cudart). run.sh unpacks it on the GPU host.
 echo "packing $(du -sh "$bundle/bin" | cut -f1) of binaries..."

@@ -117,8 +117,10 @@
 //!   CUDA's default capture interaction mode is moved to ThreadLocal before its first query or
 //!   synchronize, so a foreign Global capture is neither invalidated nor raced into a crash.
 //!
-//! One race is not closed: `Event::synchronize` racing a record of its event into a capture.
-//! See the [capture docs](capture#calls-refused-during-a-capture).
+//! * **A wait in CUDA is never joined by a captured record of its event**: `Event::synchronize`
+//!   waits in `cudaEventSynchronize` (as C++ does) while no stream may be capturing, and a
+//!   record of that event into a capture meanwhile is refused; while streams may be capturing
+//!   it polls counted queries. See the [capture docs](capture#calls-refused-during-a-capture).
 //!
 //! # Layers
 //! The source is cut into layers, each importing only from those before it (in the repository:

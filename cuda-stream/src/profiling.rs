@@ -2,7 +2,8 @@
 //! ([`start_profiler`], [`stop_profiler`]: `cudaProfilerStart`/`Stop`, for
 //! `nsys profile --capture-range=cudaProfilerApi`), and, with the feature `nvtx`, NVTX: ranges
 //! and marks on the timeline (`profiling::range`, `profiling::mark`) and streams and events
-//! shown by the names you give them (`StreamRef::nvtx_name`, `Event::nvtx_name`).
+//! shown by the names you give them (`StreamRef::nvtx_name`, `Event::nvtx_name`,
+//! `StreamPool::nvtx_name`).
 //!
 //! NVTX here is NVTX 3's protocol, written in Rust: no `libnvToolsExt` is linked or loaded. At
 //! the first NVTX call the process looks for a tool once, as NVTX's headers do on Linux: the

@@ -244,3 +244,123 @@ fn an_external_record_in_a_capture_is_a_graph_node_that_every_launch_records() {
     let released = poll_until(Duration::from_secs(5), || Arc::strong_count(&event) == 1);
     assert!(released.is_some(), "CUDA releases the graph's reference once graph and executable are gone");
 }
+
+/// Clock ticks of a thread that ran all of `held`.
+fn ticks_in(held: Duration) -> u64 {
+    (held.as_secs_f64() * cuda_stream_tests::clock_ticks_per_second()) as u64
+}
+
+/// The name of the thread that waits in the children below, for its CPU time.
+const WAITER: &str = "event-waiter";
+
+/// Starts a thread named [`WAITER`] that synchronizes `event` and returns what that gave.
+fn synchronize_on_a_thread(event: Arc<Event>) -> std::thread::JoinHandle<cuda_stream::Result<()>> {
+    std::thread::Builder::new().name(WAITER.into()).spawn(move || event.synchronize()).unwrap()
+}
+
+#[test]
+fn synchronize_waits_as_the_device_schedule_flag_and_the_event_say() {
+    let _device = gpu_or_skip!();
+    if cuda_stream_tests::skipped_under_sanitizer(
+        "synchronize_waits_as_the_device_schedule_flag_and_the_event_say",
+        "it measures the waiting thread's CPU time",
+    ) {
+        return;
+    }
+    for schedule in ["spin", "blocking-sync"] {
+        cuda_stream_tests::child_test_prints_with(
+            "schedule_child",
+            &[("CUDA_STREAM_TEST_SCHEDULE", schedule.to_owned())],
+            &[&format!("schedule {schedule}: default event, blocking-sync event: as CUDA waits")],
+        );
+    }
+}
+
+#[test]
+#[ignore = "child process of synchronize_waits_as_the_device_schedule_flag_and_the_event_say"]
+fn schedule_child() {
+    let schedule = std::env::var("CUDA_STREAM_TEST_SCHEDULE").unwrap();
+    let flags = match schedule.as_str() {
+        "spin" => sys::cudaDeviceScheduleSpin,
+        _ => sys::cudaDeviceScheduleBlockingSync,
+    };
+    // Before device 0's primary context exists, which then takes the flag.
+    // SAFETY: a plain setting of the current device.
+    cuda_stream::check(unsafe { sys::cudaSetDeviceFlags(flags) }, "cudaSetDeviceFlags").unwrap();
+    let device = Device::new(0).unwrap();
+    let waited = stream(device);
+    for blocking_sync in [false, true] {
+        let flag = MappedFlag::new().unwrap();
+        cuda_stream_tests::wait_flag(&waited, &flag, Duration::from_secs(10)).unwrap();
+        let event = Arc::new(Event::new(device, EventFlags { blocking_sync, ..EventFlags::default() }).unwrap());
+        waited.record(&event).unwrap();
+        let waiter = synchronize_on_a_thread(event);
+        std::thread::sleep(Duration::from_millis(50));
+        let held = Duration::from_millis(400);
+        let before = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits");
+        std::thread::sleep(held);
+        let spent = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits") - before;
+        flag.set();
+        waiter.join().unwrap().unwrap();
+        let full = ticks_in(held);
+        println!("{schedule}, blocking_sync {blocking_sync}: the waiter ran {spent} of {full} ticks");
+        // cudaEventSynchronize spins on a spinning device, unless the event blocks; a thread
+        // that blocks runs for next to none of the time.
+        if schedule == "spin" && !blocking_sync {
+            assert!(spent * 2 >= full, "a spinning wait ran {spent} of {full} ticks");
+        } else {
+            assert!(spent * 10 <= full, "a blocking wait ran {spent} of {full} ticks");
+        }
+    }
+    println!("schedule {schedule}: default event, blocking-sync event: as CUDA waits");
+}
+
+#[test]
+fn captures_go_on_while_another_thread_waits_in_cuda_and_cannot_record_the_waited_event() {
+    let _device = gpu_or_skip!();
+    // A child: the wait goes to CUDA only while no stream of the process may be capturing,
+    // which other tests of this binary would change.
+    cuda_stream_tests::child_test_prints(
+        "waited_event_child",
+        &[
+            "waited: 200 captures made, 10 records of the waited event refused",
+            "waited: recorded once the wait returned",
+        ],
+    );
+}
+
+#[test]
+#[ignore = "child process of captures_go_on_while_another_thread_waits_in_cuda_and_cannot_record_the_waited_event"]
+fn waited_event_child() {
+    let device = Device::new(0).unwrap();
+    let (waited, capturing) = (stream(device), stream(device));
+    let flag = MappedFlag::new().unwrap();
+    cuda_stream_tests::wait_flag(&waited, &flag, Duration::from_secs(20)).unwrap();
+    let event = Arc::new(waited.record_event().unwrap());
+    let waiter = synchronize_on_a_thread(Arc::clone(&event));
+    // In CUDA by now: no capture was in progress when it began.
+    std::thread::sleep(Duration::from_millis(100));
+    let mut refused = 0;
+    for round in 0..200 {
+        let capture = capturing.begin_capture(Global).unwrap();
+        cuda_stream_tests::empty(&capturing).unwrap();
+        if round % 20 == 0 {
+            match capturing.record(&event) {
+                Err(Error::CaptureMisuse(why)) if why.contains("being waited for") => refused += 1,
+                other => panic!("a record of the waited event into a capture: {other:?}"),
+            }
+        }
+        let graph = capture.end().expect("the capture stays valid");
+        assert_eq!(node_types(&graph), vec![sys::cudaGraphNodeType::cudaGraphNodeTypeKernel]);
+    }
+    assert!(!waiter.is_finished(), "the wait waits for the flag");
+    println!("waited: 200 captures made, {refused} records of the waited event refused");
+    flag.set();
+    waiter.join().unwrap().expect("the wait returns once the flag is set");
+    assert!(event.query().unwrap(), "the refused records left the event a marker of the flag kernel");
+    let capture = capturing.begin_capture(Global).unwrap();
+    capturing.record(&event).unwrap();
+    capture.end().unwrap();
+    assert!(matches!(event.query(), Err(Error::CaptureMisuse(_))), "now a node of the capture");
+    println!("waited: recorded once the wait returned");
+}

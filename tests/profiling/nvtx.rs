@@ -4,7 +4,7 @@
 //! process: NVTX looks for its tool once per process.
 
 use cuda_stream::profiling::{mark, range};
-use cuda_stream::{Event, EventFlags, Stream, StreamOptions};
+use cuda_stream::{Event, EventFlags, Stream, StreamOptions, StreamPool};
 use cuda_stream_tests::child_test_prints_with;
 use std::ffi::{c_char, c_void};
 
@@ -77,7 +77,17 @@ fn child_with_a_tool() {
     let named = |what: &str, handle: *mut c_void, name: &str| format!("{what} {handle:p} {name}");
     assert!(log.contains(&named("stream", stream.as_raw().cast(), "copies")), "{log}");
     assert!(log.contains(&named("event", event.as_raw().cast(), "copies done")), "{log}");
-    println!("the tool saw the stream's and the event's names");
+    // A pool named once: the stream it has, and the one it creates later.
+    let pool = StreamPool::new(device, StreamOptions::non_blocking(), 2).unwrap();
+    let first = pool.acquire().unwrap();
+    pool.nvtx_name("decode");
+    let second = pool.acquire().unwrap();
+    let log = recorded();
+    let slot_name =
+        |raw: *mut c_void| ["decode 0", "decode 1"].into_iter().find(|name| log.contains(&named("stream", raw, name)));
+    let names = (slot_name(first.as_raw().cast()), slot_name(second.as_raw().cast()));
+    assert!(names.0.is_some() && names.1.is_some() && names.0 != names.1, "{names:?}: {log}");
+    println!("the tool saw the stream's, the event's and the pool's names");
 }
 
 #[test]

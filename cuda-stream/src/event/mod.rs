@@ -4,12 +4,12 @@
 
 mod record_state;
 
-pub(crate) use self::record_state::RecordState;
+pub(crate) use self::record_state::{RecordState, WAITED_EVENT};
 
 use crate::call::live;
 use crate::call::race;
 use crate::call::sync_debug::{self, SyncKind};
-use crate::call::{capture_mode, uncaptured_calls};
+use crate::call::{capture_mode, live_captures, uncaptured_calls};
 use crate::device::Device;
 use crate::device::same_device;
 use crate::ffi::driver;
@@ -310,25 +310,38 @@ impl Event {
         crate::ffi::driver::event_query(self.raw)
     }
 
-    /// Blocks until the work before the last record has completed (what
-    /// [`cudaEventSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)
-    /// does), by polling [`Event::query`].
+    /// Blocks until the work before the last record has completed
+    /// ([`cudaEventSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     ///
-    /// A wait inside CUDA could not be counted (the work waited for may depend on a capture's
-    /// end, or on a host function that another thread releases), so a record of this event
-    /// into a capture on another thread could reach CUDA while the wait is in it: CUDA would
-    /// then see a captured event synchronized. Each poll is one counted query instead, which a
-    /// record into a capture waits for. How it waits between polls follows the event's flags:
-    /// it yields the thread between polls (CUDA's spinning default); an event made with
-    /// [`EventFlags::blocking_sync`], or borrowed with unknown flags, yields for
-    /// [`SYNCHRONIZE_HOT_WINDOW`], then naps from 20 µs, doubling to 200 µs, so a long wait
-    /// uses little CPU and is seen at most 200 µs late.
+    /// While no stream of the process may be capturing (no capture of this crate is in
+    /// progress and no foreign stream handle was wrapped), it waits in `cudaEventSynchronize`,
+    /// as C++ does: the event's [`EventFlags::blocking_sync`] and the device's schedule flag
+    /// (`cudaSetDeviceFlags`: spin, yield, blocking sync) decide whether the thread spins,
+    /// yields or sleeps until the device signals. Meanwhile a record of this event into a
+    /// capture, on any thread, is refused with [`Error::CaptureMisuse`]: CUDA would see a
+    /// captured event synchronized, and the record cannot wait for this wait (the work waited
+    /// for may wait for the recording thread).
+    ///
+    /// While a stream may be capturing, it polls [`Event::query`] instead: each poll is a
+    /// counted query, which a record into a capture waits for. Between polls it yields the
+    /// thread; an event made with [`EventFlags::blocking_sync`], or borrowed with unknown
+    /// flags, yields for [`SYNCHRONIZE_HOT_WINDOW`], then naps from 20 µs, doubling to 200 µs,
+    /// so a long wait uses little CPU and is seen at most 200 µs late.
     ///
     /// # Errors
     /// Errors of earlier asynchronous work; [`Error::CaptureMisuse`] as for [`Event::query`]
-    /// (also when the event is recorded into a capture while this waits).
+    /// (also when, while it polls, the event is recorded into a capture).
     pub fn synchronize(&self) -> Result<()> {
         sync_debug::before_sync("cudaEventSynchronize", SyncKind::EventSynchronize)?;
+        if !live_captures::may_capture() {
+            refuse_inside_host_fn()?;
+            capture_mode::ignore_other_threads_captures();
+            // Counted while in CUDA, unless the last record may be a captured one (the polls
+            // below then refuse it, or see it recorded outside again).
+            if let Some(_waiting) = self.records.wait_in_cuda() {
+                return self.synchronize_checked_earlier();
+            }
+        }
         let mut nap = Nap::new(self.flags.blocking_sync != Some(false));
         while !self.query()? {
             nap.wait();
@@ -336,8 +349,9 @@ impl Event {
         Ok(())
     }
 
-    /// Blocks until the work before the last record has completed, after the caller made the
-    /// checks of [`Event::synchronize`] itself, before it recorded the event.
+    /// Blocks until the work before the last record has completed, in CUDA, after the caller
+    /// made the checks of [`Event::synchronize`] itself (an event of the crate's own that no
+    /// capture records, or one counted by [`RecordState::wait_in_cuda`]).
     pub(crate) fn synchronize_checked_earlier(&self) -> Result<()> {
         let snapshot = self.race_snapshot();
         crate::ffi::driver::event_synchronize(self.raw)?;

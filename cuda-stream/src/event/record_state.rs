@@ -14,9 +14,21 @@
 //! are in CUDA ([`RecordState::marker_call`]); a record that may go into a capture marks the
 //! event first, then waits for the counted calls: one of the two sees the other (SeqCst on
 //! both sides).
+//!
+//! A wait in CUDA for the event (`cudaEventSynchronize`) is counted apart
+//! ([`RecordState::wait_in_cuda`]): it may last as long as the work it waits for, which may
+//! itself wait for the thread that records, so a record into a capture never waits for it. The
+//! two form the same pair (the waiter counts itself, then reads the mark; a record marks, then
+//! reads the count), and a record into a capture that sees a waiter is abandoned
+//! ([`RecordState::abandon_capture_record`]) and refused.
 
 use crate::ffi::error::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// The error of a record into a capture of an event that another thread waits for in CUDA.
+pub(crate) const WAITED_EVENT: &str = "the event is being waited for (Event::synchronize on another thread): \
+                                       recorded into a capture now, CUDA would see a captured event \
+                                       synchronized; record it once the wait has returned";
 
 /// The error of a call on an event whose last record went into a capture.
 pub(crate) const CAPTURED_EVENT: &str = "the event was last recorded inside a stream capture: it is a node of the \
@@ -48,15 +60,29 @@ const LOW: u64 = GENERATION - 1;
 pub(crate) struct Ticket(u64);
 
 /// A record that may go into a capture, marked ([`RecordState::open_capture_record`]); closed
-/// once, by value.
+/// or abandoned once, by value.
 #[derive(Debug)]
-pub(crate) struct Opened(u64);
+pub(crate) struct Opened {
+    /// The word the mark left.
+    marked: u64,
+    /// The kind of the last record before the mark.
+    before: u64,
+}
 
 /// A call of [`RecordState::marker_call`] in CUDA; uncounted on drop.
 pub(crate) struct InFlight<'a>(&'a AtomicU32);
 
 impl Drop for InFlight<'_> {
     #[inline(always)]
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// A wait of [`RecordState::wait_in_cuda`] in CUDA; uncounted on drop.
+pub(crate) struct Waiting<'a>(&'a AtomicU32);
+
+impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Release);
     }
@@ -77,6 +103,8 @@ pub(crate) struct RecordState {
     word: AtomicU64,
     /// Marker calls in CUDA.
     in_flight: AtomicU32,
+    /// Waits in CUDA ([`RecordState::wait_in_cuda`]).
+    waiters: AtomicU32,
     /// Held by a record that may go into a capture ([`RecordState::take_turn`]): two such
     /// records of one event never overlap in CUDA (a real record of an event overlapping a
     /// captured one of it crashed libcuda, CUDA 13.0).
@@ -89,13 +117,19 @@ impl RecordState {
         RecordState {
             word: AtomicU64::new(NEVER_RECORDED),
             in_flight: AtomicU32::new(0),
+            waiters: AtomicU32::new(0),
             recording: AtomicBool::new(false),
         }
     }
 
     /// Recorded outside any capture (an event opened from another process).
     pub(crate) const fn recorded() -> RecordState {
-        RecordState { word: AtomicU64::new(RECORDED), in_flight: AtomicU32::new(0), recording: AtomicBool::new(false) }
+        RecordState {
+            word: AtomicU64::new(RECORDED),
+            in_flight: AtomicU32::new(0),
+            waiters: AtomicU32::new(0),
+            recording: AtomicBool::new(false),
+        }
     }
 
     /// Whether the event was never recorded through this crate.
@@ -157,15 +191,40 @@ impl RecordState {
     /// (later passes see the mark and never query the event).
     /// [`RecordState::close_capture_record`] takes the returned mark back after the record.
     pub(crate) fn open_capture_record(&self) -> Opened {
-        let mut opened = 0;
-        let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+        let mut marked = 0;
+        let previous = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
             debug_assert!(word & OPEN_MASK != OPEN_MASK, "2^20 records of one event in progress");
-            opened = (word.wrapping_add(GENERATION) + OPEN) & !KIND | CAPTURED;
-            Some(opened)
+            marked = (word.wrapping_add(GENERATION) + OPEN) & !KIND | CAPTURED;
+            Some(marked)
         });
         self.wait_for_marker_calls();
         crate::call::reactor_passes::wait_for_pass();
-        Opened(opened)
+        Opened { marked, before: previous.unwrap_or_else(|word| word) & KIND }
+    }
+
+    /// Whether a wait for the event is in CUDA ([`RecordState::wait_in_cuda`]), read after
+    /// [`RecordState::open_capture_record`] marked it: a wait counted later sees the mark and
+    /// stays out of CUDA.
+    pub(crate) fn is_waited_for(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) != 0
+    }
+
+    /// Counts a wait for the event in CUDA, unless its last record is (or may be) a captured
+    /// one: `None` then. Counted, then checked (SeqCst): a record into a capture either is
+    /// seen here or sees the count ([`RecordState::is_waited_for`]) and is not made.
+    pub(crate) fn wait_in_cuda(&self) -> Option<Waiting<'_>> {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let waiting = Waiting(&self.waiters);
+        (self.word.load(Ordering::SeqCst) & KIND != CAPTURED).then_some(waiting)
+    }
+
+    /// Takes back the mark of a record that [`RecordState::open_capture_record`] opened and that
+    /// was not made: the event is left as its last record made it, unless another record that
+    /// may go into a capture began since, is still in progress, or went into a capture
+    /// meanwhile (then it stays marked).
+    pub(crate) fn abandon_capture_record(&self, opened: Opened) {
+        let before = opened.before;
+        self.close(opened, false, before);
     }
 
     /// Ends a record that [`RecordState::open_capture_record`] marked: `captured` says whether
@@ -173,8 +232,13 @@ impl RecordState {
     /// recorded outside, unless another record that may go into a capture began since, is
     /// still in progress, or went into a capture while this one was in progress.
     pub(crate) fn close_capture_record(&self, opened: Opened, captured: bool) {
-        let Opened(opened) = opened;
-        let generation = opened & !LOW;
+        self.close(opened, captured, RECORDED);
+    }
+
+    /// Closes `opened`; `captured` says whether it went into a capture, and `alone` is the
+    /// kind the event takes when no other such record overlapped it and it did not.
+    fn close(&self, opened: Opened, captured: bool, alone_kind: u64) {
+        let generation = opened.marked & !LOW;
         let _ = self.word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
             debug_assert!(word & OPEN_MASK != 0, "a record closed that was not open");
             let mut word = word - OPEN;
@@ -184,7 +248,7 @@ impl RecordState {
             let last = word & OPEN_MASK == 0;
             let alone = last && word & !LOW == generation && word & STICKY == 0;
             if alone {
-                word = word & !KIND | RECORDED;
+                word = word & !KIND | alone_kind;
             }
             if last {
                 word &= !STICKY;
@@ -401,6 +465,84 @@ mod tests {
             10_000,
             "in some quiet rounds the last record went into a capture, and the event was not refused"
         );
+    }
+
+    #[test]
+    fn a_wait_in_cuda_and_a_record_into_a_capture_exclude_each_other() {
+        // The wait first: the record sees it, is abandoned, and leaves the event as it was.
+        for state in [RecordState::recorded(), RecordState::never_recorded()] {
+            let never = state.is_never_recorded();
+            let waiting = state.wait_in_cuda().expect("a marker, not a captured record");
+            let opened = state.open_capture_record();
+            assert!(state.is_waited_for());
+            state.abandon_capture_record(opened);
+            assert!(!captured(&state) && state.is_never_recorded() == never, "as the last record left it");
+            drop(waiting);
+            assert!(!state.is_waited_for());
+        }
+        // The mark first: the wait stays out of CUDA.
+        let state = RecordState::recorded();
+        let opened = state.open_capture_record();
+        assert!(state.wait_in_cuda().is_none(), "marked: the wait polls instead");
+        assert!(!state.is_waited_for(), "a wait refused is not counted");
+        state.close_capture_record(opened, true);
+        assert!(state.wait_in_cuda().is_none(), "captured");
+        // An abandoned record overlapping one that went into a capture leaves the mark.
+        let state = RecordState::recorded();
+        let (first, second) = (state.open_capture_record(), state.open_capture_record());
+        state.close_capture_record(second, true);
+        state.abandon_capture_record(first);
+        assert!(captured(&state));
+    }
+
+    /// Threads waiting for one event in CUDA while others record it into captures, each side's
+    /// effect standing in for CUDA's: no captured record is made while a wait is in CUDA.
+    #[test]
+    fn waits_in_cuda_never_overlap_a_captured_record() {
+        use std::sync::atomic::AtomicUsize;
+        let state = RecordState::recorded();
+        let (waiting, capturing, overlaps) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+        let (made, refused) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|scope| {
+            for thread in 0..4 {
+                let (state, waiting, capturing, overlaps) = (&state, &waiting, &capturing, &overlaps);
+                let (made, refused) = (&made, &refused);
+                scope.spawn(move || {
+                    for round in 0..20_000 {
+                        if thread % 2 == 0 {
+                            if let Some(_in_cuda) = state.wait_in_cuda() {
+                                waiting.fetch_add(1, Ordering::SeqCst);
+                                if capturing.load(Ordering::SeqCst) != 0 {
+                                    overlaps.fetch_add(1, Ordering::Relaxed);
+                                }
+                                waiting.fetch_sub(1, Ordering::SeqCst);
+                            }
+                        } else {
+                            let opened = state.open_capture_record();
+                            if state.is_waited_for() {
+                                state.abandon_capture_record(opened);
+                                refused.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            capturing.fetch_add(1, Ordering::SeqCst);
+                            if waiting.load(Ordering::SeqCst) != 0 {
+                                overlaps.fetch_add(1, Ordering::Relaxed);
+                            }
+                            capturing.fetch_sub(1, Ordering::SeqCst);
+                            state.close_capture_record(opened, round % 2 == 0);
+                            made.fetch_add(1, Ordering::Relaxed);
+                            // Recorded outside again, so that waits can reach CUDA.
+                            let ticket = state.before_record();
+                            state.note_uncaptured_record(ticket);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(overlaps.load(Ordering::Relaxed), 0, "a wait was in CUDA during a captured record");
+        let (made, refused) = (made.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+        assert_eq!(made + refused, 40_000);
+        println!("{made} records made, {refused} refused beside a wait");
     }
 
     #[test]

@@ -75,9 +75,12 @@
 //!   CUDA takes last cannot be read back, so the event stays marked captured until a later
 //!   record settles it (a refusal, never a query of a captured event).
 //! * [`Event::synchronize`](crate::Event::synchronize) racing a record of its event into a
-//!   capture: it does not wait inside CUDA (a wait there could not be counted: the work may
-//!   depend on a capture's end) but polls with counted queries, so the record waits for the
-//!   poll in CUDA and the next poll is refused.
+//!   capture: while no stream may be capturing it waits inside CUDA, counted, and a record of
+//!   the event into a capture that sees the count is refused with
+//!   [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) rather than made (it cannot wait: the
+//!   work waited for may depend on the recording thread); one that marked the event first
+//!   keeps the wait out of CUDA. While streams may be capturing, it polls with counted
+//!   queries, so the record waits for the poll in CUDA and the next poll is refused.
 //! * A call that passed its checks while no capture of this crate was in progress, then
 //!   stalled (preempted) across another thread's whole Global capture: its thread's
 //!   ThreadLocal mode keeps CUDA from refusing it for that capture's sake. If it names the

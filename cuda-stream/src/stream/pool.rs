@@ -86,6 +86,9 @@ pub struct StreamPool {
     options: StreamOptions,
     slots: Box<[Slot]>,
     free: FreeSlots,
+    /// The name given by `nvtx_name`, for streams created after it.
+    #[cfg(feature = "nvtx")]
+    nvtx_name: std::sync::Mutex<Option<Box<str>>>,
 }
 
 #[derive(Debug, Default)]
@@ -113,7 +116,14 @@ impl StreamPool {
         }
         let slots = (0..capacity).map(|_| Slot::default()).collect();
         let parallelism = available_parallelism().map_or(1, std::num::NonZero::get);
-        Ok(StreamPool { device, options, slots, free: FreeSlots::new(capacity as u32, parallelism) })
+        Ok(StreamPool {
+            device,
+            options,
+            slots,
+            free: FreeSlots::new(capacity as u32, parallelism),
+            #[cfg(feature = "nvtx")]
+            nvtx_name: std::sync::Mutex::new(None),
+        })
     }
 
     /// A pool with one stream per hardware queue ([`Device::hardware_queues`]): as many
@@ -145,8 +155,32 @@ impl StreamPool {
             // Only the slot's holder gets here, so the set cannot race. After a failure the
             // slot goes back to the fresh stack, and a later acquire tries again.
             drop(slot.stream.set(Stream::new(self.device, self.options)?));
+            #[cfg(feature = "nvtx")]
+            self.name_for_nvtx(index as usize);
         }
         Ok(lease)
+    }
+
+    /// Shows each stream of the pool in NVIDIA's tools as `name` and its slot's number
+    /// (`"decode 0"`, `"decode 1"`, ...), those created later too (`nvtxNameCudaStreamA`, see
+    /// [`StreamRef::nvtx_name`]). Feature `nvtx`; nothing without a tool attached. Naming
+    /// again renames them.
+    #[cfg(feature = "nvtx")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nvtx")))]
+    pub fn nvtx_name(&self, name: &str) {
+        *self.nvtx_name.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(name.into());
+        for index in 0..self.slots.len() {
+            self.name_for_nvtx(index);
+        }
+    }
+
+    /// Names slot `index`'s stream, if it exists, after the pool's name, if it has one.
+    #[cfg(feature = "nvtx")]
+    fn name_for_nvtx(&self, index: usize) {
+        let name = self.nvtx_name.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(name), Some(stream)) = (name.as_deref(), self.slots[index].stream.get()) {
+            stream.nvtx_name(&format!("{name} {index}"));
+        }
     }
 
     /// How many streams exist (leased or free).

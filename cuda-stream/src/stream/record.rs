@@ -71,7 +71,8 @@ impl StreamRef {
     /// it was (a stream that joined a capture in between is still capturing, so the event stays
     /// marked). A failed record counts as captured: CUDA's previous record of the event, which
     /// may be a captured one, is then still the last (the crate's own refusals come before the
-    /// mark).
+    /// mark). A record that may go into a capture while another thread waits for the event in
+    /// CUDA is refused ([`Event::synchronize`]).
     #[cold]
     #[inline(never)]
     fn record_during_captures(&self, event: &Event) -> Result<()> {
@@ -89,6 +90,14 @@ impl StreamRef {
         // Marked captured; the queries and the reactor's pass that read it before are waited
         // for.
         let opened = event.records().open_capture_record();
+        // Another thread waits for the event in CUDA (`Event::synchronize`), which a record
+        // into a capture must not overlap and must not wait for (the work waited for may
+        // wait for this thread): refused, unless the stream is surely not capturing. The mark
+        // first, then the count: a wait that counts itself later sees the mark and polls.
+        if event.records().is_waited_for() && self.may_be_capturing() != Ok(false) {
+            event.records().abandon_capture_record(opened);
+            return Err(Error::CaptureMisuse(crate::event::WAITED_EVENT));
+        }
         // A capture that no begin of this crate announced: another library's, of this thread's
         // per-thread stream (stable during this call: only this thread can begin or end it).
         // Queries of the event made as fast calls are waited for, as a capture's begin waits.
