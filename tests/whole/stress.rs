@@ -90,6 +90,12 @@ fn sixteen_threads_of_mixed_operations_leave_nothing_behind() {
 #[test]
 fn a_million_create_destroy_cycles_keep_device_memory() {
     let device = gpu_or_skip!();
+    if cuda_stream_tests::skipped_under_sanitizer(
+        "a_million_create_destroy_cycles_keep_device_memory",
+        "the sanitizer allocates device memory of its own while it tracks the streams",
+    ) {
+        return;
+    }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let cycles = ops_per_thread() * 10;
     // Warm up the allocator's steady state, then measure.
@@ -97,16 +103,24 @@ fn a_million_create_destroy_cycles_keep_device_memory() {
         drop(Stream::new(device, StreamOptions::non_blocking()).unwrap());
     }
     device.synchronize().unwrap();
-    let free_before = free_device_memory(device);
     let streams_before = cuda_stream::live_streams();
-    for i in 0..cycles {
-        let options = if i % 2 == 0 { StreamOptions::non_blocking() } else { StreamOptions::default() };
-        drop(Stream::new(device, options).unwrap());
+    // The free memory is the device's: other processes on the GPU move it. A leak loses memory
+    // in every attempt; their noise seldom three times.
+    let mut losses = Vec::new();
+    for _attempt in 0..3 {
+        let free_before = free_device_memory(device);
+        for i in 0..cycles {
+            let options = if i % 2 == 0 { StreamOptions::non_blocking() } else { StreamOptions::default() };
+            drop(Stream::new(device, options).unwrap());
+        }
+        device.synchronize().unwrap();
+        let lost = free_before.saturating_sub(free_device_memory(device));
+        eprintln!("{cycles} create/destroy cycles: device memory {lost} bytes lower");
+        losses.push(lost);
+        if lost <= 1 << 20 {
+            break;
+        }
     }
-    device.synchronize().unwrap();
-    let free_after = free_device_memory(device);
-    let lost = free_before.saturating_sub(free_after);
-    eprintln!("{cycles} create/destroy cycles: device memory {lost} bytes lower");
-    assert!(lost <= 1 << 20, "{cycles} cycles lost {lost} bytes of device memory");
+    assert!(losses.iter().any(|lost| *lost <= 1 << 20), "each {cycles} cycles lost bytes of device memory: {losses:?}");
     assert_eq!(cuda_stream::live_streams(), streams_before);
 }

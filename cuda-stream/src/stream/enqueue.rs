@@ -150,6 +150,36 @@ impl StreamRef {
         })
     }
 
+    /// [`StreamRef::enqueue`] as a fast call only, for operations with a path of their own
+    /// while captures may exist (a record marks its event first, a wait may join a capture):
+    /// while no capture may be in progress and `premise` (read inside the fast call, after its
+    /// flag) holds, the protocol's steps 1, 4 and 5 in a fast call (no capture of this crate
+    /// takes the work); otherwise `None`, nothing done. As in
+    /// [`StreamRef::outside_transitions`], work refused in a capture takes no fast call on the
+    /// per-thread stream, which another library may capture at any time.
+    #[inline(always)]
+    pub(crate) fn enqueue_outside_captures<R, U: FnOnce() -> Vec<Use>>(
+        &self,
+        work: Work<U>,
+        premise: impl FnOnce() -> bool,
+        call: impl FnOnce(Via) -> Result<R>,
+    ) -> Option<Result<R>> {
+        let Work { name, step, uses, in_capture, calls } = work;
+        if in_capture != InCapture::Captured && self.is_thread_bound() {
+            return None;
+        }
+        uncaptured_calls::outside_captures(|| {
+            premise().then(|| {
+                let (_current, via) = self.enter_for(calls)?;
+                let checked = self.race_check(step, uses, || name.to_owned())?;
+                let done = call(via)?;
+                checked.enqueued();
+                Ok(done)
+            })
+        })
+        .flatten()
+    }
+
     /// Step 5's lock: the [graph-mutation lock](graph_mutations) for work that goes into a
     /// capture of this crate (another thread may be adding to the same graph through another
     /// stream of the capture); nothing while no capture of this crate is in progress (one

@@ -37,6 +37,18 @@ impl StreamRef {
         if !race::tracking() {
             return Ok(Checked::none());
         }
+        self.race_check_tracking(step, uses, operation)
+    }
+
+    /// [`StreamRef::race_check`] while the detector tracks.
+    #[cold]
+    #[inline(never)]
+    fn race_check_tracking(
+        &self,
+        step: Step,
+        uses: impl FnOnce() -> Vec<Use>,
+        operation: impl FnOnce() -> String,
+    ) -> Result<Checked> {
         match self.race_destination() {
             Destination::Stream => race::check(self.race_key(), step, uses(), operation()),
             // Into a capture: the graph's launches replay the accesses.

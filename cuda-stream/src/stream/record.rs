@@ -9,7 +9,10 @@ use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
 use super::enqueue::{Via, Work};
 use super::{AsStream, Builtin, StreamRef};
 use crate::call::live_captures;
-use crate::call::race::{self, model::Step};
+use crate::call::race::{
+    self,
+    model::{Step, Use},
+};
 use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls;
 use crate::device::keep_alive::graph_mutations;
@@ -46,10 +49,14 @@ impl StreamRef {
         // While no capture may be in progress, one CUDA call; a capture of this crate does not
         // begin until it has returned (a real record overlapping a captured record of the same
         // event, or its capture's end, crashed libcuda).
-        let fast = uncaptured_calls::outside_captures(|| {
-            let ticket = event.records().before_record();
-            self.record_raw(event.as_raw(), 0).map(|()| ticket)
-        });
+        let fast = self.enqueue_outside_captures(
+            record_work(event.as_raw()),
+            || true,
+            |via| {
+                let ticket = event.records().before_record();
+                self.record_via(via, event.as_raw(), 0).map(|()| ticket)
+            },
+        );
         let Some(recorded) = fast else {
             return self.record_during_captures(event);
         };
@@ -207,13 +214,18 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn record_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        let work = Work::named("cudaEventRecord").step(Step::Record(event as usize)).through_driver();
-        self.enqueue(work, |via| match via {
+        self.enqueue(record_work(event), |via| self.record_via(via, event, flags))
+    }
+
+    /// The record itself, through `via`.
+    #[inline(always)]
+    fn record_via(&self, via: Via, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
+        match via {
             Via::Driver => driver::event_record(event, self.raw, flags),
             // SAFETY: `event` is live, of the device whose stream the special handle `raw`
             // names, which is current; `flags` is one of CUDA's record flags.
             Via::Runtime => check(unsafe { sys::cudaEventRecordWithFlags(event, self.raw, flags) }, "cudaEventRecord"),
-        })
+        }
     }
 
     /// Records a new event (default [`EventFlags`]: no timing) and returns it.
@@ -241,10 +253,11 @@ impl StreamRef {
         // none: one CUDA call. The mark is read inside the fast call, after its flag: a record
         // into a capture that marks the event and then waits for the fast calls is never
         // overlapped by a wait that read the mark unset.
-        let fast = uncaptured_calls::outside_captures(|| {
-            (!event.records().is_captured()).then(|| self.wait_raw(event.as_raw(), 0))
+        let uncaptured = || !event.records().is_captured();
+        let fast = self.enqueue_outside_captures(wait_work(event.as_raw()), uncaptured, |via| {
+            self.wait_via(via, event.as_raw(), 0)
         });
-        if let Some(Some(waited)) = fast {
+        if let Some(waited) = fast {
             return waited;
         }
         // A wait on an event recorded into a capture makes this stream join that capture.
@@ -323,13 +336,18 @@ impl StreamRef {
 
     #[inline(always)]
     pub(crate) fn wait_raw(&self, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
-        let work = Work::named("cudaStreamWaitEvent").step(Step::WaitEvent(event as usize)).through_driver();
-        self.enqueue(work, |via| match via {
+        self.enqueue(wait_work(event), |via| self.wait_via(via, event, flags))
+    }
+
+    /// The wait itself, through `via`.
+    #[inline(always)]
+    fn wait_via(&self, via: Via, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
+        match via {
             Via::Driver => driver::stream_wait_event(self.raw, event, flags),
             // SAFETY: `event` is live, `raw` a special handle of the current device; `flags` is
             // one of CUDA's wait flags.
             Via::Runtime => check(unsafe { sys::cudaStreamWaitEvent(self.raw, event, flags) }, "cudaStreamWaitEvent"),
-        })
+        }
     }
 
     /// Makes later work on this stream wait for the work enqueued on `other` so far. Costs one
@@ -415,6 +433,18 @@ impl StreamRef {
             self.wait_raw(marker, 0)
         })
     }
+}
+
+/// A record of `event`, as the one enqueue path takes it.
+#[inline(always)]
+fn record_work(event: sys::cudaEvent_t) -> Work<fn() -> Vec<Use>> {
+    Work::named("cudaEventRecord").step(Step::Record(event as usize)).through_driver()
+}
+
+/// A wait for `event`, as the one enqueue path takes it.
+#[inline(always)]
+fn wait_work(event: sys::cudaEvent_t) -> Work<fn() -> Vec<Use>> {
+    Work::named("cudaStreamWaitEvent").step(Step::WaitEvent(event as usize)).through_driver()
 }
 
 impl Event {

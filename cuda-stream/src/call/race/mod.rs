@@ -319,12 +319,19 @@ impl Checked {
     #[inline(always)]
     pub(crate) fn enqueued(self) {
         if let Some(checked) = self.pending {
-            let Unrecorded(pending, uses, origin, mode) = *checked;
-            // Not into a model made since the check (the detector was turned off and on).
-            let late = model().as_mut().map(|model| model.commit(pending, &uses, origin)).unwrap_or_default();
-            report_late(mode, late);
+            commit(*checked);
         }
     }
+}
+
+/// [`Checked::enqueued`] of an operation the detector checked.
+#[cold]
+#[inline(never)]
+fn commit(checked: Unrecorded) {
+    let Unrecorded(pending, uses, origin, mode) = checked;
+    // Not into a model made since the check (the detector was turned off and on).
+    let late = model().as_mut().map(|model| model.commit(pending, &uses, origin)).unwrap_or_default();
+    report_late(mode, late);
 }
 
 /// Checks an operation about to be enqueued on `stream`, while the detector is on:
