@@ -253,16 +253,25 @@ fn ticks_in(held: Duration) -> u64 {
 /// The name of the thread that waits in the children below, for its CPU time.
 const WAITER: &str = "event-waiter";
 
-/// Starts a thread named [`WAITER`] that synchronizes `event` and returns what that gave.
-fn synchronize_on_a_thread(event: Arc<Event>) -> std::thread::JoinHandle<cuda_stream::Result<()>> {
-    std::thread::Builder::new().name(WAITER.into()).spawn(move || event.synchronize()).unwrap()
+/// Starts a thread named [`WAITER`] that synchronizes `event`, through the crate or through
+/// CUDA's `cudaEventSynchronize` itself (`raw`), and returns what that gave.
+fn synchronize_on_a_thread(event: Arc<Event>, raw: bool) -> std::thread::JoinHandle<cuda_stream::Result<()>> {
+    let wait = move || {
+        if raw {
+            // SAFETY: a live event, kept alive by the `Arc` until the call returns.
+            cuda_stream::check(unsafe { sys::cudaEventSynchronize(event.as_raw()) }, "cudaEventSynchronize")
+        } else {
+            event.synchronize()
+        }
+    };
+    std::thread::Builder::new().name(WAITER.into()).spawn(wait).unwrap()
 }
 
 #[test]
-fn synchronize_waits_as_the_device_schedule_flag_and_the_event_say() {
+fn synchronize_uses_the_cpu_as_cuda_event_synchronize_does() {
     let _device = gpu_or_skip!();
     if cuda_stream_tests::skipped_under_sanitizer(
-        "synchronize_waits_as_the_device_schedule_flag_and_the_event_say",
+        "synchronize_uses_the_cpu_as_cuda_event_synchronize_does",
         "it measures the waiting thread's CPU time",
     ) {
         return;
@@ -271,13 +280,30 @@ fn synchronize_waits_as_the_device_schedule_flag_and_the_event_say() {
         cuda_stream_tests::child_test_prints_with(
             "schedule_child",
             &[("CUDA_STREAM_TEST_SCHEDULE", schedule.to_owned())],
-            &[&format!("schedule {schedule}: default event, blocking-sync event: as CUDA waits")],
+            &[&format!("schedule {schedule}: default and blocking-sync events waited for as CUDA waits")],
         );
     }
 }
 
+/// The CPU ticks a thread waiting for `event` for 400 ms runs, behind a kernel that waits for a
+/// flag on `stream`, and the ticks of a thread that ran all of that time.
+fn waiter_ticks(stream: &Stream, event: &Arc<Event>, raw: bool) -> (u64, u64) {
+    let flag = MappedFlag::new().unwrap();
+    cuda_stream_tests::wait_flag(stream, &flag, Duration::from_secs(10)).unwrap();
+    stream.record(event).unwrap();
+    let waiter = synchronize_on_a_thread(Arc::clone(event), raw);
+    std::thread::sleep(Duration::from_millis(50));
+    let held = Duration::from_millis(400);
+    let before = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits");
+    std::thread::sleep(held);
+    let spent = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits") - before;
+    flag.set();
+    waiter.join().unwrap().unwrap();
+    (spent, ticks_in(held))
+}
+
 #[test]
-#[ignore = "child process of synchronize_waits_as_the_device_schedule_flag_and_the_event_say"]
+#[ignore = "child process of synchronize_uses_the_cpu_as_cuda_event_synchronize_does"]
 fn schedule_child() {
     let schedule = std::env::var("CUDA_STREAM_TEST_SCHEDULE").unwrap();
     let flags = match schedule.as_str() {
@@ -290,29 +316,29 @@ fn schedule_child() {
     let device = Device::new(0).unwrap();
     let waited = stream(device);
     for blocking_sync in [false, true] {
-        let flag = MappedFlag::new().unwrap();
-        cuda_stream_tests::wait_flag(&waited, &flag, Duration::from_secs(10)).unwrap();
         let event = Arc::new(Event::new(device, EventFlags { blocking_sync, ..EventFlags::default() }).unwrap());
-        waited.record(&event).unwrap();
-        let waiter = synchronize_on_a_thread(event);
-        std::thread::sleep(Duration::from_millis(50));
-        let held = Duration::from_millis(400);
-        let before = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits");
-        std::thread::sleep(held);
-        let spent = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits") - before;
-        flag.set();
-        waiter.join().unwrap().unwrap();
-        let full = ticks_in(held);
-        println!("{schedule}, blocking_sync {blocking_sync}: the waiter ran {spent} of {full} ticks");
-        // cudaEventSynchronize spins on a spinning device, unless the event blocks; a thread
-        // that blocks runs for next to none of the time.
-        if schedule == "spin" && !blocking_sync {
-            assert!(spent * 2 >= full, "a spinning wait ran {spent} of {full} ticks");
-        } else {
-            assert!(spent * 10 <= full, "a blocking wait ran {spent} of {full} ticks");
+        let (cuda, full) = waiter_ticks(&waited, &event, true);
+        let (ours, _) = waiter_ticks(&waited, &event, false);
+        println!(
+            "{schedule}, blocking_sync {blocking_sync}: cudaEventSynchronize ran {cuda}, Event::synchronize {ours}, of {full} ticks"
+        );
+        // CUDA's wait either busy-waits (all the time) or blocks (next to none of it): the
+        // crate's wait does the same.
+        let busy = |ticks: u64| ticks * 2 >= full;
+        assert_eq!(
+            busy(ours),
+            busy(cuda),
+            "Event::synchronize ran {ours} ticks, cudaEventSynchronize {cuda}, of {full}"
+        );
+        if !busy(cuda) {
+            assert!(ours * 10 <= full, "a blocking wait ran {ours} of {full} ticks");
+        }
+        // An event made to block always does (NVIDIA's cudaEventSynchronize docs).
+        if blocking_sync {
+            assert!(!busy(ours), "a blocking-sync event's wait ran {ours} of {full} ticks");
         }
     }
-    println!("schedule {schedule}: default event, blocking-sync event: as CUDA waits");
+    println!("schedule {schedule}: default and blocking-sync events waited for as CUDA waits");
 }
 
 #[test]
@@ -337,7 +363,7 @@ fn waited_event_child() {
     let flag = MappedFlag::new().unwrap();
     cuda_stream_tests::wait_flag(&waited, &flag, Duration::from_secs(20)).unwrap();
     let event = Arc::new(waited.record_event().unwrap());
-    let waiter = synchronize_on_a_thread(Arc::clone(&event));
+    let waiter = synchronize_on_a_thread(Arc::clone(&event), false);
     // In CUDA by now: no capture was in progress when it began.
     std::thread::sleep(Duration::from_millis(100));
     let mut refused = 0;

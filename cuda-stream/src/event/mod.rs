@@ -315,9 +315,10 @@ impl Event {
     ///
     /// While no stream of the process may be capturing (no capture of this crate is in
     /// progress and no foreign stream handle was wrapped), it waits in `cudaEventSynchronize`,
-    /// as C++ does: the event's [`EventFlags::blocking_sync`] and the device's schedule flag
-    /// (`cudaSetDeviceFlags`: spin, yield, blocking sync) decide whether the thread spins,
-    /// yields or sleeps until the device signals. Meanwhile a record of this event into a
+    /// as C++ does: an event made with [`EventFlags::blocking_sync`] blocks the thread until
+    /// the device signals; any other busy-waits (CUDA's rule for events, whatever the device's
+    /// schedule flag, which governs stream and device synchronizes; the effects benchmark
+    /// shows both beside C++ under each flag). Meanwhile a record of this event into a
     /// capture, on any thread, is refused with [`Error::CaptureMisuse`]: CUDA would see a
     /// captured event synchronized, and the record cannot wait for this wait (the work waited
     /// for may wait for the recording thread).
