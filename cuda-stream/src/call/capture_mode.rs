@@ -166,6 +166,17 @@ pub(crate) fn ignore_other_threads_captures() {
     }
 }
 
+/// [`ignore_other_threads_captures`], then whether this thread's mode is the one it settled
+/// (ThreadLocal or Relaxed, unless raw code changed it since): not inside
+/// [`with_thread_mode`], whose caller may have chosen Global. A call that cannot be refused by
+/// a capture another thread begins meanwhile (it takes no fast call that a begin waits for)
+/// asks this first.
+#[inline(always)]
+pub(crate) fn other_threads_captures_ignored() -> bool {
+    ignore_other_threads_captures();
+    THREAD_MODE.get() == ThreadMode::Settled
+}
+
 #[cold]
 #[inline(never)]
 fn settle_thread_mode() {

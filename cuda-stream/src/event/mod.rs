@@ -314,7 +314,10 @@ impl Event {
     /// ([`cudaEventSynchronize`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EVENT.html)).
     ///
     /// While no stream of the process may be capturing (no capture of this crate is in
-    /// progress and no foreign stream handle was wrapped), it waits in `cudaEventSynchronize`,
+    /// progress and no foreign stream handle was wrapped; a per-thread stream that another
+    /// library captures on its own thread is the exception, and a record of this event there
+    /// is still refused as below), and unless the thread runs inside
+    /// [`with_thread_mode`](crate::capture::with_thread_mode), it waits in `cudaEventSynchronize`,
     /// as C++ does: an event made with [`EventFlags::blocking_sync`] blocks the thread until
     /// the device signals; any other busy-waits (CUDA's rule for events, whatever the device's
     /// schedule flag, which governs stream and device synchronizes; the effects benchmark
@@ -336,11 +339,15 @@ impl Event {
         sync_debug::before_sync("cudaEventSynchronize", SyncKind::EventSynchronize)?;
         if !live_captures::may_capture() {
             refuse_inside_host_fn()?;
-            capture_mode::ignore_other_threads_captures();
-            // Counted while in CUDA, unless the last record may be a captured one (the polls
-            // below then refuse it, or see it recorded outside again).
-            if let Some(_waiting) = self.records.wait_in_cuda() {
-                return self.synchronize_checked_earlier();
+            // A capture that another thread begins during the wait cannot forbid it (unless
+            // this thread chose Global itself: then each poll is a fast call, which a begin
+            // waits for).
+            if capture_mode::other_threads_captures_ignored() {
+                // Counted while in CUDA, unless the last record may be a captured one (the
+                // polls below then refuse it, or see it recorded outside again).
+                if let Some(_waiting) = self.records.wait_in_cuda() {
+                    return self.synchronize_checked_earlier();
+                }
             }
         }
         let mut nap = Nap::new(self.flags.blocking_sync != Some(false));

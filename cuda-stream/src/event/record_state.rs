@@ -213,6 +213,11 @@ impl RecordState {
     /// one: `None` then. Counted, then checked (SeqCst): a record into a capture either is
     /// seen here or sees the count ([`RecordState::is_waited_for`]) and is not made.
     pub(crate) fn wait_in_cuda(&self) -> Option<Waiting<'_>> {
+        // Checked first too, as `marker_call` does: a wait that is refused anyway is not
+        // counted, so a record into a capture never sees it.
+        if self.is_captured() {
+            return None;
+        }
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let waiting = Waiting(&self.waiters);
         (self.word.load(Ordering::SeqCst) & KIND != CAPTURED).then_some(waiting)
@@ -221,7 +226,10 @@ impl RecordState {
     /// Takes back the mark of a record that [`RecordState::open_capture_record`] opened and that
     /// was not made: the event is left as its last record made it, unless another record that
     /// may go into a capture began since, is still in progress, or went into a capture
-    /// meanwhile (then it stays marked).
+    /// meanwhile (then it stays marked). A record outside any capture made meanwhile on another
+    /// thread does not note itself while the mark is open, so an event never recorded before
+    /// may be left "never recorded" after it ([`Event::elapsed`](crate::Event::elapsed) then
+    /// says so until the next record): a refusal, never a captured event handed to CUDA.
     pub(crate) fn abandon_capture_record(&self, opened: Opened) {
         let before = opened.before;
         self.close(opened, false, before);

@@ -101,9 +101,15 @@ impl StreamRef {
         // into a capture must not overlap and must not wait for (the work waited for may
         // wait for this thread): refused, unless the stream is surely not capturing. The mark
         // first, then the count: a wait that counts itself later sees the mark and polls.
-        if event.records().is_waited_for() && self.may_be_capturing() != Ok(false) {
-            event.records().abandon_capture_record(opened);
-            return Err(Error::CaptureMisuse(crate::event::WAITED_EVENT));
+        if event.records().is_waited_for() {
+            match self.may_be_capturing() {
+                Ok(false) => {}
+                capturing => {
+                    event.records().abandon_capture_record(opened);
+                    capturing?;
+                    return Err(Error::CaptureMisuse(crate::event::WAITED_EVENT));
+                }
+            }
         }
         // A capture that no begin of this crate announced: another library's, of this thread's
         // per-thread stream (stable during this call: only this thread can begin or end it).
