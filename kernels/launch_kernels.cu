@@ -128,4 +128,16 @@ __global__ void cs_grid_exchange(uint32_t* slots, uint32_t* out) {
   out[blockIdx.x] = ((volatile uint32_t*)slots)[1 + (blockIdx.x + 1) % gridDim.x];
 }
 
+// Fills `words` words of dynamic shared memory (the block's own, `extern __shared__`) with
+// their indices, then thread 0 sums them into out[0]: every word written and read back.
+__global__ void cs_dynamic_shared_sum(uint64_t* out, uint32_t words) {
+  extern __shared__ uint32_t shared[];
+  for (uint32_t i = threadIdx.x; i < words; i += blockDim.x) shared[i] = i;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  uint64_t sum = 0;
+  for (uint32_t i = 0; i < words; ++i) sum += shared[i];
+  out[0] = sum;
+}
+
 }  // extern "C"

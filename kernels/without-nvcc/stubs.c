@@ -64,6 +64,7 @@ void cs_stamped_spin(void) {}
 void cs_dependent_stamps(void) {}
 void cs_cluster_shape(void) {}
 void cs_grid_exchange(void) {}
+void cs_dynamic_shared_sum(void) {}
 /* The kernels of conditional_kernels.cu: only their addresses are taken (by cuda_stream::kernel!). */
 void cs_cond_countdown(void) {}
 void cs_cond_set_from(void) {}

@@ -3,7 +3,10 @@
 
 // Layer 3 of docs/architecture.md, devices and contexts. May use: ffi, call.
 
+mod controls;
 pub(crate) mod keep_alive;
+
+pub use controls::{DeviceFlags, DeviceProperties, MemoryInfo, Schedule};
 
 use crate::call::capture_mode::{Relaxed, with_thread_mode};
 use crate::call::live_captures;

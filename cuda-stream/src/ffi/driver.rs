@@ -473,6 +473,24 @@ pub(crate) fn primary_context_state(ordinal: i32) -> Result<(c_uint, bool)> {
     Ok((flags, active != 0))
 }
 
+/// `cuDevicePrimaryCtxSetFlags` for the device of `ordinal` (rare: the entry point is fetched
+/// at the call).
+pub(crate) fn primary_context_set_flags(ordinal: i32, flags: c_uint) -> Result<()> {
+    let driver = driver()?;
+    let mut device: c_int = 0;
+    // SAFETY: a valid out-pointer; an invalid ordinal is reported as an error.
+    check_driver(unsafe { (driver.device_get)(&mut device, ordinal) }, "cuDeviceGet")?;
+    // SAFETY: `cuDevicePrimaryCtxSetFlags` takes a device and flags and returns a CUresult;
+    // both are function pointers.
+    let set = unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, c_uint) -> c_int>(entry(
+            c"cuDevicePrimaryCtxSetFlags",
+        )?)
+    };
+    // SAFETY: `device` came from cuDeviceGet; flags are plain bits, checked by the driver.
+    check_driver(unsafe { set(device, flags) }, "cudaSetDeviceFlags")
+}
+
 // The hot operations. Each takes a real handle (never 0, `cudaStreamLegacy` or
 // `cudaStreamPerThread`: see the module docs) and reports errors under the runtime call's name.
 

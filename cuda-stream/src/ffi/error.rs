@@ -327,6 +327,13 @@ pub enum Error {
     /// the stream may be gone, and its handle value may name another stream by now.
     #[error("the stream was current in a scope that has ended")]
     NotCurrent,
+    /// [`Device::set_flags`](crate::Device::set_flags) after the device's primary context
+    /// exists: the flags are those it was created with.
+    #[error("device {device}'s primary context exists already: its flags are set before anything uses the device")]
+    ContextActive {
+        /// The device.
+        device: i32,
+    },
     /// The thread that wakes [`Completion`](crate::Completion)s could not be started (the
     /// reason the operating system gave; a later future tries again), or this is a child
     /// process made by `fork` after it started, which has no such thread (`Unsupported`).

@@ -314,6 +314,27 @@ impl<A: KernelArgs> Kernel<A> {
         })
     }
 
+    /// Lets launches of this kernel on `device` have up to `bytes` of dynamic shared memory
+    /// per block ([`cudaFuncSetAttribute`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EXECUTION.html)
+    /// with `cudaFuncAttributeMaxDynamicSharedMemorySize`): above 48 KiB a kernel must opt in,
+    /// up to the device's [`shared_memory_per_block_optin`](crate::DeviceProperties) less its
+    /// static shared memory. Loads the kernel on `device` if needed.
+    ///
+    /// # Errors
+    /// [`Error::NoKernelImage`] as for [`Kernel::attributes`]; CUDA's `cudaErrorInvalidValue`
+    /// above what the device allows.
+    pub fn set_max_dynamic_shared_memory(&self, device: Device, bytes: usize) -> Result<()> {
+        let _current = device.make_current()?;
+        let bytes = i32::try_from(bytes).map_err(|_| Error::Size("dynamic shared memory above 2 GiB"))?;
+        let attribute = sys::cudaFuncAttribute::cudaFuncAttributeMaxDynamicSharedMemorySize;
+        // SAFETY: `stub` is a kernel's host stub; the attribute takes an integer.
+        let code = unsafe { sys::cudaFuncSetAttribute(self.stub, attribute, bytes) };
+        if code != sys::cudaError::cudaSuccess {
+            return Err(device.launch_error(code, "cudaFuncSetAttribute", self.name, self.built_for));
+        }
+        Ok(())
+    }
+
     /// How many blocks of `block_threads` threads with `shared_bytes` of dynamic shared memory
     /// a cooperative launch of this kernel can have on `device`: blocks per SM at full
     /// occupancy times the SMs

@@ -1,0 +1,246 @@
+//! What a program sets and reads about a device as a whole: the flags its primary context is
+//! created with (how threads wait for it), its memory, and its properties.
+
+use super::Device;
+use crate::ffi::driver;
+use crate::ffi::error::{Error, Result, check};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::sys;
+use std::ffi::{CStr, c_uint};
+
+/// How a thread that waits for the device in a stream or device synchronize waits
+/// (`cudaDeviceSchedule*`, set with [`Device::set_flags`]). An event's wait follows the event's
+/// own flag instead ([`EventFlags::blocking_sync`](crate::EventFlags::blocking_sync)).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Schedule {
+    /// CUDA's default: spin while the process has fewer active contexts than the machine has
+    /// logical processors, else yield (`cudaDeviceScheduleAuto`).
+    #[default]
+    Auto,
+    /// Busy-wait: the lowest latency, a core held (`cudaDeviceScheduleSpin`).
+    Spin,
+    /// Yield the thread between polls (`cudaDeviceScheduleYield`).
+    Yield,
+    /// Block on a synchronization primitive until the device signals: little CPU, some latency
+    /// (`cudaDeviceScheduleBlockingSync`).
+    BlockingSync,
+}
+
+impl Schedule {
+    fn raw(self) -> c_uint {
+        match self {
+            Schedule::Auto => sys::cudaDeviceScheduleAuto,
+            Schedule::Spin => sys::cudaDeviceScheduleSpin,
+            Schedule::Yield => sys::cudaDeviceScheduleYield,
+            Schedule::BlockingSync => sys::cudaDeviceScheduleBlockingSync,
+        }
+    }
+
+    fn from_raw(flags: c_uint) -> Schedule {
+        match flags & sys::cudaDeviceScheduleMask {
+            sys::cudaDeviceScheduleSpin => Schedule::Spin,
+            sys::cudaDeviceScheduleYield => Schedule::Yield,
+            sys::cudaDeviceScheduleBlockingSync => Schedule::BlockingSync,
+            _ => Schedule::Auto,
+        }
+    }
+}
+
+/// The flags a device's primary context is created with
+/// ([`cudaSetDeviceFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+/// Host memory is always mappable in contexts of CUDA 12 and later (`cudaDeviceMapHost` changes
+/// nothing), so it is not a flag here.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DeviceFlags {
+    /// How threads wait in stream and device synchronizes.
+    pub schedule: Schedule,
+    /// Keep the local memory grown for a kernel that needed more, rather than shrink it after
+    /// the launch (`cudaDeviceLmemResizeToMax`): faster launches of such kernels, more memory
+    /// held.
+    pub keep_local_memory: bool,
+}
+
+impl DeviceFlags {
+    /// Flags with `schedule`, the rest CUDA's defaults.
+    pub fn schedule(schedule: Schedule) -> DeviceFlags {
+        DeviceFlags { schedule, ..DeviceFlags::default() }
+    }
+
+    fn raw(self) -> c_uint {
+        self.schedule.raw() | if self.keep_local_memory { sys::cudaDeviceLmemResizeToMax } else { 0 }
+    }
+
+    fn from_raw(flags: c_uint) -> DeviceFlags {
+        DeviceFlags {
+            schedule: Schedule::from_raw(flags),
+            keep_local_memory: flags & sys::cudaDeviceLmemResizeToMax != 0,
+        }
+    }
+}
+
+/// A device's memory, as CUDA counts it now ([`Device::memory_info`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MemoryInfo {
+    /// Bytes free on the device, for every process: other processes and contexts move it.
+    pub free: usize,
+    /// Bytes of memory the device has.
+    pub total: usize,
+}
+
+/// What a device is ([`Device::properties`]): the fields CUDA programs ask for most, typed;
+/// every other field of `cudaDeviceProp` through [`DeviceProperties::raw`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct DeviceProperties {
+    /// The device's name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Compute capability: (major, minor), e.g. (9, 0) for sm_90.
+    pub compute_capability: (i32, i32),
+    /// Streaming multiprocessors.
+    pub multiprocessors: i32,
+    /// Bytes of global memory.
+    pub total_memory: usize,
+    /// Bytes of L2 cache.
+    pub l2_cache_bytes: i32,
+    /// Threads per warp.
+    pub warp_size: i32,
+    /// The most threads in one block.
+    pub max_threads_per_block: i32,
+    /// The most threads resident on one multiprocessor.
+    pub max_threads_per_multiprocessor: i32,
+    /// The most threads in each dimension of a block.
+    pub max_block_dims: [i32; 3],
+    /// The most blocks in each dimension of a grid.
+    pub max_grid_dims: [i32; 3],
+    /// Bytes of shared memory a block gets without opting in (48 KiB on every GPU CUDA 13
+    /// supports).
+    pub shared_memory_per_block: usize,
+    /// Bytes of shared memory a block can have once its kernel opts in
+    /// ([`Kernel::set_max_dynamic_shared_memory`](crate::Kernel::set_max_dynamic_shared_memory)).
+    pub shared_memory_per_block_optin: usize,
+    /// Bytes of shared memory on one multiprocessor.
+    pub shared_memory_per_multiprocessor: usize,
+    /// 32-bit registers available to a block.
+    pub registers_per_block: i32,
+    /// How many copies the device can run at once beside kernels (its copy engines).
+    pub async_engines: i32,
+    /// Whether kernels of one context can run at the same time.
+    pub concurrent_kernels: bool,
+    /// PCI domain, bus and device of the GPU.
+    pub pci: (i32, i32, i32),
+    /// The GPU's UUID, as `nvidia-smi -L` shows it (without the `GPU-` prefix).
+    pub uuid: [u8; 16],
+    raw: sys::cudaDeviceProp,
+}
+
+impl DeviceProperties {
+    /// Every field of CUDA's `cudaDeviceProp`.
+    pub fn raw(&self) -> &sys::cudaDeviceProp {
+        &self.raw
+    }
+}
+
+impl Device {
+    /// Sets the flags this device's primary context will be created with
+    /// ([`cudaSetDeviceFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html),
+    /// through `cuDevicePrimaryCtxSetFlags`, which needs no current device), before anything in
+    /// the process creates that context: the first stream, allocation or launch on the device
+    /// does. Creates nothing itself.
+    ///
+    /// A context created by another thread between the check and the call takes the flags
+    /// CUDA gives it; whether CUDA still applies them then is CUDA's choice (it reports no
+    /// error on CUDA 13.0): set flags at start-up, before other threads use the device.
+    ///
+    /// # Errors
+    /// [`Error::ContextActive`] once the primary context exists (C++'s `cudaSetDeviceFlags`
+    /// would change the flags of contexts created after it, and since CUDA 12 report no error);
+    /// CUDA's errors.
+    pub fn set_flags(self, flags: DeviceFlags) -> Result<()> {
+        refuse_inside_host_fn()?;
+        if self.has_primary_context()? {
+            return Err(Error::ContextActive { device: self.ordinal() });
+        }
+        driver::primary_context_set_flags(self.ordinal(), flags.raw())
+    }
+
+    /// The flags this device's primary context has, or will be created with
+    /// (`cuDevicePrimaryCtxGetState`; C++'s `cudaGetDeviceFlags` of the current device).
+    /// Creates nothing.
+    ///
+    /// # Errors
+    /// CUDA's errors.
+    pub fn flags(self) -> Result<DeviceFlags> {
+        refuse_inside_host_fn()?;
+        driver::primary_context_state(self.ordinal()).map(|(flags, _)| DeviceFlags::from_raw(flags))
+    }
+
+    /// The device's free and total memory now
+    /// ([`cudaMemGetInfo`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)),
+    /// in its primary context (created if it does not exist yet).
+    ///
+    /// # Errors
+    /// The errors of [`Device::make_current`]; CUDA's errors.
+    pub fn memory_info(self) -> Result<MemoryInfo> {
+        let _current = self.make_current()?;
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: valid out-pointers; the device's primary context is current.
+        check(unsafe { sys::cudaMemGetInfo(&mut free, &mut total) }, "cudaMemGetInfo")?;
+        Ok(MemoryInfo { free, total })
+    }
+
+    /// What the device is
+    /// ([`cudaGetDeviceProperties`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+    /// Creates no context.
+    ///
+    /// # Errors
+    /// CUDA's errors.
+    pub fn properties(self) -> Result<DeviceProperties> {
+        refuse_inside_host_fn()?;
+        let mut raw = sys::cudaDeviceProp::default();
+        // SAFETY: `raw` is a valid, writable cudaDeviceProp.
+        check(unsafe { sys::cudaGetDeviceProperties(&mut raw, self.ordinal()) }, "cudaGetDeviceProperties")?;
+        // SAFETY: the runtime writes a NUL-terminated name into the fixed-size array.
+        let name = unsafe { CStr::from_ptr(raw.name.as_ptr()) }.to_string_lossy().into_owned();
+        Ok(DeviceProperties {
+            name,
+            compute_capability: (raw.major, raw.minor),
+            multiprocessors: raw.multiProcessorCount,
+            total_memory: raw.totalGlobalMem,
+            l2_cache_bytes: raw.l2CacheSize,
+            warp_size: raw.warpSize,
+            max_threads_per_block: raw.maxThreadsPerBlock,
+            max_threads_per_multiprocessor: raw.maxThreadsPerMultiProcessor,
+            max_block_dims: raw.maxThreadsDim,
+            max_grid_dims: raw.maxGridSize,
+            shared_memory_per_block: raw.sharedMemPerBlock,
+            shared_memory_per_block_optin: raw.sharedMemPerBlockOptin,
+            shared_memory_per_multiprocessor: raw.sharedMemPerMultiprocessor,
+            registers_per_block: raw.regsPerBlock,
+            async_engines: raw.asyncEngineCount,
+            concurrent_kernels: raw.concurrentKernels != 0,
+            pci: (raw.pciDomainID, raw.pciBusID, raw.pciDeviceID),
+            uuid: raw.uuid.bytes.map(|byte| byte as u8),
+            raw,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_round_trip_through_cudas_bits() {
+        for schedule in [Schedule::Auto, Schedule::Spin, Schedule::Yield, Schedule::BlockingSync] {
+            for keep_local_memory in [false, true] {
+                let flags = DeviceFlags { schedule, keep_local_memory };
+                assert_eq!(DeviceFlags::from_raw(flags.raw()), flags);
+            }
+        }
+        assert_eq!(DeviceFlags::schedule(Schedule::BlockingSync).raw(), sys::cudaDeviceScheduleBlockingSync);
+        assert_eq!(DeviceFlags::default().raw(), 0, "CUDA's defaults");
+        // The driver's bits of a context may include others (map host): they are ignored.
+        let with_map_host = sys::cudaDeviceScheduleSpin | sys::cudaDeviceMapHost;
+        assert_eq!(DeviceFlags::from_raw(with_map_host), DeviceFlags::schedule(Schedule::Spin));
+    }
+}
