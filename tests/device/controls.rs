@@ -90,6 +90,12 @@ fn flags_bits(schedule: Schedule) -> u32 {
 #[test]
 fn memory_info_counts_an_allocation() {
     let device = gpu_or_skip!();
+    if cuda_stream_tests::skipped_under_sanitizer(
+        "memory_info_counts_an_allocation",
+        "the sanitizer allocates device memory of its own beside the test's (it moved free memory by 3.5 GiB)",
+    ) {
+        return;
+    }
     let total = device.properties().unwrap().total_memory;
     let stream = Stream::new(device, StreamOptions::non_blocking()).unwrap();
     let bytes = 1usize << 30;

@@ -154,7 +154,10 @@ fn synchronizes_racing_records_into_a_capture_never_invalidate_it() {
     });
     stream.synchronize().unwrap();
     let (waited, refused) = (waited.into_inner(), refused.into_inner());
-    assert!(waited > 0 && refused > 0, "the waits met both states: {waited} waited, {refused} refused");
+    // Under compute-sanitizer each launch returns once its kernel has ended, so no wait is in
+    // progress when the event moves into the capture: the races are not met there.
+    let both = waited > 0 && (refused > 0 || cuda_stream_tests::under_sanitizer());
+    assert!(both, "the waits met both states: {waited} waited, {refused} refused");
     println!(
         "{waited} waits, {refused} refused; {} records into a capture refused beside a wait",
         records_refused.into_inner()

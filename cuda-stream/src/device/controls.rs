@@ -48,8 +48,9 @@ impl Schedule {
 
 /// The flags a device's primary context is created with
 /// ([`cudaSetDeviceFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
-/// Host memory is always mappable in contexts of CUDA 12 and later (`cudaDeviceMapHost` changes
-/// nothing), so it is not a flag here.
+/// `cudaDeviceMapHost` is not a flag here: the runtime makes it implicit (NVIDIA's
+/// `cudaSetDeviceFlags` docs), and `cuDevicePrimaryCtxSetFlags` refuses it
+/// (`cudaErrorInvalidValue`, CUDA 13.0 on an H200).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DeviceFlags {
     /// How threads wait in stream and device synchronizes.
@@ -239,7 +240,7 @@ mod tests {
         }
         assert_eq!(DeviceFlags::schedule(Schedule::BlockingSync).raw(), sys::cudaDeviceScheduleBlockingSync);
         assert_eq!(DeviceFlags::default().raw(), 0, "CUDA's defaults");
-        // The driver's bits of a context may include others (map host): they are ignored.
+        // The bits of a context may include map host: not a field, ignored.
         let with_map_host = sys::cudaDeviceScheduleSpin | sys::cudaDeviceMapHost;
         assert_eq!(DeviceFlags::from_raw(with_map_host), DeviceFlags::schedule(Schedule::Spin));
     }
