@@ -23,23 +23,26 @@ rm -rf "$root" && mkdir -p "$root"
 export CARGO_TARGET_DIR=$repo/target/kernel-tests CUDA_STREAM_ARCHS=90
 unset CUDA_COMPUTE_CAP CUDA_MODULE_LOADING
 
+# manifest DIR NAME WORKSPACE DEPENDENCIES: DIR/Cargo.toml of the package NAME with the
+# dependency tables DEPENDENCIES; its own workspace unless WORKSPACE is "member".
+manifest() {
+  local dir=$1 name=$2 workspace=$3 dependencies=$4
+  mkdir -p "$dir"
+  printf '[package]\nname = "%s"\nversion = "0.1.0"\nedition = "2024"\npublish = false\n%s\n' \
+    "$name" "$dependencies" >"$dir/Cargo.toml"
+  [ "$workspace" = own ] && echo '[workspace]' >>"$dir/Cargo.toml"
+  return 0
+}
+
 # package DIR NAME [WORKSPACE]: a package named NAME in DIR with the documented build.rs and one
 # kernel; its own workspace unless WORKSPACE is "member".
 package() {
   local dir=$1 name=$2 workspace=${3:-own}
   mkdir -p "$dir/kernels"
-  cat >"$dir/Cargo.toml" <<EOF
-[package]
-name = "$name"
-version = "0.1.0"
-edition = "2024"
-publish = false
-[dependencies]
-cuda-stream = { path = "$repo/cuda-stream" }
+  manifest "$dir" "$name" "$workspace" "[dependencies]
+cuda-stream = { path = \"$repo/cuda-stream\" }
 [build-dependencies]
-cuda-stream-build = { path = "$repo/cuda-stream-build" }
-EOF
-  [ "$workspace" = own ] && echo '[workspace]' >>"$dir/Cargo.toml"
+cuda-stream-build = { path = \"$repo/cuda-stream-build\" }"
   cat >"$dir/build.rs" <<'EOF'
 fn main() {
     cuda_stream_build::Kernels::from_dir("kernels").compile("my_kernels");
@@ -114,16 +117,8 @@ EOF
 user() {
   local dir=$1 name=$2 dependency=$3 path=$4 workspace=${5:-own}
   mkdir -p "$dir/src"
-  cat >"$dir/Cargo.toml" <<EOF
-[package]
-name = "$name"
-version = "0.1.0"
-edition = "2024"
-publish = false
-[dependencies]
-$dependency = { path = "$path" }
-EOF
-  [ "$workspace" = own ] && echo '[workspace]' >>"$dir/Cargo.toml"
+  manifest "$dir" "$name" "$workspace" "[dependencies]
+$dependency = { path = \"$path\" }"
   main_code "${dependency//-/_}" "$name" >"$dir/src/main.rs"
 }
 

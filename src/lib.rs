@@ -350,6 +350,42 @@ pub fn thread_cpu_ticks(name: &str) -> Option<u64> {
     None
 }
 
+/// The name of the thread [`waiting_thread_ticks`] runs its wait on.
+pub const WAITER_THREAD: &str = "cs-waiter";
+
+/// Clock ticks of a thread that ran all of `held` (the unit of [`thread_cpu_ticks`]).
+pub fn ticks_in(held: Duration) -> u64 {
+    (held.as_secs_f64() * clock_ticks_per_second()) as u64
+}
+
+/// How much CPU a thread spends waiting for the GPU: launches a kernel on `stream` that waits
+/// for a flag, runs `prepare` (to enqueue what the wait waits for after that kernel), runs
+/// `wait` on a thread named [`WAITER_THREAD`], counts that thread's clock ticks over 400 ms,
+/// then sets the flag and joins it. Returns the ticks it ran, the ticks of a thread that ran
+/// all that time, and what `wait` returned.
+///
+/// # Panics
+/// If the kernel cannot be launched, or the waiting thread cannot be found or panics.
+pub fn waiting_thread_ticks<R: Send>(
+    stream: &impl LaunchStream,
+    prepare: impl FnOnce(),
+    wait: impl FnOnce() -> R + Send,
+) -> (u64, u64, R) {
+    let flag = MappedFlag::new().unwrap();
+    wait_flag(stream, &flag, Duration::from_secs(10)).unwrap();
+    prepare();
+    std::thread::scope(|scope| {
+        let waiter = std::thread::Builder::new().name(WAITER_THREAD.into()).spawn_scoped(scope, wait).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let held = Duration::from_millis(400);
+        let before = thread_cpu_ticks(WAITER_THREAD).expect("the waiter waits");
+        std::thread::sleep(held);
+        let spent = thread_cpu_ticks(WAITER_THREAD).expect("the waiter waits") - before;
+        flag.set();
+        (spent, ticks_in(held), waiter.join().unwrap())
+    })
+}
+
 /// The scheduling flag of the calling thread's current device (`cudaGetDeviceFlags`, masked
 /// with `cudaDeviceScheduleMask`): how its synchronize waits, and so how the completion reactor
 /// waits by default.

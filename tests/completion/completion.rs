@@ -222,17 +222,12 @@ fn reactor_ticks_over(held: Duration) -> u64 {
     ticks() - before
 }
 
-/// Clock ticks in `held` for a thread that ran all of it.
-fn ticks_in(held: Duration) -> u64 {
-    (held.as_secs_f64() * cuda_stream_tests::clock_ticks_per_second()) as u64
-}
-
 #[test]
 fn by_default_the_reactor_waits_as_the_devices_synchronize_does() {
     let device = gpu_or_skip!();
     let _serial = serial();
     let held = Duration::from_millis(400);
-    let (full, spent) = (ticks_in(held), reactor_ticks_while_pending(device, held));
+    let (full, spent) = (cuda_stream_tests::ticks_in(held), reactor_ticks_while_pending(device, held));
     match cuda_stream_tests::device_schedule_flag() {
         // CUDA's default (Auto), Spin and Yield: the reactor queries without pause, as a
         // synchronize would (yielding, with nothing else to run, takes the core as well).
@@ -267,7 +262,7 @@ fn a_new_setting_reaches_a_future_already_pending() {
     block_on(done).unwrap();
     drop(waiting);
     assert!(settled());
-    let full = ticks_in(held);
+    let full = cuda_stream_tests::ticks_in(held);
     assert!(backing_off * 10 <= full, "backing off, the reactor ran {backing_off} of {full} ticks");
     assert!(spinning * 2 >= full, "told to spin while the future was pending, it ran {spinning} of {full} ticks");
 }
@@ -289,7 +284,7 @@ fn blocking_sync_child() {
     assert_eq!(schedule, sys::cudaDeviceScheduleBlockingSync, "schedule flag {schedule:#x}");
     assert_eq!(reactor_wait(), ReactorWait::AsDevice);
     let held = Duration::from_millis(400);
-    let (full, spent) = (ticks_in(held), reactor_ticks_while_pending(device, held));
+    let (full, spent) = (cuda_stream_tests::ticks_in(held), reactor_ticks_while_pending(device, held));
     assert!(spent * 10 <= full, "on a BlockingSync device the reactor ran {spent} of {full} ticks");
     println!("blocking sync: the reactor backed off ({spent} of {full} ticks)");
 }

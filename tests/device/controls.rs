@@ -3,8 +3,7 @@
 //! a kernel's opt-in to more dynamic shared memory than the default 48 KiB.
 
 use cuda_stream::{Device, DeviceBuffer, DeviceFlags, Error, LaunchConfig, Schedule, Stream, StreamOptions, sys};
-use cuda_stream_tests::{MappedFlag, child_test_prints_with, gpu_or_skip};
-use std::time::Duration;
+use cuda_stream_tests::{child_test_prints_with, gpu_or_skip};
 
 cuda_stream::kernel! {
     static DYNAMIC_SHARED_SUM = fn cs_dynamic_shared_sum(out: *mut u64, words: u32);
@@ -27,9 +26,6 @@ fn flags_are_set_before_the_context_exists_and_refused_after() {
         );
     }
 }
-
-/// The name of the thread that synchronizes in [`flags_child`], for its CPU time.
-const WAITER: &str = "stream-waiter";
 
 #[test]
 #[ignore = "child process of flags_are_set_before_the_context_exists_and_refused_after"]
@@ -55,21 +51,8 @@ fn flags_child() {
     assert_eq!(device.flags().unwrap(), flags, "a refused set changes nothing");
     // How a stream synchronize waits follows the schedule: busy under spin, asleep under
     // blocking sync.
-    let flag = MappedFlag::new().unwrap();
-    cuda_stream_tests::wait_flag(&stream, &flag, Duration::from_secs(10)).unwrap();
-    let waiting = std::thread::scope(|scope| {
-        let waiter =
-            std::thread::Builder::new().name(WAITER.into()).spawn_scoped(scope, || stream.synchronize()).unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        let held = Duration::from_millis(400);
-        let before = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits");
-        std::thread::sleep(held);
-        let spent = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits") - before;
-        flag.set();
-        waiter.join().unwrap().unwrap();
-        (spent, (held.as_secs_f64() * cuda_stream_tests::clock_ticks_per_second()) as u64)
-    });
-    let (spent, full) = waiting;
+    let (spent, full, waited) = cuda_stream_tests::waiting_thread_ticks(&stream, || {}, || stream.synchronize());
+    waited.unwrap();
     println!("{name}: the synchronizing thread ran {spent} of {full} ticks");
     match schedule {
         Schedule::Spin => assert!(spent * 2 >= full, "spinning, it ran {spent} of {full} ticks"),

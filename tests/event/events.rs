@@ -245,26 +245,15 @@ fn an_external_record_in_a_capture_is_a_graph_node_that_every_launch_records() {
     assert!(released.is_some(), "CUDA releases the graph's reference once graph and executable are gone");
 }
 
-/// Clock ticks of a thread that ran all of `held`.
-fn ticks_in(held: Duration) -> u64 {
-    (held.as_secs_f64() * cuda_stream_tests::clock_ticks_per_second()) as u64
-}
-
-/// The name of the thread that waits in the children below, for its CPU time.
-const WAITER: &str = "event-waiter";
-
-/// Starts a thread named [`WAITER`] that synchronizes `event`, through the crate or through
-/// CUDA's `cudaEventSynchronize` itself (`raw`), and returns what that gave.
-fn synchronize_on_a_thread(event: Arc<Event>, raw: bool) -> std::thread::JoinHandle<cuda_stream::Result<()>> {
-    let wait = move || {
-        if raw {
-            // SAFETY: a live event, kept alive by the `Arc` until the call returns.
-            cuda_stream::check(unsafe { sys::cudaEventSynchronize(event.as_raw()) }, "cudaEventSynchronize")
-        } else {
-            event.synchronize()
-        }
-    };
-    std::thread::Builder::new().name(WAITER.into()).spawn(wait).unwrap()
+/// Synchronizes `event`, through the crate or through CUDA's `cudaEventSynchronize` itself
+/// (`raw`).
+fn wait(event: &Event, raw: bool) -> cuda_stream::Result<()> {
+    if raw {
+        // SAFETY: a live event, borrowed for the call.
+        cuda_stream::check(unsafe { sys::cudaEventSynchronize(event.as_raw()) }, "cudaEventSynchronize")
+    } else {
+        event.synchronize()
+    }
 }
 
 #[test]
@@ -285,23 +274,6 @@ fn synchronize_uses_the_cpu_as_cuda_event_synchronize_does() {
     }
 }
 
-/// The CPU ticks a thread waiting for `event` for 400 ms runs, behind a kernel that waits for a
-/// flag on `stream`, and the ticks of a thread that ran all of that time.
-fn waiter_ticks(stream: &Stream, event: &Arc<Event>, raw: bool) -> (u64, u64) {
-    let flag = MappedFlag::new().unwrap();
-    cuda_stream_tests::wait_flag(stream, &flag, Duration::from_secs(10)).unwrap();
-    stream.record(event).unwrap();
-    let waiter = synchronize_on_a_thread(Arc::clone(event), raw);
-    std::thread::sleep(Duration::from_millis(50));
-    let held = Duration::from_millis(400);
-    let before = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits");
-    std::thread::sleep(held);
-    let spent = cuda_stream_tests::thread_cpu_ticks(WAITER).expect("the waiter waits") - before;
-    flag.set();
-    waiter.join().unwrap().unwrap();
-    (spent, ticks_in(held))
-}
-
 #[test]
 #[ignore = "child process of synchronize_uses_the_cpu_as_cuda_event_synchronize_does"]
 fn schedule_child() {
@@ -317,8 +289,17 @@ fn schedule_child() {
     let waited = stream(device);
     for blocking_sync in [false, true] {
         let event = Arc::new(Event::new(device, EventFlags { blocking_sync, ..EventFlags::default() }).unwrap());
-        let (cuda, full) = waiter_ticks(&waited, &event, true);
-        let (ours, _) = waiter_ticks(&waited, &event, false);
+        let ticks = |raw: bool| {
+            let (spent, full, waited_for) = cuda_stream_tests::waiting_thread_ticks(
+                &waited,
+                || waited.record(&event).unwrap(),
+                || wait(&event, raw),
+            );
+            waited_for.unwrap();
+            (spent, full)
+        };
+        let (cuda, full) = ticks(true);
+        let (ours, _) = ticks(false);
         println!(
             "{schedule}, blocking_sync {blocking_sync}: cudaEventSynchronize ran {cuda}, Event::synchronize {ours}, of {full} ticks"
         );
@@ -371,7 +352,8 @@ fn waited_event_child() {
     let flag = MappedFlag::new().unwrap();
     cuda_stream_tests::wait_flag(&waited, &flag, Duration::from_secs(20)).unwrap();
     let event = Arc::new(waited.record_event().unwrap());
-    let waiter = synchronize_on_a_thread(Arc::clone(&event), false);
+    let waiting = Arc::clone(&event);
+    let waiter = std::thread::spawn(move || waiting.synchronize());
     // In CUDA by now: no capture was in progress when it began.
     std::thread::sleep(Duration::from_millis(100));
     assert!(!event.query().unwrap(), "the flag kernel still runs");

@@ -9,10 +9,8 @@ use super::capture_status::{CaptureStatus, capture_state, refuse_legacy};
 use super::enqueue::{Via, Work};
 use super::{AsStream, Builtin, StreamRef};
 use crate::call::live_captures;
-use crate::call::race::{
-    self,
-    model::{Step, Use},
-};
+use crate::call::race;
+use crate::call::race::model::{Step, Use};
 use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls;
 use crate::device::keep_alive::graph_mutations;
