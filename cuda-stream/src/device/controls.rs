@@ -47,35 +47,33 @@ impl Schedule {
 }
 
 /// The flags a device's primary context is created with
-/// ([`cudaSetDeviceFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)).
+/// ([`cudaSetDeviceFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html)):
+/// how threads wait for it. The context's other flags are kept as they are when these are set.
 /// `cudaDeviceMapHost` is not a flag here: the runtime makes it implicit (NVIDIA's
 /// `cudaSetDeviceFlags` docs), and `cuDevicePrimaryCtxSetFlags` refuses it
-/// (`cudaErrorInvalidValue`, CUDA 13.0 on an H200).
+/// (`cudaErrorInvalidValue`, CUDA 13.0 on an H200); nor is `cudaDeviceLmemResizeToMax`, whose
+/// behaviour is CUDA's default and cannot be turned off (deprecated in CUDA 13's headers).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct DeviceFlags {
     /// How threads wait in stream and device synchronizes.
     pub schedule: Schedule,
-    /// Keep the local memory grown for a kernel that needed more, rather than shrink it after
-    /// the launch (`cudaDeviceLmemResizeToMax`): faster launches of such kernels, more memory
-    /// held.
-    pub keep_local_memory: bool,
 }
 
 impl DeviceFlags {
-    /// Flags with `schedule`, the rest CUDA's defaults.
+    /// Flags with `schedule`.
     pub fn schedule(schedule: Schedule) -> DeviceFlags {
-        DeviceFlags { schedule, ..DeviceFlags::default() }
+        DeviceFlags { schedule }
     }
 
-    fn raw(self) -> c_uint {
-        self.schedule.raw() | if self.keep_local_memory { sys::cudaDeviceLmemResizeToMax } else { 0 }
+    /// The context's flags `current` with these set in place of theirs.
+    fn applied_to(self, current: c_uint) -> c_uint {
+        let replaced = sys::cudaDeviceScheduleMask | sys::cudaDeviceMapHost | sys::cudaDeviceLmemResizeToMax;
+        current & !replaced | self.schedule.raw()
     }
 
     fn from_raw(flags: c_uint) -> DeviceFlags {
-        DeviceFlags {
-            schedule: Schedule::from_raw(flags),
-            keep_local_memory: flags & sys::cudaDeviceLmemResizeToMax != 0,
-        }
+        DeviceFlags { schedule: Schedule::from_raw(flags) }
     }
 }
 
@@ -102,7 +100,7 @@ pub struct DeviceProperties {
     /// Bytes of global memory.
     pub total_memory: usize,
     /// Bytes of L2 cache.
-    pub l2_cache_bytes: i32,
+    pub l2_cache_bytes: usize,
     /// Threads per warp.
     pub warp_size: i32,
     /// The most threads in one block.
@@ -129,7 +127,7 @@ pub struct DeviceProperties {
     pub concurrent_kernels: bool,
     /// PCI domain, bus and device of the GPU.
     pub pci: (i32, i32, i32),
-    /// The GPU's UUID, as `nvidia-smi -L` shows it (without the `GPU-` prefix).
+    /// The GPU's UUID, 16 bytes (`nvidia-smi -L` shows them in hex after `GPU-`).
     pub uuid: [u8; 16],
     raw: sys::cudaDeviceProp,
 }
@@ -146,22 +144,24 @@ impl Device {
     /// ([`cudaSetDeviceFlags`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html),
     /// through `cuDevicePrimaryCtxSetFlags`, which needs no current device), before anything in
     /// the process creates that context: the first stream, allocation or launch on the device
-    /// does. Creates nothing itself.
+    /// does. Creates nothing itself. The context's flags that [`DeviceFlags`] does not name are
+    /// kept.
     ///
-    /// A context created by another thread between the check and the call takes the flags
-    /// CUDA gives it; whether CUDA still applies them then is CUDA's choice (it reports no
-    /// error on CUDA 13.0): set flags at start-up, before other threads use the device.
+    /// Once the context exists this crate refuses, where CUDA would overwrite the live
+    /// context's flags (NVIDIA's docs): work and waits already made under the old schedule
+    /// would not see the change coherently. The refusal is checked before the set: a context
+    /// that another thread creates in between takes the new flags, as CUDA's own call would.
+    /// Set flags at start-up, before other threads use the device.
     ///
     /// # Errors
-    /// [`Error::ContextActive`] once the primary context exists (C++'s `cudaSetDeviceFlags`
-    /// would change the flags of contexts created after it, and since CUDA 12 report no error);
-    /// CUDA's errors.
+    /// [`Error::ContextActive`] once the primary context exists; CUDA's errors.
     pub fn set_flags(self, flags: DeviceFlags) -> Result<()> {
         refuse_inside_host_fn()?;
-        if self.has_primary_context()? {
+        let (current, active) = driver::primary_context_state(self.ordinal())?;
+        if active {
             return Err(Error::ContextActive { device: self.ordinal() });
         }
-        driver::primary_context_set_flags(self.ordinal(), flags.raw())
+        driver::primary_context_set_flags(self.ordinal(), flags.applied_to(current))
     }
 
     /// The flags this device's primary context has, or will be created with
@@ -207,7 +207,7 @@ impl Device {
             compute_capability: (raw.major, raw.minor),
             multiprocessors: raw.multiProcessorCount,
             total_memory: raw.totalGlobalMem,
-            l2_cache_bytes: raw.l2CacheSize,
+            l2_cache_bytes: usize::try_from(raw.l2CacheSize).unwrap_or(0),
             warp_size: raw.warpSize,
             max_threads_per_block: raw.maxThreadsPerBlock,
             max_threads_per_multiprocessor: raw.maxThreadsPerMultiProcessor,
@@ -233,15 +233,14 @@ mod tests {
     #[test]
     fn flags_round_trip_through_cudas_bits() {
         for schedule in [Schedule::Auto, Schedule::Spin, Schedule::Yield, Schedule::BlockingSync] {
-            for keep_local_memory in [false, true] {
-                let flags = DeviceFlags { schedule, keep_local_memory };
-                assert_eq!(DeviceFlags::from_raw(flags.raw()), flags);
-            }
+            let flags = DeviceFlags::schedule(schedule);
+            assert_eq!(DeviceFlags::from_raw(flags.applied_to(0)), flags);
         }
-        assert_eq!(DeviceFlags::schedule(Schedule::BlockingSync).raw(), sys::cudaDeviceScheduleBlockingSync);
-        assert_eq!(DeviceFlags::default().raw(), 0, "CUDA's defaults");
-        // The bits of a context may include map host: not a field, ignored.
-        let with_map_host = sys::cudaDeviceScheduleSpin | sys::cudaDeviceMapHost;
-        assert_eq!(DeviceFlags::from_raw(with_map_host), DeviceFlags::schedule(Schedule::Spin));
+        assert_eq!(DeviceFlags::schedule(Schedule::BlockingSync).applied_to(0), sys::cudaDeviceScheduleBlockingSync);
+        // The context's other flags are kept (sync memops, 0x80); map host and the deprecated
+        // local-memory flag are never written back (the driver refuses map host).
+        let current = sys::cudaDeviceScheduleSpin | sys::cudaDeviceMapHost | sys::cudaDeviceLmemResizeToMax | 0x80;
+        assert_eq!(DeviceFlags::schedule(Schedule::Yield).applied_to(current), sys::cudaDeviceScheduleYield | 0x80);
+        assert_eq!(DeviceFlags::from_raw(current), DeviceFlags::schedule(Schedule::Spin));
     }
 }

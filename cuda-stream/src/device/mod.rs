@@ -17,7 +17,7 @@ use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::ffi::priority::{Priority, PriorityRange};
 use crate::sys;
-use std::ffi::{CStr, c_int};
+use std::ffi::c_int;
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 
@@ -140,14 +140,7 @@ impl Device {
     /// # Errors
     /// As [`Device::count`].
     pub fn name(self) -> Result<String> {
-        refuse_inside_host_fn()?;
-        let mut properties = sys::cudaDeviceProp::default();
-        // SAFETY: `properties` is a valid, writable cudaDeviceProp.
-        let code = unsafe { sys::cudaGetDeviceProperties(&mut properties, self.ordinal) };
-        check(code, "cudaGetDeviceProperties")?;
-        // SAFETY: the runtime writes a NUL-terminated name into the fixed-size array.
-        let name = unsafe { CStr::from_ptr(properties.name.as_ptr()) };
-        Ok(name.to_string_lossy().into_owned())
+        self.properties().map(|properties| properties.name)
     }
 
     /// An integer attribute of the device
@@ -180,6 +173,8 @@ impl Device {
         if code != sys::cudaError::cudaErrorNoKernelImageForDevice {
             return check(code, api).err().unwrap_or(Error::Cuda { api, code: crate::CudaCode(code.0 as i32) });
         }
+        // The runtime's last error, left by the call that failed: cleared, as `check` does.
+        let _ = crate::ffi::error::take_last_error();
         let capability = |attribute| self.attribute(attribute).unwrap_or(0);
         Error::NoKernelImage {
             kernel,

@@ -480,8 +480,8 @@ pub(crate) fn primary_context_set_flags(ordinal: i32, flags: c_uint) -> Result<(
     let mut device: c_int = 0;
     // SAFETY: a valid out-pointer; an invalid ordinal is reported as an error.
     check_driver(unsafe { (driver.device_get)(&mut device, ordinal) }, "cuDeviceGet")?;
-    // SAFETY: `cuDevicePrimaryCtxSetFlags` takes a device and flags and returns a CUresult;
-    // both are function pointers.
+    // SAFETY: `cuDevicePrimaryCtxSetFlags` as of CUDA 12.0, the version asked for (`_v2`),
+    // takes a device and flags and returns a CUresult; both are function pointers.
     let set = unsafe {
         std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, c_uint) -> c_int>(entry(
             c"cuDevicePrimaryCtxSetFlags",

@@ -328,7 +328,7 @@ pub enum Error {
     #[error("the stream was current in a scope that has ended")]
     NotCurrent,
     /// [`Device::set_flags`](crate::Device::set_flags) after the device's primary context
-    /// exists: the flags are those it was created with.
+    /// exists: this crate sets flags only before (CUDA would overwrite the live context's).
     #[error("device {device}'s primary context exists already: its flags are set before anything uses the device")]
     ContextActive {
         /// The device.

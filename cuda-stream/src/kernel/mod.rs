@@ -318,14 +318,19 @@ impl<A: KernelArgs> Kernel<A> {
     /// per block ([`cudaFuncSetAttribute`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EXECUTION.html)
     /// with `cudaFuncAttributeMaxDynamicSharedMemorySize`): above 48 KiB a kernel must opt in,
     /// up to the device's [`shared_memory_per_block_optin`](crate::DeviceProperties) less its
-    /// static shared memory. Loads the kernel on `device` if needed.
+    /// static shared memory. Loads the kernel on `device` if needed, which CUDA's lazy loading
+    /// may make wait for kernels already running (as [`Kernel::attributes`]).
+    ///
+    /// The limit is the process's, for this kernel on this device, as in C++: set it once at
+    /// start-up. A launch on another thread meanwhile sees the old limit or the new; lowering
+    /// it makes larger launches fail with CUDA's error.
     ///
     /// # Errors
-    /// [`Error::NoKernelImage`] as for [`Kernel::attributes`]; CUDA's `cudaErrorInvalidValue`
-    /// above what the device allows.
+    /// [`Error::Size`] above `i32::MAX` bytes; [`Error::NoKernelImage`] as for
+    /// [`Kernel::attributes`]; CUDA's `cudaErrorInvalidValue` above what the device allows.
     pub fn set_max_dynamic_shared_memory(&self, device: Device, bytes: usize) -> Result<()> {
-        let _current = device.make_current()?;
         let bytes = i32::try_from(bytes).map_err(|_| Error::Size("dynamic shared memory above 2 GiB"))?;
+        let _current = device.make_current()?;
         let attribute = sys::cudaFuncAttribute::cudaFuncAttributeMaxDynamicSharedMemorySize;
         // SAFETY: `stub` is a kernel's host stub; the attribute takes an integer.
         let code = unsafe { sys::cudaFuncSetAttribute(self.stub, attribute, bytes) };
