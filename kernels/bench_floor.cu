@@ -453,3 +453,56 @@ extern "C" int cs_floor_event_synchronize(cudaEvent_t event, double* wall_ns, do
   *cpu_ns = (cpu1.tv_sec - cpu0.tv_sec) * 1e9 + (cpu1.tv_nsec - cpu0.tv_nsec);
   return (int)code;
 }
+
+// asyncAPI's kernel: adds `value` to each element. Launched by both sides of the first-use
+// benchmark (benches/first_use.rs).
+extern "C" __global__ void cs_bench_increment(int* data, int value) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  data[i] += value;
+}
+
+// The first use of NVIDIA's asyncAPI pattern in this process, on the legacy stream: pinned and
+// device memory and two events made (untimed, the context with them), then the five timed
+// calls, each in this thread's CPU time (ns) into step_cpu_ns[0..5]: record, host-to-device
+// copy, launch, device-to-host copy, record. `n` must be a multiple of 256. Waits, checks that
+// every element was incremented, frees. Returns the CUDA result (an unincremented element:
+// cudaErrorUnknown).
+extern "C" int cs_floor_first_use(int n, double* step_cpu_ns) {
+  int *host = nullptr, *device = nullptr;
+  cudaEvent_t start, stop;
+  cudaError_t code = cudaMallocHost(&host, n * sizeof(int));
+  if (code == cudaSuccess) code = cudaMalloc(&device, n * sizeof(int));
+  if (code == cudaSuccess) code = cudaMemset(device, 0, n * sizeof(int));
+  if (code == cudaSuccess) code = cudaEventCreate(&start);
+  if (code == cudaSuccess) code = cudaEventCreate(&stop);
+  if (code == cudaSuccess) code = cudaDeviceSynchronize();
+  if (code != cudaSuccess) return (int)code;
+  for (int i = 0; i < n; ++i) host[i] = 0;
+  timespec t[6];
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t[0]);
+  cudaError_t steps[5];
+  steps[0] = cudaEventRecord(start, 0);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t[1]);
+  steps[1] = cudaMemcpyAsync(device, host, n * sizeof(int), cudaMemcpyHostToDevice, 0);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t[2]);
+  cs_bench_increment<<<n / 256, 256, 0, 0>>>(device, 1);
+  steps[2] = cudaGetLastError();
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t[3]);
+  steps[3] = cudaMemcpyAsync(host, device, n * sizeof(int), cudaMemcpyDeviceToHost, 0);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t[4]);
+  steps[4] = cudaEventRecord(stop, 0);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t[5]);
+  for (int i = 0; i < 5; ++i) {
+    step_cpu_ns[i] = (t[i + 1].tv_sec - t[i].tv_sec) * 1e9 + (t[i + 1].tv_nsec - t[i].tv_nsec);
+    if (code == cudaSuccess) code = steps[i];
+  }
+  if (code == cudaSuccess) code = cudaEventSynchronize(stop);
+  for (int i = 0; code == cudaSuccess && i < n; ++i) {
+    if (host[i] != 1) code = cudaErrorUnknown;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(device);
+  cudaFreeHost(host);
+  return (int)code;
+}

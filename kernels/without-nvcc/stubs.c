@@ -49,6 +49,11 @@ int cs_floor_event_synchronize(cudaEvent_t e, double* wall_ns, double* cpu_ns) {
   *cpu_ns = 0;
   return (int)cudaErrorNotSupported;
 }
+int cs_floor_first_use(int n, double* step_cpu_ns) {
+  (void)n; (void)step_cpu_ns;
+  return (int)cudaErrorNotSupported;
+}
+void cs_bench_increment(void) {}
 int cs_scale_floor_has(int op, int api) { (void)op; (void)api; return 0; }
 double cs_scale_floor(int op, int api, const cudaStream_t* s, int per_thread, const cudaEvent_t* e, int iters,
                       int threads) {
