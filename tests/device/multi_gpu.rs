@@ -207,3 +207,81 @@ fn gpu_1_only_child() {
     .unwrap();
     println!("GPU 0's primary context was never created");
 }
+
+cuda_stream::kernel! {
+    /// `y = a * x + y` over `n` floats (`kernels/launch_kernels.cu`).
+    static SAXPY = fn cs_saxpy(a: f32, x: *const f32, y: *mut f32, n: u32);
+}
+
+/// Copies `n` floats at `x` (memory of another device) into a new buffer on `stream` with a
+/// kernel, after `stream` waited for `after`, and returns them.
+fn read_through_kernel(stream: &Stream, after: &StreamRef, x: *const f32, n: usize) -> Vec<f32> {
+    let mut y = cuda_stream::DeviceBuffer::<f32, _>::zeroed(stream, n).unwrap();
+    stream.wait_stream(after).unwrap();
+    let config = cuda_stream::LaunchConfig::new(n.div_ceil(256) as u32, 256);
+    // SAFETY: `x` holds `n` floats this device may read (the callers grant the access) and
+    // outlive the kernel (`to_vec` waits for it); `y` holds `n` floats on `stream`.
+    unsafe { SAXPY.launch(stream, &config, (1.0, x, y.as_mut_ptr(), n as u32)).unwrap() };
+    y.to_vec().unwrap()
+}
+
+#[test]
+fn a_pools_access_lets_a_kernel_on_gpu_1_read_gpu_0s_pool_memory() {
+    let devices = gpus_or_skip!(2);
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    assert!(!gpu0.can_access_peer(gpu0).unwrap(), "a device is not its own peer");
+    if !gpu1.can_access_peer(gpu0).unwrap() {
+        eprintln!("SKIPPED: GPU 1 cannot reach GPU 0's memory on this host");
+        return;
+    }
+    let (s0, s1) = (stream(gpu0), stream(gpu1));
+    let pool = cuda_stream::MemPool::new(gpu0).unwrap();
+    assert_eq!(pool.access(gpu1).unwrap(), cuda_stream::PoolAccess::None, "a new pool is its device's only");
+    assert_eq!(pool.access(gpu0).unwrap(), cuda_stream::PoolAccess::ReadWrite);
+    let values: Vec<f32> = (0..4096).map(|i| i as f32).collect();
+    let mut x = cuda_stream::DeviceBuffer::<f32, _>::new_in(&pool, &s0, values.len()).unwrap();
+    x.copy_from_slice(&s0, &values).unwrap();
+    pool.set_access(gpu1, cuda_stream::PoolAccess::Read).unwrap();
+    assert_eq!(pool.access(gpu1).unwrap(), cuda_stream::PoolAccess::Read);
+    assert!(pool.set_access(gpu0, cuda_stream::PoolAccess::None).is_err(), "a pool's own device keeps read-write");
+    assert_eq!(cuda_stream_tests::take_last_error(), cuda_stream::sys::cudaError::cudaSuccess);
+    assert_eq!(read_through_kernel(&s1, &s0, x.as_ptr(), values.len()), values, "GPU 1 read GPU 0's pool memory");
+}
+
+#[test]
+fn peer_access_lets_a_kernel_on_gpu_1_read_gpu_0s_cuda_malloc_memory() {
+    let devices = gpus_or_skip!(2);
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    if !gpu1.can_access_peer(gpu0).unwrap() {
+        eprintln!("SKIPPED: GPU 1 cannot reach GPU 0's memory on this host");
+        return;
+    }
+    let values: Vec<f32> = (0..4096).map(|i| (i * 3) as f32).collect();
+    let bytes = values.len() * 4;
+    let mut x: *mut std::ffi::c_void = std::ptr::null_mut();
+    {
+        let _current = gpu0.make_current().unwrap();
+        // SAFETY: a valid out-pointer; then `bytes` bytes copied from a live slice into it.
+        unsafe {
+            cuda_stream::check(cuda_stream::sys::cudaMalloc(&mut x, bytes), "cudaMalloc").unwrap();
+            let code = cuda_stream::sys::cudaMemcpy(
+                x,
+                values.as_ptr().cast(),
+                bytes,
+                cuda_stream::sys::cudaMemcpyKind::cudaMemcpyHostToDevice,
+            );
+            cuda_stream::check(code, "cudaMemcpy").unwrap();
+        }
+    }
+    gpu1.enable_peer_access(gpu0).unwrap();
+    gpu1.enable_peer_access(gpu0).unwrap();
+    let (s0, s1) = (stream(gpu0), stream(gpu1));
+    let read = read_through_kernel(&s1, &s0, x.cast_const().cast(), values.len());
+    assert_eq!(read, values, "GPU 1 read GPU 0's cudaMalloc memory");
+    gpu1.disable_peer_access(gpu0).unwrap();
+    gpu1.disable_peer_access(gpu0).unwrap();
+    assert_eq!(cuda_stream_tests::take_last_error(), cuda_stream::sys::cudaError::cudaSuccess, "no stale error left");
+    let _current = gpu0.make_current().unwrap();
+    // SAFETY: allocated above; the kernel that read it has completed (`to_vec` waited).
+    cuda_stream::check(unsafe { cuda_stream::sys::cudaFree(x) }, "cudaFree").unwrap();
+}

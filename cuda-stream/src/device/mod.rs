@@ -5,6 +5,7 @@
 
 mod controls;
 pub(crate) mod keep_alive;
+mod peer;
 
 pub use controls::{DeviceFlags, DeviceProperties, MemoryInfo, Schedule};
 

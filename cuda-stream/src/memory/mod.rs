@@ -55,7 +55,7 @@ pub use mem_ops::{
     BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words,
 };
 pub use pinned::PinnedBuffer;
-pub use pool::{MemPool, MemPoolStats, ReusePolicy};
+pub use pool::{MemPool, MemPoolStats, PoolAccess, ReusePolicy};
 
 use crate::ffi::error::{Error, Result};
 

@@ -32,6 +32,40 @@ unsafe impl Send for Pool {}
 // SAFETY: as above: shared use only passes the handle to thread-safe calls.
 unsafe impl Sync for Pool {}
 
+/// How a device may access a pool's memory ([`MemPool::set_access`]; `cudaMemAccessFlags`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PoolAccess {
+    /// Not at all (`cudaMemAccessFlagsProtNone`).
+    None,
+    /// Reads only (`cudaMemAccessFlagsProtRead`).
+    Read,
+    /// Reads and writes (`cudaMemAccessFlagsProtReadWrite`).
+    ReadWrite,
+}
+
+impl PoolAccess {
+    fn raw(self) -> sys::cudaMemAccessFlags {
+        match self {
+            PoolAccess::None => sys::cudaMemAccessFlags::cudaMemAccessFlagsProtNone,
+            PoolAccess::Read => sys::cudaMemAccessFlags::cudaMemAccessFlagsProtRead,
+            PoolAccess::ReadWrite => sys::cudaMemAccessFlags::cudaMemAccessFlagsProtReadWrite,
+        }
+    }
+
+    fn from_raw(flags: sys::cudaMemAccessFlags) -> PoolAccess {
+        match flags {
+            sys::cudaMemAccessFlags::cudaMemAccessFlagsProtReadWrite => PoolAccess::ReadWrite,
+            sys::cudaMemAccessFlags::cudaMemAccessFlagsProtRead => PoolAccess::Read,
+            _ => PoolAccess::None,
+        }
+    }
+}
+
+/// Device `device` as a memory location.
+fn device_location(device: Device) -> sys::cudaMemLocation {
+    sys::cudaMemLocation { type_: sys::cudaMemLocationType::cudaMemLocationTypeDevice, id: device.ordinal() }
+}
+
 /// When freed memory may be reused before the stream that freed it has passed the free
 /// (`cudaMemPoolReuse*`; all three are on by default).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -184,6 +218,43 @@ impl MemPool {
             used_current: self.get_u64(A::cudaMemPoolAttrUsedMemCurrent)?,
             used_high: self.get_u64(A::cudaMemPoolAttrUsedMemHigh)?,
         })
+    }
+
+    /// Lets kernels and copies on `device` access memory allocated from this pool, as `access`
+    /// says ([`cudaMemPoolSetAccess`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY__POOLS.html)):
+    /// a pool's memory is its own device's only until then. Applies to the pool's allocations
+    /// made before and after the call. `device` must be able to reach the pool's device
+    /// ([`Device::can_access_peer`]).
+    ///
+    /// # Errors
+    /// As [`MemPool::set_release_threshold`]; CUDA's `cudaErrorInvalidDevice` or
+    /// `cudaErrorInvalidValue` for the pool's own device (always read-write) or a device
+    /// without peer access to it.
+    pub fn set_access(&self, device: Device, access: PoolAccess) -> Result<()> {
+        let descriptor = sys::cudaMemAccessDesc { location: device_location(device), flags: access.raw() };
+        let _current = self.inner.device.make_current()?;
+        uncapturable_call(|| {
+            // SAFETY: a live pool; one valid descriptor.
+            let code = unsafe { sys::cudaMemPoolSetAccess(self.inner.raw, &descriptor, 1) };
+            check(code, "cudaMemPoolSetAccess")
+        })
+    }
+
+    /// How kernels and copies on `device` may access this pool's memory
+    /// ([`cudaMemPoolGetAccess`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY__POOLS.html)).
+    ///
+    /// # Errors
+    /// As [`MemPool::set_release_threshold`].
+    pub fn access(&self, device: Device) -> Result<PoolAccess> {
+        let mut location = device_location(device);
+        let mut flags = sys::cudaMemAccessFlags::cudaMemAccessFlagsProtNone;
+        let _current = self.inner.device.make_current()?;
+        uncapturable_call(|| {
+            // SAFETY: a live pool; valid out- and in-pointers.
+            let code = unsafe { sys::cudaMemPoolGetAccess(&mut flags, self.inner.raw, &mut location) };
+            check(code, "cudaMemPoolGetAccess")
+        })?;
+        Ok(PoolAccess::from_raw(flags))
     }
 
     /// Resets both high-water marks to the current figures (CUDA accepts only zero for them).
