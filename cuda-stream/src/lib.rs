@@ -253,7 +253,10 @@ pub use graph::{Graph, GraphExec, InstantiateFlags, InstantiateOptions};
 pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
 pub use kernel::{Dim3, Kernel, KernelArg, KernelArgs, KernelAttributes, LaunchConfig, MemSyncDomain};
 pub use memory::{BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words};
-pub use memory::{DeviceBuffer, DeviceCopy, MemPool, MemPoolStats, PinnedBuffer, PoolAccess, ReusePolicy};
+pub use memory::{
+    ChunksMut, DeviceBuffer, DeviceCopy, DeviceSlice, DeviceSliceMut, MemPool, MemPoolStats, PinnedBuffer, PoolAccess,
+    ReusePolicy,
+};
 pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};
 pub use stream::capture_status::{CaptureInfo, CaptureStatus};
 pub use stream::current::CurrentStream;

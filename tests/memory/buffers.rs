@@ -663,3 +663,80 @@ fn a_peer_copy_between_two_gpus_waits_for_the_source_streams_work() {
         assert!(raw.iter().all(|&v| v == 0), "the raw copy read GPU 0's buffer before the kernel wrote it");
     }
 }
+
+#[test]
+fn views_copy_one_element_and_a_range_in_and_out() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let values: Vec<u32> = (0..1024).collect();
+    let mut buffer = DeviceBuffer::from_slice(&home, &values).unwrap();
+    // One element read back: the view's bytes, not the buffer's.
+    assert_eq!(buffer.slice(5..6).unwrap().to_vec().unwrap(), vec![5]);
+    assert_eq!(buffer.slice(1020..).unwrap().to_vec().unwrap(), vec![1020, 1021, 1022, 1023]);
+    // A range written, the rest untouched.
+    buffer.slice_mut(100..200).unwrap().copy_from_slice(&home, &[7; 100]).unwrap();
+    let all = buffer.to_vec().unwrap();
+    assert_eq!(&all[..100], &values[..100]);
+    assert_eq!(&all[100..200], &[7; 100][..]);
+    assert_eq!(&all[200..], &values[200..]);
+    // Through pinned memory, on another stream (ordered after the home stream's write).
+    let other = stream(device);
+    let mut pinned = PinnedBuffer::<u32>::zeroed(100).unwrap();
+    buffer.slice(100..200).unwrap().copy_to_pinned(&other, &mut pinned).unwrap();
+    assert_eq!(pinned.as_slice().unwrap(), &[7; 100][..]);
+    pinned.as_mut_slice().unwrap().copy_from_slice(&values[..100]);
+    buffer.slice_mut(..100).unwrap().copy_from_pinned(&other, &mut pinned).unwrap();
+    let mut back = vec![0; 100];
+    buffer.slice(..100).unwrap().copy_to_slice(&home, &mut back).unwrap();
+    assert_eq!(back, values[..100]);
+    // Sizes checked before CUDA.
+    for error in [
+        buffer.slice(0..0).err(),
+        buffer.slice(..1025).err(),
+        buffer.slice(1000..1030).err(),
+        buffer.slice_mut(..).unwrap().split_at_mut(0).err(),
+        buffer.slice_mut(..).unwrap().split_at_mut(1024).err(),
+        buffer.chunks_mut(0).err(),
+        buffer.slice_mut(0..10).unwrap().copy_from_slice(&home, &[1; 9]).err(),
+        buffer.slice(0..10).unwrap().copy_to_slice(&home, &mut [0; 11]).err(),
+    ] {
+        assert!(matches!(error, Some(Error::Size(_))), "{error:?}");
+    }
+}
+
+/// A pipeline's chunks: each chunk written on its own stream by a kernel that spins first, then
+/// read back through pinned memory on the next chunk's stream. Each read must see its chunk's
+/// write: the view's use on the second stream is ordered after the first.
+#[test]
+fn chunks_used_on_several_streams_are_ordered_with_each_other() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let streams: Vec<Stream> = (0..4).map(|_| stream(device)).collect();
+    let (chunk, chunks) = (1024, 4);
+    let source: Vec<u32> = (0..(chunk * chunks) as u32).map(|i| i ^ PATTERN).collect();
+    let source = DeviceBuffer::from_slice(&home, &source).unwrap();
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, chunk * chunks).unwrap();
+    let mut outs: Vec<PinnedBuffer<u32>> = (0..chunks).map(|_| PinnedBuffer::zeroed(chunk).unwrap()).collect();
+    for (index, mut view) in buffer.chunks_mut(chunk).unwrap().enumerate() {
+        assert_eq!(view.range(), index * chunk..(index + 1) * chunk);
+        let from = source.slice(view.range()).unwrap();
+        let writer = &streams[index];
+        from.use_on(writer, |_, from| {
+            view.use_on(writer, |on, to| {
+                // SAFETY: `chunk` u32s at both addresses, used on `on` through the views,
+                // which order the uses and outlive the kernel (the buffers drop after the
+                // reads below waited for it).
+                unsafe { spin_copy(on, from, to, chunk, Duration::from_millis(20)) }
+            })
+        })
+        .unwrap()
+        .unwrap()
+        .unwrap();
+        let reader = &streams[(index + 1) % chunks];
+        view.as_slice().copy_to_pinned(reader, &mut outs[index]).unwrap();
+    }
+    for (index, out) in outs.iter().enumerate() {
+        let expected: Vec<u32> = ((index * chunk) as u32..((index + 1) * chunk) as u32).map(|i| i ^ PATTERN).collect();
+        assert_eq!(out.as_slice().unwrap(), &expected[..], "chunk {index} read after its write");
+    }
+}

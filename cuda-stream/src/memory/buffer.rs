@@ -199,15 +199,25 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// `launch` (the home stream began a capture meanwhile, a record failed), the error is
     /// returned and the buffer will be leaked rather than freed before the use.
     pub fn use_on<R>(&mut self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *mut T) -> R) -> Result<R> {
-        let stream = stream.as_stream();
+        self.use_range_on(&stream.as_stream(), 0, launch)
+    }
+
+    /// [`DeviceBuffer::use_on`] for the elements from `start` on (a view's), whose address
+    /// `launch` gets; ordered as a use of the whole buffer.
+    pub(super) fn use_range_on<R>(
+        &self,
+        stream: &StreamRef,
+        start: usize,
+        launch: impl FnOnce(&StreamRef, *mut T) -> R,
+    ) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
-        let (home, ptr) = (self.home()?, self.ptr.as_ptr());
+        let (home, ptr) = (self.home()?, self.ptr.as_ptr().wrapping_add(start));
         // Your launch is not held under the capture-transition lock (it may wait for other
         // threads' calls, which a pending transition would hold up): a capture that begins on
         // `stream` meanwhile takes your launch, your `unsafe` contract; one that begins on the
         // home stream makes the buffer leak.
-        ordered_use(&stream, &[Touched { home: &home, uses: &self.uses }], Hold::ChecksAndWaits, || {
-            Ok(launch(&stream, ptr))
+        ordered_use(stream, &[Touched { home: &home, uses: &self.uses }], Hold::ChecksAndWaits, || {
+            Ok(launch(stream, ptr))
         })
     }
 
@@ -233,8 +243,28 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// As [`DeviceBuffer::copy_from_slice`].
     pub fn copy_to_slice(&self, stream: impl AsStream, destination: &mut [T]) -> Result<()> {
         same_length(destination.len(), self.len)?;
-        let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.ptr.as_ptr().cast::<c_void>().cast_const());
-        self.blocking_copy(&stream.as_stream(), to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+        self.copy_range_to_host(&stream.as_stream(), 0, destination)
+    }
+
+    /// The elements from `start` on, as many as `destination` holds, copied into it on
+    /// `stream`, blocking (see [`DeviceBuffer::copy_from_slice`]). The caller checked the range.
+    pub(super) fn copy_range_to_host(&self, stream: &StreamRef, start: usize, destination: &mut [T]) -> Result<()> {
+        let bytes = size_of_val(destination);
+        let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.element(start).cast_const());
+        self.blocking_copy(stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+    }
+
+    /// `source` copied into the elements from `start` on, on `stream`, blocking. The caller
+    /// checked the range.
+    pub(super) fn copy_range_from_host(&self, stream: &StreamRef, start: usize, source: &[T]) -> Result<()> {
+        let (to, from) = (self.element(start), source.as_ptr().cast::<c_void>());
+        self.blocking_copy(stream, to, from, size_of_val(source), sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+    }
+
+    /// The device address of element `start` (at most `len`: an address, never dereferenced
+    /// on the host).
+    fn element(&self, start: usize) -> *mut c_void {
+        self.ptr.as_ptr().wrapping_add(start).cast::<c_void>()
     }
 
     /// The buffer's contents, copied on the home stream after its work so far (blocking, as
@@ -244,8 +274,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// As [`DeviceBuffer::copy_to_slice`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let mut values = Vec::<T>::with_capacity(self.len);
-        let (to, from) = (values.as_mut_ptr().cast::<c_void>(), self.ptr.as_ptr().cast::<c_void>().cast_const());
-        self.blocking_copy(&*self.home()?, to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
+        let (to, from) = (values.as_mut_ptr().cast::<c_void>(), self.element(0).cast_const());
+        self.blocking_copy(&*self.home()?, to, from, self.bytes(), sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
         // SAFETY: the copy above completed and wrote all `len` elements; any bytes are a valid
         // `T` (`DeviceCopy`).
         unsafe { values.set_len(self.len) };
@@ -260,8 +290,32 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// which could not be tracked; the errors of [`DeviceBuffer::use_on`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut PinnedBuffer<T>) -> Result<()> {
         same_length(self.len, source.len())?;
-        let (to, from) = (self.ptr.as_ptr().cast::<c_void>(), source.as_ptr().cast::<c_void>());
-        self.pinned_copy(&stream.as_stream(), source, to, from, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        self.copy_range_from_pinned(&stream.as_stream(), 0, source)
+    }
+
+    /// All of `source` copied into the elements from `start` on, on `stream`, asynchronously.
+    /// The caller checked the range.
+    pub(super) fn copy_range_from_pinned(
+        &self,
+        stream: &StreamRef,
+        start: usize,
+        source: &mut PinnedBuffer<T>,
+    ) -> Result<()> {
+        let (to, from, bytes) = (self.element(start), source.as_ptr().cast::<c_void>(), source.len() * size_of::<T>());
+        self.pinned_copy(stream, source, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+    }
+
+    /// The elements from `start` on, as many as `destination` holds, copied into it on
+    /// `stream`, asynchronously. The caller checked the range.
+    pub(super) fn copy_range_to_pinned(
+        &self,
+        stream: &StreamRef,
+        start: usize,
+        destination: &mut PinnedBuffer<T>,
+    ) -> Result<()> {
+        let bytes = destination.len() * size_of::<T>();
+        let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.element(start).cast_const());
+        self.pinned_copy(stream, destination, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
     }
 
     /// Copies the buffer into `destination` (pinned host memory) on `stream`, asynchronously:
@@ -271,8 +325,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// As [`DeviceBuffer::copy_from_pinned`].
     pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut PinnedBuffer<T>) -> Result<()> {
         same_length(destination.len(), self.len)?;
-        let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.ptr.as_ptr().cast::<c_void>().cast_const());
-        self.pinned_copy(&stream.as_stream(), destination, to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+        self.copy_range_to_pinned(&stream.as_stream(), 0, destination)
     }
 
     /// Copies another device buffer into this one on `stream`, asynchronously, ordered with
@@ -344,8 +397,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 
     fn copy_from_slice_on(&self, stream: &StreamRef, source: &[T]) -> Result<()> {
         same_length(self.len, source.len())?;
-        let (to, from) = (self.ptr.as_ptr().cast::<c_void>(), source.as_ptr().cast::<c_void>());
-        self.blocking_copy(stream, to, from, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        self.copy_range_from_host(stream, 0, source)
     }
 
     fn bytes(&self) -> usize {
@@ -383,9 +435,10 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         stream: &StreamRef,
         to: *mut c_void,
         from: *const c_void,
+        bytes: usize,
         kind: sys::cudaMemcpyKind,
     ) -> Result<()> {
-        let (ordered, copied) = self.tracked_copy(stream, to, from, kind, || {
+        let (ordered, copied) = self.tracked_copy(stream, to, from, bytes, kind, || {
             if live_captures::any() {
                 // This thread's own capture would be invalidated by the wait below.
                 live_captures::refuse_unsafe_call()?;
@@ -417,28 +470,31 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         pinned: &mut PinnedBuffer<T>,
         to: *mut c_void,
         from: *const c_void,
+        bytes: usize,
         kind: sys::cudaMemcpyKind,
     ) -> Result<()> {
-        let (ordered, copied) = self.tracked_copy(stream, to, from, kind, || pinned.order_after_in_flight(stream))?;
+        let (ordered, copied) =
+            self.tracked_copy(stream, to, from, bytes, kind, || pinned.order_after_in_flight(stream))?;
         if copied.enqueued {
             pinned.in_flight(stream, copied.done, copied.recorded);
         }
         ordered
     }
 
-    /// `first`, then a copy of the whole buffer's bytes and an event recorded after it, on
-    /// `stream`, ordered with the home stream: the ordering's result, and how far the copy got
-    /// whatever that result (its host memory must outlive it).
+    /// `first`, then a copy of `bytes` (within the buffer: the callers check) and an event
+    /// recorded after it, on `stream`, ordered with the home stream as a use of the whole
+    /// buffer: the ordering's result, and how far the copy got whatever that result (its host
+    /// memory must outlive it).
     fn tracked_copy(
         &self,
         stream: &StreamRef,
         to: *mut c_void,
         from: *const c_void,
+        bytes: usize,
         kind: sys::cudaMemcpyKind,
         first: impl FnOnce() -> Result<()>,
     ) -> Result<(Result<()>, Copied)> {
         let done = Event::internal(stream.device())?;
-        let bytes = self.bytes();
         let (mut enqueued, mut recorded) = (false, false);
         let ordered = self.ordered(stream, || {
             first()?;

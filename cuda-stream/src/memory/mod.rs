@@ -21,6 +21,11 @@
 //!   slice may be page-locked after all, so returning earlier could let it be written or
 //!   freed under the copy. Copies from and to a [`PinnedBuffer`] are asynchronous: the pinned
 //!   buffer remembers the copies in flight, and its host access and its drop wait for them.
+//! * Views ([`DeviceBuffer::slice`], [`slice_mut`](DeviceBuffer::slice_mut),
+//!   [`chunks_mut`](DeviceBuffer::chunks_mut), [`DeviceSliceMut::split_at_mut`]) copy and use a
+//!   range of a buffer: one element read back, a pipeline's chunks. They borrow the buffer;
+//!   their uses are ordered as uses of the whole buffer (two views' uses on two streams are
+//!   serialized, disjoint or not).
 //! * Elements are [`DeviceCopy`]: plain old data that any bit pattern, and a GPU, may write.
 //! * During a stream capture, a [`DeviceBuffer`]'s allocation, copies and fills are refused
 //!   ([`Error::CaptureMisuse`]): a graph replaying them would outlive the buffer. A buffer
@@ -49,6 +54,7 @@ mod pinned;
 mod pool;
 mod scratch;
 mod uses;
+mod view;
 
 pub use buffer::DeviceBuffer;
 pub use mem_ops::{
@@ -56,6 +62,7 @@ pub use mem_ops::{
 };
 pub use pinned::PinnedBuffer;
 pub use pool::{MemPool, MemPoolStats, PoolAccess, ReusePolicy};
+pub use view::{ChunksMut, DeviceSlice, DeviceSliceMut};
 
 use crate::ffi::error::{Error, Result};
 

@@ -1,0 +1,297 @@
+//! Views of a [`DeviceBuffer`]: a range of its elements, shared ([`DeviceSlice`]) or exclusive
+//! ([`DeviceSliceMut`]), to copy and use a part of a buffer (a chunk of a pipeline, one
+//! element read back) as `cudaMemcpyAsync(h + off, d + off, bytes)` does in C++.
+//!
+//! A view borrows its buffer, so the buffer outlives it and cannot be dropped, moved or used
+//! whole while an exclusive view lives; exclusive views split from one another
+//! ([`DeviceSliceMut::split_at_mut`], [`DeviceBuffer::chunks_mut`]) cover disjoint ranges. A
+//! view's work is ordered as a use of the whole buffer (see [`DeviceBuffer::use_on`]): uses of
+//! two views on two streams are serialized, disjoint or not.
+
+use super::buffer::DeviceBuffer;
+use super::pinned::PinnedBuffer;
+use super::{DeviceCopy, same_length};
+use crate::call::race::Access;
+use crate::ffi::error::{Error, Result};
+use crate::stream::{AsStream, StreamRef};
+use std::marker::PhantomData;
+use std::ops::{Bound, Range, RangeBounds};
+
+/// A shared view of elements `range` of a [`DeviceBuffer`]: read them, copy them out.
+pub struct DeviceSlice<'a, T: DeviceCopy, S: AsStream> {
+    buffer: &'a DeviceBuffer<T, S>,
+    range: Range<usize>,
+}
+
+/// An exclusive view of elements `range` of a [`DeviceBuffer`]: nothing else uses those
+/// elements while it lives (the buffer is borrowed mutably, and views split from one another
+/// are disjoint).
+pub struct DeviceSliceMut<'a, T: DeviceCopy, S: AsStream> {
+    buffer: &'a DeviceBuffer<T, S>,
+    range: Range<usize>,
+    _exclusive: PhantomData<&'a mut DeviceBuffer<T, S>>,
+}
+
+impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
+    /// A shared view of the elements in `range`.
+    ///
+    /// # Errors
+    /// [`Error::Size`] for a range outside the buffer or an empty one.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'_, T, S>> {
+        Ok(DeviceSlice { buffer: self, range: checked_range(&range, self.len())? })
+    }
+
+    /// An exclusive view of the elements in `range`.
+    ///
+    /// # Errors
+    /// As [`DeviceBuffer::slice`].
+    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceSliceMut<'_, T, S>> {
+        let range = checked_range(&range, self.len())?;
+        Ok(DeviceSliceMut { buffer: self, range, _exclusive: PhantomData })
+    }
+
+    /// Exclusive views of `chunk` elements each, in order, the last one shorter if `chunk`
+    /// does not divide the length: the chunks of a pipeline.
+    ///
+    /// # Errors
+    /// [`Error::Size`] for chunks of zero elements.
+    pub fn chunks_mut(&mut self, chunk: usize) -> Result<ChunksMut<'_, T, S>> {
+        if chunk == 0 {
+            return Err(Error::Size("chunks have at least one element"));
+        }
+        Ok(ChunksMut { buffer: self, next: 0, chunk, _exclusive: PhantomData })
+    }
+}
+
+/// The exclusive views of [`DeviceBuffer::chunks_mut`].
+pub struct ChunksMut<'a, T: DeviceCopy, S: AsStream> {
+    buffer: &'a DeviceBuffer<T, S>,
+    next: usize,
+    chunk: usize,
+    _exclusive: PhantomData<&'a mut DeviceBuffer<T, S>>,
+}
+
+impl<'a, T: DeviceCopy, S: AsStream> Iterator for ChunksMut<'a, T, S> {
+    type Item = DeviceSliceMut<'a, T, S>;
+
+    fn next(&mut self) -> Option<DeviceSliceMut<'a, T, S>> {
+        let start = self.next;
+        if start >= self.buffer.len() {
+            return None;
+        }
+        let end = start.saturating_add(self.chunk).min(self.buffer.len());
+        self.next = end;
+        Some(DeviceSliceMut { buffer: self.buffer, range: start..end, _exclusive: PhantomData })
+    }
+}
+
+impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    /// Always `false`: a view has at least one element.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The elements of the buffer it covers.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// The device address of its first element (see [`DeviceBuffer::as_ptr`]).
+    pub fn as_ptr(&self) -> *const T {
+        self.buffer.as_ptr().wrapping_add(self.range.start)
+    }
+
+    /// Copies the view into `destination` on `stream`, and returns once the copy has completed
+    /// (as [`DeviceBuffer::copy_to_slice`]).
+    ///
+    /// # Errors
+    /// [`Error::Size`] unless `destination` has the view's length; as
+    /// [`DeviceBuffer::copy_to_slice`].
+    pub fn copy_to_slice(&self, stream: impl AsStream, destination: &mut [T]) -> Result<()> {
+        same_length(destination.len(), self.len())?;
+        self.buffer.copy_range_to_host(&stream.as_stream(), self.range.start, destination)
+    }
+
+    /// The view's elements, copied on the buffer's home stream after its work so far
+    /// (blocking, as [`DeviceBuffer::to_vec`]).
+    ///
+    /// # Errors
+    /// As [`DeviceBuffer::to_vec`].
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut values = Vec::<T>::with_capacity(self.len());
+        let home = self.buffer.stream();
+        let spare = values.spare_capacity_mut();
+        // SAFETY: `T` is `DeviceCopy`: any bytes are a valid value, so the spare capacity may
+        // be viewed as `len` elements for the copy to write.
+        let spare = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<T>(), spare.len()) };
+        self.buffer.copy_range_to_host(&home, self.range.start, &mut spare[..self.range.len()])?;
+        // SAFETY: the copy above completed and wrote all `len` elements.
+        unsafe { values.set_len(self.range.len()) };
+        Ok(values)
+    }
+
+    /// Copies the view into `destination` (pinned host memory of the view's length) on
+    /// `stream`, asynchronously (as [`DeviceBuffer::copy_to_pinned`]).
+    ///
+    /// # Errors
+    /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_to_pinned`].
+    pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut PinnedBuffer<T>) -> Result<()> {
+        same_length(destination.len(), self.len())?;
+        self.buffer.copy_range_to_pinned(&stream.as_stream(), self.range.start, destination)
+    }
+
+    /// Runs `launch` with `stream` and the view's device address, ordered as
+    /// [`DeviceBuffer::use_on`] orders a use of the buffer. The kernel may only read the view.
+    ///
+    /// # Errors
+    /// As [`DeviceBuffer::use_on`].
+    pub fn use_on<R>(&self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *const T) -> R) -> Result<R> {
+        self.buffer.use_range_on(&stream.as_stream(), self.range.start, |stream, ptr| launch(stream, ptr.cast_const()))
+    }
+
+    /// The view read, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses).
+    pub fn read_access(&self) -> Access {
+        Access::read(self.as_ptr(), self.len())
+    }
+}
+
+impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
+    /// The view, shared, for reading and copying out.
+    pub fn as_slice(&self) -> DeviceSlice<'_, T, S> {
+        DeviceSlice { buffer: self.buffer, range: self.range.clone() }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    /// Always `false`: a view has at least one element.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The elements of the buffer it covers.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// The device address of its first element, for kernels that write it (see
+    /// [`DeviceBuffer::as_mut_ptr`]).
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.buffer.as_ptr().cast_mut().wrapping_add(self.range.start)
+    }
+
+    /// Two exclusive views: the first `mid` elements and the rest.
+    ///
+    /// # Errors
+    /// [`Error::Size`] unless `0 < mid < len` (each view has at least one element).
+    pub fn split_at_mut(self, mid: usize) -> Result<(DeviceSliceMut<'a, T, S>, DeviceSliceMut<'a, T, S>)> {
+        if mid == 0 || mid >= self.len() {
+            return Err(Error::Size("a view splits into two non-empty views"));
+        }
+        let split = self.range.start + mid;
+        let first = DeviceSliceMut { buffer: self.buffer, range: self.range.start..split, _exclusive: PhantomData };
+        let second = DeviceSliceMut { buffer: self.buffer, range: split..self.range.end, _exclusive: PhantomData };
+        Ok((first, second))
+    }
+
+    /// Copies `source` into the view on `stream`, and returns once the copy has completed (as
+    /// [`DeviceBuffer::copy_from_slice`]).
+    ///
+    /// # Errors
+    /// [`Error::Size`] unless `source` has the view's length; as
+    /// [`DeviceBuffer::copy_from_slice`].
+    pub fn copy_from_slice(&mut self, stream: impl AsStream, source: &[T]) -> Result<()> {
+        same_length(self.len(), source.len())?;
+        self.buffer.copy_range_from_host(&stream.as_stream(), self.range.start, source)
+    }
+
+    /// Copies `source` (pinned host memory of the view's length) into the view on `stream`,
+    /// asynchronously (as [`DeviceBuffer::copy_from_pinned`]).
+    ///
+    /// # Errors
+    /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_from_pinned`].
+    pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut PinnedBuffer<T>) -> Result<()> {
+        same_length(self.len(), source.len())?;
+        self.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source)
+    }
+
+    /// Runs `launch` with `stream` and the view's device address, ordered as
+    /// [`DeviceBuffer::use_on`] orders a use of the buffer.
+    ///
+    /// # Errors
+    /// As [`DeviceBuffer::use_on`].
+    pub fn use_on<R>(&mut self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *mut T) -> R) -> Result<R> {
+        self.buffer.use_range_on(&stream.as_stream(), self.range.start, launch)
+    }
+
+    /// The view written, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses).
+    pub fn write_access(&self) -> Access {
+        Access::write(self.as_slice().as_ptr(), self.len())
+    }
+}
+
+/// `range` within `0..len`, non-empty.
+fn checked_range(range: &impl RangeBounds<usize>, len: usize) -> Result<Range<usize>> {
+    let start = match range.start_bound() {
+        Bound::Included(&start) => start,
+        Bound::Excluded(&start) => start.checked_add(1).ok_or(Error::Size("a view's range overflows"))?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&end) => end.checked_add(1).ok_or(Error::Size("a view's range overflows"))?,
+        Bound::Excluded(&end) => end,
+        Bound::Unbounded => len,
+    };
+    if end > len || start > end {
+        return Err(Error::Size("a view's range lies outside the buffer"));
+    }
+    if start == end {
+        return Err(Error::Size("a view has at least one element"));
+    }
+    Ok(start..end)
+}
+
+impl<T: DeviceCopy, S: AsStream> std::fmt::Debug for DeviceSlice<'_, T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceSlice").field("range", &self.range).field("buffer", self.buffer).finish()
+    }
+}
+
+impl<T: DeviceCopy, S: AsStream> std::fmt::Debug for DeviceSliceMut<'_, T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceSliceMut").field("range", &self.range).field("buffer", self.buffer).finish()
+    }
+}
+
+impl<T: DeviceCopy, S: AsStream> std::fmt::Debug for ChunksMut<'_, T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunksMut").field("next", &self.next).field("chunk", &self.chunk).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checked_range;
+
+    #[test]
+    fn ranges_are_checked_against_the_buffer() {
+        assert_eq!(checked_range(&(2..5), 8).unwrap(), 2..5);
+        assert_eq!(checked_range(&(..), 8).unwrap(), 0..8);
+        assert_eq!(checked_range(&(3..), 8).unwrap(), 3..8);
+        assert_eq!(checked_range(&(..=7), 8).unwrap(), 0..8);
+        assert!(checked_range(&(..=8), 8).is_err(), "past the end");
+        assert!(checked_range(&(4..4), 8).is_err(), "empty");
+        assert!(checked_range(&(6..9), 8).is_err(), "past the end");
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = 5..2;
+        assert!(checked_range(&reversed, 8).is_err(), "reversed");
+        assert!(checked_range(&(..=usize::MAX), 8).is_err(), "overflow");
+    }
+}
