@@ -273,12 +273,19 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// # Errors
     /// As [`DeviceBuffer::copy_to_slice`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut values = Vec::<T>::with_capacity(self.len);
-        let (to, from) = (values.as_mut_ptr().cast::<c_void>(), self.element(0).cast_const());
-        self.blocking_copy(&*self.home()?, to, from, self.bytes(), sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
+        self.range_to_vec(0, self.len)
+    }
+
+    /// The `len` elements from `start` on, copied on the home stream after its work so far
+    /// (blocking). The caller checked the range.
+    pub(super) fn range_to_vec(&self, start: usize, len: usize) -> Result<Vec<T>> {
+        let mut values = Vec::<T>::with_capacity(len);
+        let (to, from) = (values.as_mut_ptr().cast::<c_void>(), self.element(start).cast_const());
+        let bytes = len * size_of::<T>();
+        self.blocking_copy(&*self.home()?, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
         // SAFETY: the copy above completed and wrote all `len` elements; any bytes are a valid
         // `T` (`DeviceCopy`).
-        unsafe { values.set_len(self.len) };
+        unsafe { values.set_len(len) };
         Ok(values)
     }
 

@@ -123,16 +123,7 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
     /// # Errors
     /// As [`DeviceBuffer::to_vec`].
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut values = Vec::<T>::with_capacity(self.len());
-        let home = self.buffer.stream();
-        let spare = values.spare_capacity_mut();
-        // SAFETY: `T` is `DeviceCopy`: any bytes are a valid value, so the spare capacity may
-        // be viewed as `len` elements for the copy to write.
-        let spare = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<T>(), spare.len()) };
-        self.buffer.copy_range_to_host(&home, self.range.start, &mut spare[..self.range.len()])?;
-        // SAFETY: the copy above completed and wrote all `len` elements.
-        unsafe { values.set_len(self.range.len()) };
-        Ok(values)
+        self.buffer.range_to_vec(self.range.start, self.range.len())
     }
 
     /// Copies the view into `destination` (pinned host memory of the view's length) on
