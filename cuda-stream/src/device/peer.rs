@@ -3,7 +3,7 @@
 
 use super::Device;
 use crate::call::capture_mode::uncapturable_call;
-use crate::ffi::error::{Result, check, take_last_error};
+use crate::ffi::error::{Error, Result, check, take_last_error};
 use crate::sys;
 use std::ffi::c_int;
 
@@ -29,13 +29,16 @@ impl Device {
     /// [`disable_peer_access`](Device::disable_peer_access)
     /// ([`cudaDeviceEnablePeerAccess`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__PEER.html)).
     /// One direction only: `peer` reaching this device's memory needs its own call. Enabling it
-    /// again is not an error. Memory of `peer`'s stream-ordered pools needs
-    /// [`MemPool::set_access`](crate::MemPool::set_access) as well.
+    /// again is not an error. It covers memory of `cudaMalloc` (raw code, other libraries),
+    /// not memory of stream-ordered pools, every [`DeviceBuffer`](crate::DeviceBuffer)'s
+    /// included: for those, [`MemPool::set_access`](crate::MemPool::set_access) instead.
     ///
     /// # Errors
-    /// CUDA's errors: `cudaErrorPeerAccessUnsupported` where [`Device::can_access_peer`] says
-    /// no, `cudaErrorInvalidDevice` for this device itself.
+    /// [`Error::SameDevice`] for this device itself; CUDA's errors where
+    /// [`Device::can_access_peer`] says no (`cudaErrorInvalidDevice` from the runtime,
+    /// `cudaErrorPeerAccessUnsupported` from some drivers).
     pub fn enable_peer_access(self, peer: Device) -> Result<()> {
+        refuse_same_device(self, peer)?;
         let _current = self.make_current()?;
         // A context-wide setting: no capture in progress forbids it or is invalidated.
         uncapturable_call(|| {
@@ -49,15 +52,18 @@ impl Device {
         })
     }
 
-    /// Takes back [`enable_peer_access`](Device::enable_peer_access): work enqueued after it on
-    /// this device no longer reaches `peer`'s memory directly (the crate's own copies between
-    /// devices go through `cudaMemcpyPeerAsync`, which needs no peer access). Disabling access
-    /// that is not enabled is not an error
+    /// Takes back [`enable_peer_access`](Device::enable_peer_access): work on this device no
+    /// longer reaches `peer`'s memory directly (the crate's own copies between devices go
+    /// through `cudaMemcpyPeerAsync`, which needs no peer access). Work still running that
+    /// reads `peer`'s memory through a raw address faults (a sticky error of the context):
+    /// disable only once such kernels have completed. Disabling access that is not enabled is
+    /// not an error
     /// ([`cudaDeviceDisablePeerAccess`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__PEER.html)).
     ///
     /// # Errors
-    /// CUDA's errors.
+    /// [`Error::SameDevice`] for this device itself; CUDA's errors.
     pub fn disable_peer_access(self, peer: Device) -> Result<()> {
+        refuse_same_device(self, peer)?;
         let _current = self.make_current()?;
         uncapturable_call(|| {
             // SAFETY: an ordinal; this device is current.
@@ -69,4 +75,12 @@ impl Device {
             check(code, "cudaDeviceDisablePeerAccess")
         })
     }
+}
+
+/// [`Error::SameDevice`] for a device and itself: its own memory needs no peer access.
+fn refuse_same_device(device: Device, peer: Device) -> Result<()> {
+    if device == peer {
+        return Err(Error::SameDevice { what: "peer access is between two devices", device: device.ordinal() });
+    }
+    Ok(())
 }

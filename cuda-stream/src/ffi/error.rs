@@ -327,6 +327,14 @@ pub enum Error {
     /// the stream may be gone, and its handle value may name another stream by now.
     #[error("the stream was current in a scope that has ended")]
     NotCurrent,
+    /// A call between two devices given one device twice (peer access, a pool's access).
+    #[error("{what}: device {device} given as both")]
+    SameDevice {
+        /// What the call is for.
+        what: &'static str,
+        /// The device.
+        device: i32,
+    },
     /// [`Device::set_flags`](crate::Device::set_flags) after the device's primary context
     /// exists: this crate sets flags only before (CUDA would overwrite the live context's).
     #[error("device {device}'s primary context exists already: its flags are set before anything uses the device")]

@@ -24,8 +24,8 @@
 //! * Views ([`DeviceBuffer::slice`], [`slice_mut`](DeviceBuffer::slice_mut),
 //!   [`chunks_mut`](DeviceBuffer::chunks_mut), [`DeviceSliceMut::split_at_mut`]) copy and use a
 //!   range of a buffer: one element read back, a pipeline's chunks. They borrow the buffer;
-//!   their uses are ordered as uses of the whole buffer (two views' uses on two streams are
-//!   serialized, disjoint or not).
+//!   each use is ordered after the uses of the whole buffer recorded before it (uses made at
+//!   once from several threads may overlap: each kernel uses its view's elements only).
 //! * Elements are [`DeviceCopy`]: plain old data that any bit pattern, and a GPU, may write.
 //! * During a stream capture, a [`DeviceBuffer`]'s allocation, copies and fills are refused
 //!   ([`Error::CaptureMisuse`]): a graph replaying them would outlive the buffer. A buffer

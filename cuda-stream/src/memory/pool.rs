@@ -3,7 +3,7 @@
 
 use crate::call::capture_mode::uncapturable_call;
 use crate::device::Device;
-use crate::ffi::error::{Result, check};
+use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::call_outside_host_fn;
 use crate::sys;
 use std::ffi::{c_int, c_void};
@@ -224,13 +224,21 @@ impl MemPool {
     /// says ([`cudaMemPoolSetAccess`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY__POOLS.html)):
     /// a pool's memory is its own device's only until then. Applies to the pool's allocations
     /// made before and after the call. `device` must be able to reach the pool's device
-    /// ([`Device::can_access_peer`]).
+    /// ([`Device::can_access_peer`]). Taking access away while work on `device` that reads the
+    /// pool's memory through a raw address still runs faults that work (a sticky error of its
+    /// context): narrow access only once such kernels have completed.
     ///
     /// # Errors
-    /// As [`MemPool::set_release_threshold`]; CUDA's `cudaErrorInvalidDevice` or
-    /// `cudaErrorInvalidValue` for the pool's own device (always read-write) or a device
-    /// without peer access to it.
+    /// [`Error::SameDevice`] for the pool's own device (it always reads and writes its
+    /// memory); as [`MemPool::set_release_threshold`]; CUDA's errors for a device without peer
+    /// access to the pool's.
     pub fn set_access(&self, device: Device, access: PoolAccess) -> Result<()> {
+        if device == self.inner.device {
+            return Err(Error::SameDevice {
+                what: "a pool's own device always reads and writes its memory",
+                device: device.ordinal(),
+            });
+        }
         let descriptor = sys::cudaMemAccessDesc { location: device_location(device), flags: access.raw() };
         let _current = self.inner.device.make_current()?;
         uncapturable_call(|| {

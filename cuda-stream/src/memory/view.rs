@@ -5,8 +5,11 @@
 //! A view borrows its buffer, so the buffer outlives it and cannot be dropped, moved or used
 //! whole while an exclusive view lives; exclusive views split from one another
 //! ([`DeviceSliceMut::split_at_mut`], [`DeviceBuffer::chunks_mut`]) cover disjoint ranges. A
-//! view's work is ordered as a use of the whole buffer (see [`DeviceBuffer::use_on`]): uses of
-//! two views on two streams are serialized, disjoint or not.
+//! view's work is ordered as a use of the whole buffer (see [`DeviceBuffer::use_on`]): each
+//! waits for the uses of the buffer recorded before it, whatever their range. Uses made at
+//! once from several threads (chunks sent to threads) wait only for what was recorded before
+//! each began, so their kernels may overlap: a kernel given a view's address may use only the
+//! view's elements.
 
 use super::buffer::DeviceBuffer;
 use super::pinned::PinnedBuffer;
@@ -101,7 +104,8 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
         self.range.clone()
     }
 
-    /// The device address of its first element (see [`DeviceBuffer::as_ptr`]).
+    /// The device address of its first element, for work on the home stream that reads the
+    /// view's elements only (see [`DeviceBuffer::as_ptr`]).
     pub fn as_ptr(&self) -> *const T {
         self.buffer.as_ptr().wrapping_add(self.range.start)
     }
@@ -137,7 +141,8 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
     }
 
     /// Runs `launch` with `stream` and the view's device address, ordered as
-    /// [`DeviceBuffer::use_on`] orders a use of the buffer. The kernel may only read the view.
+    /// [`DeviceBuffer::use_on`] orders a use of the buffer. The kernel may only read the view's
+    /// elements ([`range`](DeviceSlice::range)), only on `stream`.
     ///
     /// # Errors
     /// As [`DeviceBuffer::use_on`].
@@ -172,8 +177,8 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
         self.range.clone()
     }
 
-    /// The device address of its first element, for kernels that write it (see
-    /// [`DeviceBuffer::as_mut_ptr`]).
+    /// The device address of its first element, for work on the home stream that uses the
+    /// view's elements only (see [`DeviceBuffer::as_mut_ptr`]).
     pub fn as_mut_ptr(&mut self) -> *mut T {
         self.buffer.as_ptr().cast_mut().wrapping_add(self.range.start)
     }
@@ -214,7 +219,9 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
     }
 
     /// Runs `launch` with `stream` and the view's device address, ordered as
-    /// [`DeviceBuffer::use_on`] orders a use of the buffer.
+    /// [`DeviceBuffer::use_on`] orders a use of the buffer. The kernel may use only the view's
+    /// elements ([`range`](DeviceSliceMut::range)), only on `stream`: a sibling view's use on
+    /// another thread may run at the same time.
     ///
     /// # Errors
     /// As [`DeviceBuffer::use_on`].
