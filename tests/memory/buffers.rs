@@ -733,7 +733,7 @@ fn chunks_used_on_several_streams_are_ordered_with_each_other() {
         .unwrap()
         .unwrap();
         let reader = &streams[(index + 1) % chunks];
-        view.as_slice().copy_to_pinned(reader, &mut outs[index]).unwrap();
+        view.copy_to_pinned(reader, &mut outs[index]).unwrap();
     }
     for (index, out) in outs.iter().enumerate() {
         let expected: Vec<u32> = ((index * chunk) as u32..((index + 1) * chunk) as u32).map(|i| i ^ PATTERN).collect();

@@ -28,11 +28,25 @@ pub struct DeviceSlice<'a, T: DeviceCopy, S: AsStream> {
 
 /// An exclusive view of elements `range` of a [`DeviceBuffer`]: nothing else uses those
 /// elements while it lives (the buffer is borrowed mutably, and views split from one another
-/// are disjoint).
+/// are disjoint). It derefs to the shared view of the same elements, for reading and copying
+/// out.
 pub struct DeviceSliceMut<'a, T: DeviceCopy, S: AsStream> {
-    buffer: &'a DeviceBuffer<T, S>,
-    range: Range<usize>,
+    shared: DeviceSlice<'a, T, S>,
     _exclusive: PhantomData<&'a mut DeviceBuffer<T, S>>,
+}
+
+impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
+    fn new(buffer: &'a DeviceBuffer<T, S>, range: Range<usize>) -> Self {
+        DeviceSliceMut { shared: DeviceSlice { buffer, range }, _exclusive: PhantomData }
+    }
+}
+
+impl<'a, T: DeviceCopy, S: AsStream> std::ops::Deref for DeviceSliceMut<'a, T, S> {
+    type Target = DeviceSlice<'a, T, S>;
+
+    fn deref(&self) -> &DeviceSlice<'a, T, S> {
+        &self.shared
+    }
 }
 
 impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
@@ -50,7 +64,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// As [`DeviceBuffer::slice`].
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceSliceMut<'_, T, S>> {
         let range = checked_range(&range, self.len())?;
-        Ok(DeviceSliceMut { buffer: self, range, _exclusive: PhantomData })
+        Ok(DeviceSliceMut::new(self, range))
     }
 
     /// Exclusive views of `chunk` elements each, in order, the last one shorter if `chunk`
@@ -84,7 +98,7 @@ impl<'a, T: DeviceCopy, S: AsStream> Iterator for ChunksMut<'a, T, S> {
         }
         let end = start.saturating_add(self.chunk).min(self.buffer.len());
         self.next = end;
-        Some(DeviceSliceMut { buffer: self.buffer, range: start..end, _exclusive: PhantomData })
+        Some(DeviceSliceMut::new(self.buffer, start..end))
     }
 }
 
@@ -157,30 +171,10 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
 }
 
 impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
-    /// The view, shared, for reading and copying out.
-    pub fn as_slice(&self) -> DeviceSlice<'_, T, S> {
-        DeviceSlice { buffer: self.buffer, range: self.range.clone() }
-    }
-
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.range.len()
-    }
-
-    /// Always `false`: a view has at least one element.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// The elements of the buffer it covers.
-    pub fn range(&self) -> Range<usize> {
-        self.range.clone()
-    }
-
     /// The device address of its first element, for work on the home stream that uses the
     /// view's elements only (see [`DeviceBuffer::as_mut_ptr`]).
     pub fn as_mut_ptr(&mut self) -> *mut T {
-        self.buffer.as_ptr().cast_mut().wrapping_add(self.range.start)
+        self.shared.as_ptr().cast_mut()
     }
 
     /// Two exclusive views: the first `mid` elements and the rest.
@@ -191,10 +185,9 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
         if mid == 0 || mid >= self.len() {
             return Err(Error::Size("a view splits into two non-empty views"));
         }
-        let split = self.range.start + mid;
-        let first = DeviceSliceMut { buffer: self.buffer, range: self.range.start..split, _exclusive: PhantomData };
-        let second = DeviceSliceMut { buffer: self.buffer, range: split..self.range.end, _exclusive: PhantomData };
-        Ok((first, second))
+        let DeviceSlice { buffer, range } = self.shared;
+        let split = range.start + mid;
+        Ok((DeviceSliceMut::new(buffer, range.start..split), DeviceSliceMut::new(buffer, split..range.end)))
     }
 
     /// Copies `source` into the view on `stream`, and returns once the copy has completed (as
@@ -205,7 +198,7 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
     /// [`DeviceBuffer::copy_from_slice`].
     pub fn copy_from_slice(&mut self, stream: impl AsStream, source: &[T]) -> Result<()> {
         same_length(self.len(), source.len())?;
-        self.buffer.copy_range_from_host(&stream.as_stream(), self.range.start, source)
+        self.shared.buffer.copy_range_from_host(&stream.as_stream(), self.range.start, source)
     }
 
     /// Copies `source` (pinned host memory of the view's length) into the view on `stream`,
@@ -215,23 +208,23 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
     /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_from_pinned`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut PinnedBuffer<T>) -> Result<()> {
         same_length(self.len(), source.len())?;
-        self.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source)
+        self.shared.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source)
     }
 
     /// Runs `launch` with `stream` and the view's device address, ordered as
     /// [`DeviceBuffer::use_on`] orders a use of the buffer. The kernel may use only the view's
-    /// elements ([`range`](DeviceSliceMut::range)), only on `stream`: a sibling view's use on
+    /// elements ([`range`](DeviceSlice::range)), only on `stream`: a sibling view's use on
     /// another thread may run at the same time.
     ///
     /// # Errors
     /// As [`DeviceBuffer::use_on`].
     pub fn use_on<R>(&mut self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *mut T) -> R) -> Result<R> {
-        self.buffer.use_range_on(&stream.as_stream(), self.range.start, launch)
+        self.shared.buffer.use_range_on(&stream.as_stream(), self.range.start, launch)
     }
 
     /// The view written, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses).
     pub fn write_access(&self) -> Access {
-        Access::write(self.as_slice().as_ptr(), self.len())
+        Access::write(self.as_ptr(), self.len())
     }
 }
 
@@ -264,7 +257,7 @@ impl<T: DeviceCopy, S: AsStream> std::fmt::Debug for DeviceSlice<'_, T, S> {
 
 impl<T: DeviceCopy, S: AsStream> std::fmt::Debug for DeviceSliceMut<'_, T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceSliceMut").field("range", &self.range).field("buffer", self.buffer).finish()
+        f.debug_struct("DeviceSliceMut").field("range", &self.range).field("buffer", self.shared.buffer).finish()
     }
 }
 
