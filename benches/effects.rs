@@ -8,6 +8,7 @@
 //! `$BENCH_OUT/bench-effects.json`. `--quick` runs fewer repetitions.
 
 use cuda_stream::{BuiltinStream, Device, Event, EventFlags, Stream, StreamOptions, StreamPool, StreamRef, sys};
+use cuda_stream_tests::bench::thread_cpu;
 use cuda_stream_tests::{Stats, TagLog, poll_until};
 use std::time::{Duration, Instant};
 
@@ -108,14 +109,6 @@ unsafe extern "C" {
     /// `kernels/bench_floor.cu`: cudaEventSynchronize on `event`, timed on the wall and in
     /// this thread's CPU time (ns); returns the CUDA result.
     fn cs_floor_event_synchronize(event: sys::cudaEvent_t, wall_ns: *mut f64, cpu_ns: *mut f64) -> i32;
-}
-
-/// This thread's CPU time.
-fn thread_cpu() -> Duration {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid out-pointer; the clock of the calling thread.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// In a child process whose device 0 was given `schedule` before its context existed: for a

@@ -8,7 +8,7 @@
 
 use cuda_stream::{BuiltinStream, Device, DeviceBuffer, Event, EventFlags, LaunchConfig, PinnedBuffer};
 use cuda_stream_tests::Stats;
-use std::time::Duration;
+use cuda_stream_tests::bench::thread_cpu;
 
 /// Runs one side in this process and prints its five CPU times: `--child rust` or `--child c++`.
 const CHILD: &str = "--child";
@@ -27,14 +27,6 @@ unsafe extern "C" {
 cuda_stream::kernel! {
     /// asyncAPI's kernel (`kernels/bench_floor.cu`): adds `value` to each element.
     static INCREMENT = fn cs_bench_increment(data: *mut i32, value: i32);
-}
-
-/// This thread's CPU time.
-fn thread_cpu() -> Duration {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid out-pointer; the clock of the calling thread.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// The crate's side: the same calls through this crate, each timed.

@@ -142,12 +142,27 @@ impl StreamRef {
         let Work { name, step, uses, in_capture, calls } = work;
         let (_current, via) = self.enter_for(calls)?;
         self.outside_transitions(in_capture, || {
-            let checked = self.race_check(step, uses, || name.to_owned())?;
-            let _turn = self.graph_turn_if_capturing(in_capture);
-            let done = call(via)?;
-            checked.enqueued();
-            Ok(done)
+            self.race_checked(name, step, uses, || {
+                let _turn = self.graph_turn_if_capturing(in_capture);
+                call(via)
+            })
         })
+    }
+
+    /// Steps 4 and 5 of the [protocol](self) around `call`: the race detector's check before
+    /// it, and its record once CUDA took the work.
+    #[inline(always)]
+    fn race_checked<R>(
+        &self,
+        name: &'static str,
+        step: Step,
+        uses: impl FnOnce() -> Vec<Use>,
+        call: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        let checked = self.race_check(step, uses, || name.to_owned())?;
+        let done = call()?;
+        checked.enqueued();
+        Ok(done)
     }
 
     /// [`StreamRef::enqueue`] as a fast call only, for operations with a path of their own
@@ -171,10 +186,7 @@ impl StreamRef {
         uncaptured_calls::outside_captures(|| {
             premise().then(|| {
                 let (_current, via) = self.enter_for(calls)?;
-                let checked = self.race_check(step, uses, || name.to_owned())?;
-                let done = call(via)?;
-                checked.enqueued();
-                Ok(done)
+                self.race_checked(name, step, uses, || call(via))
             })
         })
         .flatten()
