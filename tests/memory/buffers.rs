@@ -12,7 +12,7 @@
 use cuda_stream::sys;
 use cuda_stream::{DeviceBuffer, Error, MemPool, PinnedBuffer, ReusePolicy, Stream, StreamRef, capture};
 use cuda_stream_tests::non_blocking_stream as stream;
-use cuda_stream_tests::{gpu_or_skip, spin, spin_copy};
+use cuda_stream_tests::{TagLog, gpu_or_skip, spin, spin_copy};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -739,4 +739,116 @@ fn chunks_used_on_several_streams_are_ordered_with_each_other() {
         let expected: Vec<u32> = ((index * chunk) as u32..((index + 1) * chunk) as u32).map(|i| i ^ PATTERN).collect();
         assert_eq!(out.as_slice().unwrap(), &expected[..], "chunk {index} read after its write");
     }
+}
+
+/// The spans of the tags' kernels in `log`, by tag.
+fn spans(log: &TagLog) -> std::collections::HashMap<u32, (u64, u64)> {
+    log.entries().into_iter().map(|entry| (entry.tag, (entry.start_ns, entry.end_ns))).collect()
+}
+
+/// Two reads of one buffer on two streams run at once (each a kernel that spins 100 ms inside
+/// a shared view's `use_on`); a write of the buffer on a third stream starts after both
+/// ended; a read after the write starts after it. The old whole-buffer ordering serialized
+/// the readers.
+#[test]
+fn readers_on_two_streams_overlap_and_a_writer_waits_for_both() {
+    let device = gpu_or_skip!();
+    let (home, a, b, w) = (stream(device), stream(device), stream(device), stream(device));
+    let mut buffer = DeviceBuffer::from_slice(&home, &vec![PATTERN; N]).unwrap();
+    let log = TagLog::new(8).unwrap();
+    let spin = Duration::from_millis(100);
+    for (tag, reader) in [(1, &a), (2, &b)] {
+        buffer.slice(..).unwrap().use_on(reader, |on, _| cuda_stream_tests::tag(on, &log, tag, spin)).unwrap().unwrap();
+    }
+    buffer.use_on(&w, |on, _| cuda_stream_tests::tag(on, &log, 3, Duration::ZERO)).unwrap().unwrap();
+    buffer.slice(..).unwrap().use_on(&a, |on, _| cuda_stream_tests::tag(on, &log, 4, Duration::ZERO)).unwrap().unwrap();
+    for s in [&a, &b, &w] {
+        s.synchronize().unwrap();
+    }
+    let spans = spans(&log);
+    let (first, second, writer, reader) = (spans[&1], spans[&2], spans[&3], spans[&4]);
+    assert!(writer.0 >= first.1 && writer.0 >= second.1, "the write waited for both reads: {spans:?}");
+    assert!(reader.0 >= writer.1, "the read after the write waited for it: {spans:?}");
+    if cuda_stream_tests::concurrency_visible() {
+        assert!(first.0 < second.1 && second.0 < first.1, "the two reads ran at once: {spans:?}");
+    }
+}
+
+/// Disjoint exclusive views on two streams run at once, also when one of the streams is the
+/// buffer's home (whose own work before the views, the allocation and a fill, is all the other
+/// waits for); a write of the whole buffer waits for both.
+#[test]
+fn disjoint_views_on_two_streams_overlap_and_a_write_of_both_waits() {
+    let device = gpu_or_skip!();
+    let (home, b, c) = (stream(device), stream(device), stream(device));
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    let log = TagLog::new(8).unwrap();
+    let spin = Duration::from_millis(100);
+    let (mut left, mut right) = buffer.slice_mut(..).unwrap().split_at_mut(N / 2).unwrap();
+    left.use_on(&home, |on, _| cuda_stream_tests::tag(on, &log, 1, spin)).unwrap().unwrap();
+    right.use_on(&b, |on, _| cuda_stream_tests::tag(on, &log, 2, spin)).unwrap().unwrap();
+    buffer.use_on(&c, |on, _| cuda_stream_tests::tag(on, &log, 3, Duration::ZERO)).unwrap().unwrap();
+    for s in [&home, &b, &c] {
+        s.synchronize().unwrap();
+    }
+    let spans = spans(&log);
+    let (first, second, whole) = (spans[&1], spans[&2], spans[&3]);
+    assert!(whole.0 >= first.1 && whole.0 >= second.1, "the whole write waited for both views: {spans:?}");
+    if cuda_stream_tests::concurrency_visible() {
+        assert!(first.0 < second.1 && second.0 < first.1, "the disjoint views ran at once: {spans:?}");
+    }
+}
+
+/// A free waits for every reader: two kernels on two streams read the buffer (200 ms spin,
+/// then a copy out) while it is dropped on its home stream, and the next allocation there is
+/// filled with other bytes. Both read the original data.
+#[test]
+fn a_free_waits_for_every_reader() {
+    let device = gpu_or_skip!();
+    let (home, a, b) = (stream(device), stream(device), stream(device));
+    let buffer = DeviceBuffer::from_slice(&home, &vec![PATTERN; N]).unwrap();
+    let mut outs = [DeviceBuffer::<u32, _>::zeroed(&a, N).unwrap(), DeviceBuffer::<u32, _>::zeroed(&b, N).unwrap()];
+    for (out, reader) in outs.iter_mut().zip([&a, &b]) {
+        let to = out.as_mut_ptr();
+        buffer
+            .slice(..)
+            .unwrap()
+            .use_on(reader, |on, from| {
+                // SAFETY: N u32s at both addresses; `to` is `out`'s, whose home is `on`; the
+                // view orders `from`'s use both ways.
+                unsafe { spin_copy(on, from, to, N, Duration::from_millis(200)) }
+            })
+            .unwrap()
+            .unwrap();
+    }
+    drop(buffer);
+    let mut next = DeviceBuffer::<u32, _>::new(&home, N).unwrap();
+    next.fill_bytes(&home, CLOBBER).unwrap();
+    for out in &outs {
+        assert_eq!(out.to_vec().unwrap(), vec![PATTERN; N], "each reader read the data, not the next allocation's");
+    }
+}
+
+/// Many copies of one pinned buffer in flight, up and down, on one stream: each waits for
+/// nothing but its stream, the events are recycled, and the data comes out in order.
+#[test]
+fn many_pinned_copies_in_flight_on_one_stream_keep_their_order() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, 256).unwrap();
+    let mut pinned = PinnedBuffer::<u32>::zeroed(256).unwrap();
+    let mut sum = DeviceBuffer::<u32, _>::zeroed(&home, 256).unwrap();
+    spin(&*home, Duration::from_millis(50)).unwrap();
+    for round in 0..300u32 {
+        // Written on the host only between rounds that synchronized: as_mut_slice waits.
+        if round % 100 == 0 {
+            pinned.as_mut_slice().unwrap().fill(round);
+        }
+        buffer.copy_from_pinned(&home, &mut pinned).unwrap();
+        sum.copy_from(&home, &buffer).unwrap();
+    }
+    // One stream's copies out of the pinned buffer: the newest mark stands for all of them.
+    assert!(format!("{pinned:?}").contains("copies_in_flight: 1"), "{pinned:?}");
+    sum.copy_to_pinned(&home, &mut pinned).unwrap();
+    assert_eq!(pinned.as_slice().unwrap(), &[200; 256][..], "the last round's value, after every copy");
 }

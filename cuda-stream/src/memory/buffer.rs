@@ -1,6 +1,7 @@
 //! [`DeviceBuffer`]: device memory allocated and freed in the order of its home stream, used on
 //! other streams only through calls that order the use both ways.
 
+use super::ledger::Span;
 use super::pinned::PinnedBuffer;
 use super::pool::MemPool;
 use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
@@ -31,11 +32,11 @@ use std::ptr::NonNull;
 ///
 /// `S` is what keeps the home stream alive: `&Stream` (the buffer borrows the stream), or
 /// `Arc<Stream>`, or any [`AsStream`]. Work on another stream goes through
-/// [`use_on`](DeviceBuffer::use_on) and the copy methods, which order it after the home
-/// stream's work (the allocation first) and after the buffer's last use on every other
-/// stream, and leave an event behind it that later uses and the free wait for: every use
-/// through the buffer sees the ones before it, whatever stream each ran on. See the
-/// [module docs](crate::memory).
+/// [`use_on`](DeviceBuffer::use_on), the views' `use_on` and the copy methods, which order it
+/// after the earlier uses it conflicts with (the allocation first) and leave an event behind
+/// it that later uses and the free wait for: a write waits for every earlier use of its
+/// bytes, a read for the earlier writes of its bytes, whatever stream each ran on, and two
+/// reads, or uses of disjoint views, run at once. See the [module docs](crate::memory).
 ///
 /// The contents start uninitialized on the GPU; [`zeroed`](DeviceBuffer::zeroed) and
 /// [`from_slice`](DeviceBuffer::from_slice) give them values. Reading them back is always
@@ -125,7 +126,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         let (home_raw, device) = (stream.as_raw(), stream.device());
         let home_identity = (stream.identity(), stream.known_id());
-        Ok(DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses: Uses::default(), _owns: PhantomData })
+        let uses = Uses::allocated(bytes);
+        Ok(DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, _owns: PhantomData })
     }
 
     /// The number of elements.
@@ -175,17 +177,18 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         self.ptr.as_ptr()
     }
 
-    /// Runs `launch` with `stream` and the buffer's device address, with the use ordered:
-    /// `stream` first waits for the home stream's work (the allocation included) and for the
-    /// buffer's last use on every other stream, and an event recorded on `stream` after
+    /// Runs `launch` with `stream` and the buffer's device address, with the use ordered as a
+    /// write of every element: `stream` first waits for every earlier use of the buffer on
+    /// other streams (the allocation included), and an event recorded on `stream` after
     /// `launch` makes later uses and the free wait for this one, also when `launch` panics.
-    /// On the home stream it waits only for uses elsewhere; a stream that uses the buffer
-    /// again costs one event record.
+    /// A stream waits for a given earlier use once; a repeated use costs one event record (on
+    /// the home stream, nothing while no other stream has used the buffer).
     ///
-    /// Uses on different streams are serialized: each waits for the last use on every other
-    /// stream, reads and disjoint ranges included, so two kernels that only read the buffer on
-    /// two streams do not overlap. For work that must overlap, order it yourself with raw
-    /// addresses and events.
+    /// For uses that may overlap, take views: [`DeviceBuffer::slice`]'s `use_on` is a read
+    /// (reads on several streams run at once, each waiting only for earlier writes), and
+    /// exclusive views of disjoint ranges ([`DeviceBuffer::chunks_mut`],
+    /// [`DeviceSliceMut::split_at_mut`](crate::DeviceSliceMut::split_at_mut)) never wait for
+    /// each other.
     ///
     /// `launch` typically calls [`StreamRef::launch`] with a kernel of yours; the kernel must
     /// use the address only on `stream`, and only through work enqueued inside `launch`.
@@ -199,24 +202,25 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// `launch` (the home stream began a capture meanwhile, a record failed), the error is
     /// returned and the buffer will be leaked rather than freed before the use.
     pub fn use_on<R>(&mut self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *mut T) -> R) -> Result<R> {
-        self.use_range_on(&stream.as_stream(), 0, launch)
+        self.use_range_on(&stream.as_stream(), self.span(0, self.len, true), launch)
     }
 
-    /// [`DeviceBuffer::use_on`] for the elements from `start` on (a view's), whose address
-    /// `launch` gets; ordered as a use of the whole buffer.
+    /// [`DeviceBuffer::use_on`] for the elements `span` covers (a view's), whose first address
+    /// `launch` gets.
     pub(super) fn use_range_on<R>(
         &self,
         stream: &StreamRef,
-        start: usize,
+        span: Span,
         launch: impl FnOnce(&StreamRef, *mut T) -> R,
     ) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
-        let (home, ptr) = (self.home()?, self.ptr.as_ptr().wrapping_add(start));
+        let home = self.home()?;
+        let ptr = self.ptr.as_ptr().cast::<u8>().wrapping_add(span.bytes.start).cast::<T>();
         // Your launch is not held under the capture-transition lock (it may wait for other
         // threads' calls, which a pending transition would hold up): a capture that begins on
         // `stream` meanwhile takes your launch, your `unsafe` contract; one that begins on the
         // home stream makes the buffer leak.
-        ordered_use(stream, &[Touched { home: &home, uses: &self.uses }], Hold::ChecksAndWaits, || {
+        ordered_use(stream, &[Touched { home: &home, uses: &self.uses, span }], Hold::ChecksAndWaits, || {
             Ok(launch(stream, ptr))
         })
     }
@@ -247,24 +251,33 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 
     /// The elements from `start` on, as many as `destination` holds, copied into it on
-    /// `stream`, blocking (see [`DeviceBuffer::copy_from_slice`]). The caller checked the range.
+    /// `stream`, blocking (see [`DeviceBuffer::copy_from_slice`]): a read of those elements.
+    /// The caller checked the range.
     pub(super) fn copy_range_to_host(&self, stream: &StreamRef, start: usize, destination: &mut [T]) -> Result<()> {
-        let bytes = size_of_val(destination);
+        let span = self.span(start, destination.len(), false);
         let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.element(start).cast_const());
-        self.blocking_copy(stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+        self.blocking_copy(stream, span, to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
     }
 
     /// `source` copied into the elements from `start` on, on `stream`, blocking. The caller
     /// checked the range.
     pub(super) fn copy_range_from_host(&self, stream: &StreamRef, start: usize, source: &[T]) -> Result<()> {
         let (to, from) = (self.element(start), source.as_ptr().cast::<c_void>());
-        self.blocking_copy(stream, to, from, size_of_val(source), sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        let span = self.span(start, source.len(), true);
+        self.blocking_copy(stream, span, to, from, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
     }
 
     /// The device address of element `start` (at most `len`: an address, never dereferenced
     /// on the host).
     fn element(&self, start: usize) -> *mut c_void {
         self.ptr.as_ptr().wrapping_add(start).cast::<c_void>()
+    }
+
+    /// The bytes of the `len` elements from `start` on (within the buffer: the callers check),
+    /// read or written.
+    pub(super) fn span(&self, start: usize, len: usize, writes: bool) -> Span {
+        let bytes = start * size_of::<T>()..(start + len) * size_of::<T>();
+        Span { bytes, writes }
     }
 
     /// The buffer's contents, copied on the home stream after its work so far (blocking, as
@@ -281,8 +294,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     pub(super) fn range_to_vec(&self, start: usize, len: usize) -> Result<Vec<T>> {
         let mut values = Vec::<T>::with_capacity(len);
         let (to, from) = (values.as_mut_ptr().cast::<c_void>(), self.element(start).cast_const());
-        let bytes = len * size_of::<T>();
-        self.blocking_copy(&*self.home()?, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
+        let span = self.span(start, len, false);
+        self.blocking_copy(&*self.home()?, span, to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
         // SAFETY: the copy above completed and wrote all `len` elements; any bytes are a valid
         // `T` (`DeviceCopy`).
         unsafe { values.set_len(len) };
@@ -308,8 +321,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         start: usize,
         source: &mut PinnedBuffer<T>,
     ) -> Result<()> {
-        let (to, from, bytes) = (self.element(start), source.as_ptr().cast::<c_void>(), source.len() * size_of::<T>());
-        self.pinned_copy(stream, source, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        let (to, from) = (self.element(start), source.as_ptr().cast::<c_void>());
+        let span = self.span(start, source.len(), true);
+        self.pinned_copy(stream, source, span, to, from, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
     }
 
     /// The elements from `start` on, as many as `destination` holds, copied into it on
@@ -320,9 +334,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         start: usize,
         destination: &mut PinnedBuffer<T>,
     ) -> Result<()> {
-        let bytes = destination.len() * size_of::<T>();
+        let span = self.span(start, destination.len(), false);
         let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.element(start).cast_const());
-        self.pinned_copy(stream, destination, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+        self.pinned_copy(stream, destination, span, to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
     }
 
     /// Copies the buffer into `destination` (pinned host memory) on `stream`, asynchronously:
@@ -357,7 +371,10 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             });
         }
         let (to_home, from_home) = (self.home()?, source.home()?);
-        let touched = [Touched { home: &to_home, uses: &self.uses }, Touched { home: &from_home, uses: &source.uses }];
+        let touched = [
+            Touched { home: &to_home, uses: &self.uses, span: self.span(0, self.len, true) },
+            Touched { home: &from_home, uses: &source.uses, span: source.span(0, source.len, false) },
+        ];
         ordered_use(&stream, &touched, Hold::Throughout, || {
             if to_device == from_device {
                 return copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
@@ -390,7 +407,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
-        self.ordered(stream, || {
+        self.ordered(stream, self.span(0, self.len, true), || {
             let work = Work::named("cudaMemsetAsync").uses(|| vec![self.race_use(AccessKind::Write)]);
             stream.enqueue(work, |_| {
                 // SAFETY: a live allocation of `bytes()` bytes; a live stream of its device, current.
@@ -425,10 +442,10 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// Runs `enqueue` (CUDA work on `stream` that uses the buffer), ordered both ways with the
     /// home stream, with no capture of this crate beginning or ending from the checks to the
     /// last wait: CUDA captures allocations, copies and fills rather than refusing them.
-    fn ordered<R>(&self, stream: &StreamRef, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
+    fn ordered<R>(&self, stream: &StreamRef, span: Span, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let home = self.home()?;
-        ordered_use(stream, &[Touched { home: &home, uses: &self.uses }], Hold::Throughout, enqueue)
+        ordered_use(stream, &[Touched { home: &home, uses: &self.uses, span }], Hold::Throughout, enqueue)
     }
 
     /// A copy between the buffer and host memory the caller lends only for this call: the
@@ -440,88 +457,87 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     fn blocking_copy(
         &self,
         stream: &StreamRef,
+        span: Span,
         to: *mut c_void,
         from: *const c_void,
-        bytes: usize,
         kind: sys::cudaMemcpyKind,
     ) -> Result<()> {
-        let (ordered, copied) = self.tracked_copy(stream, to, from, bytes, kind, || {
+        let done = Event::internal(stream.device())?;
+        let mut recorded = false;
+        let (ordered, enqueued) = self.tracked_copy(stream, span, to, from, kind, |copy| {
             if live_captures::any() {
                 // This thread's own capture would be invalidated by the wait below.
                 live_captures::refuse_unsafe_call()?;
             }
-            sync_debug::before_sync("cudaMemcpyAsync (pageable host memory)", SyncKind::PageableCopy)
-        })?;
-        if copied.enqueued {
-            // The copy is waited for before the host memory goes back: through its event, or,
-            // if none was recorded (a record fails only when the context is broken, and then
-            // no copy runs), through the stream.
-            let waited = if copied.recorded {
-                copied.done.synchronize_checked_earlier()
-            } else {
-                stream.synchronize_checked_earlier()
-            };
-            ordered?;
-            return waited;
-        }
-        ordered
-    }
-
-    /// A copy between the buffer and pinned memory: ordered with the home stream and after
-    /// the pinned buffer's copies still in flight (whatever their streams: two copies into one
-    /// pinned buffer land in the order they were made), and noted in the pinned buffer as in
-    /// flight whenever it was enqueued.
-    fn pinned_copy(
-        &self,
-        stream: &StreamRef,
-        pinned: &mut PinnedBuffer<T>,
-        to: *mut c_void,
-        from: *const c_void,
-        bytes: usize,
-        kind: sys::cudaMemcpyKind,
-    ) -> Result<()> {
-        let (ordered, copied) =
-            self.tracked_copy(stream, to, from, bytes, kind, || pinned.order_after_in_flight(stream))?;
-        if copied.enqueued {
-            pinned.in_flight(stream, copied.done, copied.recorded);
-        }
-        ordered
-    }
-
-    /// `first`, then a copy of `bytes` (within the buffer: the callers check) and an event
-    /// recorded after it, on `stream`, ordered with the home stream as a use of the whole
-    /// buffer: the ordering's result, and how far the copy got whatever that result (its host
-    /// memory must outlive it).
-    fn tracked_copy(
-        &self,
-        stream: &StreamRef,
-        to: *mut c_void,
-        from: *const c_void,
-        bytes: usize,
-        kind: sys::cudaMemcpyKind,
-        first: impl FnOnce() -> Result<()>,
-    ) -> Result<(Result<()>, Copied)> {
-        let done = Event::internal(stream.device())?;
-        let (mut enqueued, mut recorded) = (false, false);
-        let ordered = self.ordered(stream, || {
-            first()?;
-            copy_async(stream, to, from, bytes, kind)?;
-            enqueued = true;
+            sync_debug::before_sync("cudaMemcpyAsync (pageable host memory)", SyncKind::PageableCopy)?;
+            copy()?;
             // Under the capture-transition lock, on a stream checked not capturing: a plain
             // record (the crate's record would take the lock again).
             stream.record_raw(done.as_raw(), 0)?;
             recorded = true;
             Ok(())
         });
-        Ok((ordered, Copied { done, enqueued, recorded }))
+        if enqueued {
+            // The copy is waited for before the host memory goes back: through its event, or,
+            // if none was recorded (a record fails only when the context is broken, and then
+            // no copy runs), through the stream.
+            let waited =
+                if recorded { done.synchronize_checked_earlier() } else { stream.synchronize_checked_earlier() };
+            ordered?;
+            return waited;
+        }
+        ordered
     }
-}
 
-/// How far a [`DeviceBuffer::tracked_copy`] got: enqueued, and `done` recorded after it.
-struct Copied {
-    done: Event,
-    enqueued: bool,
-    recorded: bool,
+    /// A copy between the buffer and pinned memory: ordered with the buffer's uses and with
+    /// the pinned buffer's copies in flight that it conflicts with (a copy into the pinned
+    /// memory waits for every copy of it in flight, one out of it for the copies into it),
+    /// and noted in the pinned buffer whenever it was enqueued.
+    fn pinned_copy(
+        &self,
+        stream: &StreamRef,
+        pinned: &mut PinnedBuffer<T>,
+        span: Span,
+        to: *mut c_void,
+        from: *const c_void,
+        kind: sys::cudaMemcpyKind,
+    ) -> Result<()> {
+        // The pinned side: all of it, read where the device side is written and written where
+        // it is read.
+        let host = Span { bytes: 0..span.bytes.len(), writes: !span.writes };
+        let (ordered, _) = self.tracked_copy(stream, span, to, from, kind, |copy| {
+            let ticket = pinned.order_copy(stream, &host)?;
+            copy()?;
+            pinned.copied(stream, host, ticket);
+            Ok(())
+        });
+        ordered
+    }
+
+    /// `copy_with`, ordered as a use of `span` of the buffer on `stream`, given the copy
+    /// itself to enqueue between what must come before and after it: the ordering's result,
+    /// and whether the copy was enqueued whatever that result (its host memory must outlive
+    /// it).
+    fn tracked_copy(
+        &self,
+        stream: &StreamRef,
+        span: Span,
+        to: *mut c_void,
+        from: *const c_void,
+        kind: sys::cudaMemcpyKind,
+        copy_with: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<()>,
+    ) -> (Result<()>, bool) {
+        let bytes = span.bytes.len();
+        let mut enqueued = false;
+        let ordered = self.ordered(stream, span, || {
+            copy_with(&mut || {
+                copy_async(stream, to, from, bytes, kind)?;
+                enqueued = true;
+                Ok(())
+            })
+        });
+        (ordered, enqueued)
+    }
 }
 
 /// `bytes` on `stream`, from `pool` or the device's current pool, in the stream's order.

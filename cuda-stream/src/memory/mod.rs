@@ -7,25 +7,27 @@
 //!   (`cudaFreeAsync`): on one stream, the two raw calls and nothing else. It holds its home
 //!   stream (a `&Stream`, an `Arc<Stream>`, anything [`AsStream`](crate::AsStream)), so the
 //!   stream outlives it.
-//! * Work on another stream goes through the buffer, which orders it: the other stream first
-//!   waits for the home stream's work (the allocation first) and for the buffer's last use on
-//!   every other stream, and an event recorded after the work makes later uses, and the free,
-//!   wait for it (PyTorch's `record_stream`, cudarc's read and write events). The events are
-//!   kept per stream and recorded again, never created per use, and a stream that already
-//!   waited for the home stream's work does not wait again: a repeated use elsewhere costs one
-//!   record. The buffer's copies and fills do it themselves; your own kernels get it through
-//!   [`DeviceBuffer::use_on`]. Launching a kernel stays `unsafe`: a raw pointer escapes every
-//!   safe wrapper.
+//! * Work on another stream goes through the buffer, which orders it byte range by byte range,
+//!   reads apart from writes: a write waits for every earlier use of its bytes, a read for the
+//!   earlier writes of its bytes, whatever their streams, and an event recorded after the use
+//!   makes later uses, and the free, wait for it (PyTorch's `record_stream`, cudarc's read and
+//!   write events, kept per range). Two reads, or uses of disjoint views, on different streams
+//!   run at once. A stream waits for a given use once; events are recycled, never created per
+//!   use once the buffer is warm; the home stream's uses cost nothing while no other stream
+//!   has used the buffer. The buffer's copies and fills do it themselves; your own kernels
+//!   get it through [`DeviceBuffer::use_on`] (a write) and the views' `use_on`. Launching a
+//!   kernel stays `unsafe`: a raw pointer escapes every safe wrapper.
 //! * Copies from and to Rust slices (pageable memory, as far as CUDA knows) **block** until
 //!   the copy has completed: CUDA copies pageable memory through a staging buffer, and a
 //!   slice may be page-locked after all, so returning earlier could let it be written or
 //!   freed under the copy. Copies from and to a [`PinnedBuffer`] are asynchronous: the pinned
-//!   buffer remembers the copies in flight, and its host access and its drop wait for them.
+//!   buffer remembers the copies in flight as the device buffer does its uses (copies out of
+//!   it run at once, a copy into it waits for them), and its host access and its drop wait for
+//!   them.
 //! * Views ([`DeviceBuffer::slice`], [`slice_mut`](DeviceBuffer::slice_mut),
 //!   [`chunks_mut`](DeviceBuffer::chunks_mut), [`DeviceSliceMut::split_at_mut`]) copy and use a
-//!   range of a buffer: one element read back, a pipeline's chunks. They borrow the buffer;
-//!   each use is ordered after the uses of the whole buffer recorded before it (uses made at
-//!   once from several threads may overlap: each kernel uses its view's elements only).
+//!   range of a buffer: one element read back, a pipeline's chunks. They borrow the buffer; a
+//!   shared view's use is a read of its range, an exclusive view's a write.
 //! * Elements are [`DeviceCopy`]: plain old data that any bit pattern, and a GPU, may write.
 //! * During a stream capture, a [`DeviceBuffer`]'s allocation, copies and fills are refused
 //!   ([`Error::CaptureMisuse`]): a graph replaying them would outlive the buffer. A buffer
@@ -49,6 +51,7 @@
 // Layer 10 of docs/architecture.md, memory. May use: ffi, call, device, event, stream, graph.
 
 mod buffer;
+mod ledger;
 pub mod mem_ops;
 mod pinned;
 mod pool;

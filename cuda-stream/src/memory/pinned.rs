@@ -1,9 +1,9 @@
 //! [`PinnedBuffer`]: page-locked host memory, which CUDA copies asynchronously, and which
 //! waits for those copies before the host may touch or free it.
 
+use super::ledger::{Ledger, On, Span, Ticket};
 use super::{DeviceCopy, byte_size};
 use crate::call::capture_mode::uncapturable_call;
-use crate::call::live_captures;
 use crate::call::race::{self, AccessKind, HostAccess};
 use crate::call::sync_debug::{self, SyncKind};
 use crate::device::Device;
@@ -20,16 +20,18 @@ use std::ptr::NonNull;
 /// ([`cudaHostAlloc`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html),
 /// portable to every device). Copies between it and a
 /// [`DeviceBuffer`](crate::DeviceBuffer) are truly asynchronous; the buffer remembers each
-/// copy in flight (an event recorded after it), and [`as_slice`](PinnedBuffer::as_slice),
-/// [`as_mut_slice`](PinnedBuffer::as_mut_slice) and the drop wait for them first, so the host
-/// never reads memory a copy is still writing, nor writes or frees memory a copy still reads.
-/// Copies into or out of one pinned buffer run in the order they were made, whatever their
-/// streams and device buffers: each waits for the ones still in flight.
+/// copy in flight (an event recorded after it), and [`as_slice`](PinnedBuffer::as_slice)
+/// waits for the copies into it, [`as_mut_slice`](PinnedBuffer::as_mut_slice) and the drop for
+/// all of them, so the host never reads memory a copy is still writing, nor writes or frees
+/// memory a copy still reads. A copy into the pinned buffer waits for every copy of it still in
+/// flight on other streams, a copy out of it for the copies into it: copies out run at once on
+/// several streams. Copies on one stream wait for nothing (the stream orders them), and their
+/// events are recorded again, never created per copy: N copies in flight cost N records.
 pub struct PinnedBuffer<T: DeviceCopy> {
     ptr: NonNull<T>,
     len: usize,
-    /// Events recorded after the copies in flight.
-    in_flight: Vec<Event>,
+    /// The copies in flight: what each reads or writes, and an event recorded after it.
+    in_flight: Ledger,
     /// A copy in flight could not be tracked: the memory is never freed.
     leak: bool,
 }
@@ -80,7 +82,7 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
             check(unsafe { sys::cudaHostAlloc(&mut ptr, bytes, sys::cudaHostAllocPortable) }, "cudaHostAlloc")
         })?;
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
-        Ok(PinnedBuffer { ptr, len, in_flight: Vec::new(), leak: false })
+        Ok(PinnedBuffer { ptr, len, in_flight: Ledger::default(), leak: false })
     }
 
     /// The number of elements.
@@ -93,15 +95,15 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         false
     }
 
-    /// The elements, once every copy in flight has completed. A shared borrow, as for a
-    /// `Vec`: a new copy takes `&mut self`, so none begins while the slice lives (until
-    /// [`PinnedBuffer::as_mut_slice`] or a copy forgets them, the copies' events are asked
-    /// again at each call).
+    /// The elements, once every copy into them in flight has completed (copies out of them may
+    /// go on). A shared borrow, as for a `Vec`: a new copy takes `&mut self`, so none begins
+    /// while the slice lives (until [`PinnedBuffer::as_mut_slice`] or a copy forgets them, the
+    /// copies' events are asked again at each call).
     ///
     /// # Errors
     /// The errors of [`Event::synchronize`] (a fault in the copies' streams).
     pub fn as_slice(&self) -> Result<&[T]> {
-        self.wait_for_copies()?;
+        self.wait_for_copies(&self.whole(false))?;
         self.race_host_access("PinnedBuffer::as_slice", AccessKind::Read)?;
         // SAFETY: `len` initialized elements this buffer owns; no copy is in flight, and a new
         // one takes `&mut self`, which the slice's borrow of `self` keeps out.
@@ -138,56 +140,53 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
         self.ptr.as_ptr()
     }
 
-    /// Notes a copy just enqueued on `stream` as in flight: `done`, if it was `recorded`
-    /// after the copy. Otherwise the stream is waited for; if that fails too, the memory is
-    /// never handed out nor freed again. Completed events are pruned as they pile up.
-    pub(crate) fn in_flight(&mut self, stream: &StreamRef, done: Event, recorded: bool) {
-        if !recorded {
-            if stream.synchronize_checked_earlier().is_err() {
-                self.leak = true;
-            }
-            return;
-        }
-        // Queries only while no stream of the process can be capturing (a query would break a
-        // capture of this thread's).
-        if self.in_flight.len() >= 16 && !live_captures::may_capture() {
-            self.in_flight.retain(|event| !super::uses::seen_complete(event));
-        }
-        self.in_flight.push(done);
-    }
-
-    /// Makes `stream` wait for the copies in flight (on any stream) before what it does next.
-    pub(crate) fn order_after_in_flight(&self, stream: &StreamRef) -> Result<()> {
+    /// Makes `stream` wait for the copies in flight that a copy touching `span` of this buffer
+    /// conflicts with, before the copy; its place among them, for [`PinnedBuffer::copied`].
+    pub(super) fn order_copy(&mut self, stream: &StreamRef, span: &Span) -> Result<Ticket> {
         if self.leak {
             return Err(Error::Size(UNTRACKED));
         }
-        for event in &self.in_flight {
-            stream.wait_raw(event.as_raw(), 0)?;
+        self.in_flight.order_before(stream, On::stream(stream, false), span)
+    }
+
+    /// Notes a copy just enqueued on `stream` as in flight (an event recorded after it). If
+    /// that fails, the stream is waited for; if that fails too, the memory is never handed out
+    /// nor freed again.
+    pub(super) fn copied(&mut self, stream: &StreamRef, span: Span, ticket: Ticket) {
+        if self.in_flight.note(stream, On::stream(stream, false), span, ticket).is_err()
+            && stream.synchronize_checked_earlier().is_err()
+        {
+            self.leak = true;
         }
-        Ok(())
+    }
+
+    /// All of the buffer, read or written by the host.
+    fn whole(&self, writes: bool) -> Span {
+        Span { bytes: 0..self.len * size_of::<T>(), writes }
     }
 
     /// Waits for every copy in flight, and forgets them.
     fn settle(&mut self) -> Result<()> {
-        self.wait_for_copies()?;
+        self.wait_for_copies(&self.whole(true))?;
         self.in_flight.clear();
         Ok(())
     }
 
-    /// Waits for every copy in flight (the newest first).
-    fn wait_for_copies(&self) -> Result<()> {
+    /// Waits for the copies in flight that a host access of `span` conflicts with (the newest
+    /// first).
+    fn wait_for_copies(&self, span: &Span) -> Result<()> {
         refuse_inside_host_fn()?;
         if self.leak {
             return Err(Error::Size(UNTRACKED));
         }
-        if self.in_flight.is_empty() {
+        if !self.in_flight.conflicts_with(span) {
             return Ok(());
         }
         // Refused where a capture of this crate forbids waiting; the events themselves were
         // recorded outside any capture.
         drop(crate::call::transitions::unsafe_call_hold()?);
         sync_debug::before_sync("cudaEventSynchronize (a pinned buffer's copies in flight)", SyncKind::PinnedWait)?;
-        self.in_flight.iter().rev().try_for_each(Event::synchronize_checked_earlier)
+        self.in_flight.host_waits(span, Event::synchronize_checked_earlier)
     }
 }
 

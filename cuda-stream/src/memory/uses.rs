@@ -1,83 +1,51 @@
-//! The order of a buffer's uses across streams: work on the home stream needs nothing; work on
-//! another stream waits for the home stream's work (the allocation first) and for the last use
-//! on every other stream, then leaves an event of its own, which later uses and the free wait
-//! for. Events are kept per stream and recorded again, never created per use; a stream that
-//! already waited for the home stream's current event does not wait again.
+//! The order of a buffer's uses across streams, byte range by byte range: a use waits for the
+//! earlier uses it conflicts with (a write for every use of its bytes, a read for the writes),
+//! whatever their streams, and leaves an event behind it that later uses and the free wait for
+//! (a [`Ledger`]). The allocation is a write of every byte on the home stream.
+//!
+//! The home stream's uses cost nothing while the buffer is used nowhere else: they are kept
+//! as one span, unmarked, and the first use elsewhere that conflicts with it records one event
+//! on the home stream then. From the first use elsewhere on, home uses are marked like any
+//! other, so a later use elsewhere waits for exactly the home uses it conflicts with.
 
-use crate::call::live_captures;
-use crate::call::race;
+use super::ledger::{Ledger, On, Span, Ticket};
 use crate::call::transitions::{NoTransitions, no_capture_transitions};
-use crate::event::Event;
-use crate::ffi::driver;
 use crate::ffi::error::Result;
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// How many streams' slots a buffer keeps before it drops those whose use has completed.
-const PRUNE_AT: usize = 8;
-
 /// A buffer's ordering state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Uses {
-    /// The home stream enqueued uses since `home_event` was last recorded.
-    home_dirty: AtomicBool,
-    /// `state.others` holds events: the home stream has uses elsewhere to wait for.
-    others_pending: AtomicBool,
     /// A use could not be ordered before the free: the drop leaks the memory.
     leak: AtomicBool,
     /// The address was handed out for work on the home stream that the buffer does not see:
-    /// every use elsewhere records the home stream's event again.
+    /// every use elsewhere waits for the home stream's work so far.
     exported: AtomicBool,
     state: Mutex<State>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    /// Recorded on the home stream after its uses, when another stream needs them.
-    home_event: Option<Event>,
-    /// How many times `home_event` was recorded.
-    home_generation: u64,
-    /// The last use on each other stream.
-    others: Vec<OtherUse>,
-}
-
 #[derive(Debug)]
-struct OtherUse {
-    stream: StreamKey,
-    /// Recorded after the stream's last use of the buffer.
-    event: Event,
-    /// The `home_generation` the stream last waited for.
-    seen_home: u64,
-}
-
-/// Which stream a use was on: its identity (device, handle, thread) and, for a stream this
-/// crate created, CUDA's id, which is never reused. Two keys with equal ids are one stream;
-/// equal identities without ids may be a stream and a later one that reused its handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct StreamKey {
-    identity: (crate::device::Device, usize, u64),
-    id: Option<u64>,
-}
-
-impl StreamKey {
-    fn of(stream: &StreamRef) -> StreamKey {
-        StreamKey { identity: stream.identity(), id: stream.known_id() }
-    }
-
-    /// Certainly the same stream (so its own earlier use is already ordered before this one).
-    fn certainly_same(&self, other: &StreamKey) -> bool {
-        self.id.is_some() && self.id == other.id
-    }
-
-    /// Perhaps the same stream: the slot to record this stream's use in.
-    fn same_slot(&self, other: &StreamKey) -> bool {
-        self.identity == other.identity
-    }
+struct State {
+    /// The bytes the whole buffer covers.
+    bytes: usize,
+    /// What the home stream's uses not yet marked touched (the allocation first).
+    home_unmarked: Option<Span>,
+    /// A stream other than the home stream has used the buffer: home uses are marked.
+    shared: bool,
+    ledger: Ledger,
 }
 
 impl Uses {
+    /// The state of a buffer of `bytes` just allocated on its home stream.
+    pub(super) fn allocated(bytes: usize) -> Uses {
+        let state =
+            State { bytes, home_unmarked: Some(Span::write(0..bytes)), shared: false, ledger: Ledger::default() };
+        Uses { leak: AtomicBool::new(false), exported: AtomicBool::new(false), state: Mutex::new(state) }
+    }
+
     /// Whether the memory must be leaked rather than freed.
     pub(super) fn leaked(&self) -> bool {
         self.leak.load(Ordering::Acquire)
@@ -97,102 +65,62 @@ impl Uses {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Before work on `stream` that uses the buffer: orders it after the buffer's earlier uses.
-    /// Returns the home generation `stream` has now waited for (for [`Uses::after`]).
-    fn before(&self, home: &StreamRef, stream: &StreamRef) -> Result<u64> {
-        if stream == home {
-            if self.others_pending.load(Ordering::Acquire) {
-                self.home_waits_for_others(home)?;
-            }
-            return Ok(0);
-        }
+    /// Before work on `stream` that touches `span`: orders it after the earlier uses it
+    /// conflicts with. Returns where the use stands in the ledger (for [`Uses::after`]).
+    fn before(&self, home: &StreamRef, stream: &StreamRef, span: &Span) -> Result<Ticket> {
+        let on_home = stream == home;
         let mut state = self.state();
-        let dirty = self.home_dirty.swap(false, Ordering::AcqRel);
-        if dirty || self.exported.load(Ordering::Acquire) || state.home_event.is_none() {
-            let event = match state.home_event.take() {
-                Some(event) => event,
-                None => Event::internal(home.device())?,
-            };
-            if let Err(error) = home.record_raw(event.as_raw(), 0) {
-                self.home_dirty.store(true, Ordering::Release);
-                state.home_event = Some(event);
-                return Err(error);
+        let state = &mut *state;
+        if on_home {
+            // A use of a part after a use of every byte (the allocation): the home stream's
+            // work so far is marked, so that uses elsewhere of other parts wait for it only.
+            let whole = Span::write(0..state.bytes);
+            if !state.shared && state.home_unmarked.as_ref() == Some(&whole) && *span != whole {
+                state.ledger.mark(home, On::stream(home, true), whole)?;
+                state.home_unmarked = None;
             }
-            state.home_event = Some(event);
-            state.home_generation += 1;
-        }
-        let key = StreamKey::of(stream);
-        let generation = state.home_generation;
-        let mine = state.others.iter().find(|other| other.stream.certainly_same(&key));
-        if mine.is_none_or(|mine| mine.seen_home != generation) {
-            if let Some(home_event) = &state.home_event {
-                stream.wait_raw(home_event.as_raw(), 0)?;
+        } else {
+            if self.exported.load(Ordering::Acquire) {
+                let whole = Span::write(0..state.bytes);
+                state.home_unmarked =
+                    Some(state.home_unmarked.as_ref().map_or(whole.clone(), |old| old.merged(&whole)));
             }
-        }
-        for other in &state.others {
-            if !other.stream.certainly_same(&key) {
-                stream.wait_raw(other.event.as_raw(), 0)?;
+            if let Some(unmarked) = state.home_unmarked.take_if(|unmarked| unmarked.conflicts(span)) {
+                if let Err(error) = state.ledger.mark(home, On::stream(home, true), unmarked.clone()) {
+                    state.home_unmarked = Some(unmarked);
+                    return Err(error);
+                }
             }
         }
-        Ok(generation)
+        state.ledger.order_before(stream, On::stream(stream, on_home), span)
     }
 
-    /// After work on `stream` that uses the buffer: on the home stream, notes it for the next
-    /// use elsewhere; on another stream, records the stream's event after it.
-    fn after(&self, home: &StreamRef, stream: &StreamRef, generation: u64) -> Result<()> {
-        if stream == home {
-            self.home_dirty.store(true, Ordering::Release);
+    /// After work on `stream` that touched `span`: on the home stream of a buffer used nowhere
+    /// else, notes it unmarked; otherwise marks it with an event recorded after it.
+    fn after(&self, home: &StreamRef, stream: &StreamRef, span: Span, ticket: Ticket) -> Result<()> {
+        let on_home = stream == home;
+        let mut state = self.state();
+        if on_home && !state.shared {
+            state.home_unmarked = Some(match state.home_unmarked.take() {
+                Some(unmarked) => unmarked.merged(&span),
+                None => span,
+            });
             return Ok(());
         }
-        let key = StreamKey::of(stream);
-        let mut state = self.state();
-        let recorded = match state.others.iter_mut().find(|other| other.stream.same_slot(&key)) {
-            Some(slot) => {
-                // Recorded again after this use, which waited for the slot's earlier event
-                // (`before` waits for every event it is not certain is its own): the new
-                // record covers the old one.
-                slot.stream = key;
-                slot.seen_home = generation;
-                stream.record_raw(slot.event.as_raw(), 0)
-            }
-            None => Event::internal(stream.device()).and_then(|event| {
-                // Queries only while no stream of the process can be capturing (a query would
-                // break a capture of this thread's).
-                if state.others.len() >= PRUNE_AT && !live_captures::may_capture() {
-                    // Slots whose last use has completed order nothing any more.
-                    state.others.retain(|other| !seen_complete(&other.event));
-                }
-                stream.record_raw(event.as_raw(), 0)?;
-                state.others.push(OtherUse { stream: key, event, seen_home: generation });
-                Ok(())
-            }),
-        };
-        self.others_pending.store(!state.others.is_empty(), Ordering::Release);
-        if recorded.is_err() {
+        state.shared = true;
+        let noted = state.ledger.note(stream, On::stream(stream, on_home), span, ticket);
+        if noted.is_err() {
             self.mark_leaked();
         }
-        recorded
+        noted
     }
 
-    /// The home stream waits for the last use on every other stream (before work there, and
-    /// before the free). On failure, the events not yet waited for are kept.
+    /// The home stream waits for every use on other streams (before the free). On failure,
+    /// the uses not yet waited for are kept.
     pub(super) fn home_waits_for_others(&self, home: &StreamRef) -> Result<()> {
-        if !self.others_pending.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let mut state = self.state();
-        // The home stream's work now includes what it waits for: a use elsewhere from here on
-        // records the home stream's event again (also if a wait below fails).
-        self.home_dirty.store(true, Ordering::Release);
-        while let Some(other) = state.others.last() {
-            home.wait_raw(other.event.as_raw(), 0)?;
-            state.others.pop();
-        }
-        self.others_pending.store(false, Ordering::Release);
-        Ok(())
+        self.state().ledger.home_waits_for_all(home)
     }
 }
-
 /// How much of [`ordered_use`] holds the capture-transition lock.
 #[derive(Copy, Clone, PartialEq, Eq)]
 pub(super) enum Hold {
@@ -203,10 +131,12 @@ pub(super) enum Hold {
     ChecksAndWaits,
 }
 
-/// One buffer a use touches: its home stream and its ordering state.
+/// One buffer a use touches: its home stream, its ordering state, and the bytes the use reads
+/// or writes.
 pub(super) struct Touched<'a> {
     pub(super) home: &'a StreamRef,
     pub(super) uses: &'a Uses,
+    pub(super) span: Span,
 }
 
 /// Runs `enqueue` (work on `stream` that uses the buffers `touched`), ordered after each
@@ -228,9 +158,9 @@ pub(super) fn ordered_use<R>(
     for buffer in touched {
         refuse_capture(buffer.home)?;
     }
-    let mut generations = [0u64; 2];
-    for (buffer, generation) in touched.iter().zip(generations.iter_mut()) {
-        *generation = buffer.uses.before(buffer.home, stream)?;
+    let mut tickets = [Ticket::default(); 2];
+    for (buffer, ticket) in touched.iter().zip(tickets.iter_mut()) {
+        *ticket = buffer.uses.before(buffer.home, stream, &buffer.span)?;
     }
     let held = match hold {
         Hold::Throughout => Some(transitions),
@@ -239,7 +169,7 @@ pub(super) fn ordered_use<R>(
             None
         }
     };
-    let after = After { touched, stream, generations, held, done: false };
+    let after = After { touched, stream, tickets, held, done: false };
     let result = enqueue();
     after.finish()?;
     result
@@ -250,7 +180,7 @@ pub(super) fn ordered_use<R>(
 struct After<'a, 'b> {
     touched: &'b [Touched<'a>],
     stream: &'a StreamRef,
-    generations: [u64; 2],
+    tickets: [Ticket; 2],
     held: Option<NoTransitions>,
     done: bool,
 }
@@ -267,12 +197,12 @@ impl After<'_, '_> {
             None => no_capture_transitions(),
         };
         let mut noted = Ok(());
-        for (buffer, &generation) in self.touched.iter().zip(&self.generations) {
+        for (buffer, &ticket) in self.touched.iter().zip(&self.tickets) {
             // A capture of either stream begun meanwhile (during a caller's closure) would take
             // the record: the use is then not noted, and the buffer leaks.
             let this = refuse_capture(buffer.home)
                 .and_then(|()| refuse_capture(self.stream))
-                .and_then(|()| buffer.uses.after(buffer.home, self.stream, generation));
+                .and_then(|()| buffer.uses.after(buffer.home, self.stream, buffer.span.clone(), ticket));
             if this.is_err() {
                 buffer.uses.mark_leaked();
                 noted = noted.and(this);
@@ -301,14 +231,3 @@ pub(super) fn refuse_capture(stream: &StreamRef) -> Result<()> {
 
 pub(super) const CAPTURED: &str =
     "device memory is not allocated, copied, filled or freed during a capture (a replay would outlive it)";
-
-/// Whether the work before `event`'s last record has completed (a query), told to the race
-/// detector when it has: what the caller stops waiting for is done.
-pub(super) fn seen_complete(event: &Event) -> bool {
-    let snapshot = event.race_snapshot();
-    let done = driver::event_query(event.as_raw()) == Ok(true);
-    if done {
-        race::host_saw(snapshot);
-    }
-    done
-}

@@ -5,11 +5,11 @@
 //! A view borrows its buffer, so the buffer outlives it and cannot be dropped, moved or used
 //! whole while an exclusive view lives; exclusive views split from one another
 //! ([`DeviceSliceMut::split_at_mut`], [`DeviceBuffer::chunks_mut`]) cover disjoint ranges. A
-//! view's work is ordered as a use of the whole buffer (see [`DeviceBuffer::use_on`]): each
-//! waits for the uses of the buffer recorded before it, whatever their range. Uses made at
-//! once from several threads (chunks sent to threads) wait only for what was recorded before
-//! each began, so their kernels may overlap: a kernel given a view's address may use only the
-//! view's elements.
+//! shared view's use is a read of its range, an exclusive view's a write (see
+//! [`DeviceBuffer::use_on`]): each waits only for the earlier uses of the buffer it conflicts
+//! with, so reads of one range, and uses of disjoint ranges, on different streams run at once.
+//! A kernel given a view's address may use only the view's elements, and through a shared
+//! view only read them: the ordering is only as true as that promise.
 
 use super::buffer::DeviceBuffer;
 use super::pinned::PinnedBuffer;
@@ -154,14 +154,17 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
         self.buffer.copy_range_to_pinned(&stream.as_stream(), self.range.start, destination)
     }
 
-    /// Runs `launch` with `stream` and the view's device address, ordered as
-    /// [`DeviceBuffer::use_on`] orders a use of the buffer. The kernel may only read the view's
-    /// elements ([`range`](DeviceSlice::range)), only on `stream`.
+    /// Runs `launch` with `stream` and the view's device address, ordered as a read of the
+    /// view's elements: it waits for the earlier writes of them (on other streams), not for
+    /// other reads, and the later writes and the free wait for it (see
+    /// [`DeviceBuffer::use_on`]). The kernel may only read the view's elements
+    /// ([`range`](DeviceSlice::range)), only on `stream`.
     ///
     /// # Errors
     /// As [`DeviceBuffer::use_on`].
     pub fn use_on<R>(&self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *const T) -> R) -> Result<R> {
-        self.buffer.use_range_on(&stream.as_stream(), self.range.start, |stream, ptr| launch(stream, ptr.cast_const()))
+        let span = self.buffer.span(self.range.start, self.len(), false);
+        self.buffer.use_range_on(&stream.as_stream(), span, |stream, ptr| launch(stream, ptr.cast_const()))
     }
 
     /// The view read, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses).
@@ -211,15 +214,17 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
         self.shared.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source)
     }
 
-    /// Runs `launch` with `stream` and the view's device address, ordered as
-    /// [`DeviceBuffer::use_on`] orders a use of the buffer. The kernel may use only the view's
-    /// elements ([`range`](DeviceSlice::range)), only on `stream`: a sibling view's use on
-    /// another thread may run at the same time.
+    /// Runs `launch` with `stream` and the view's device address, ordered as a write of the
+    /// view's elements: it waits for every earlier use of them (on other streams), and later
+    /// uses of them and the free wait for it (see [`DeviceBuffer::use_on`]). The kernel may use
+    /// only the view's elements ([`range`](DeviceSlice::range)), only on `stream`: a disjoint
+    /// view's use may run at the same time.
     ///
     /// # Errors
     /// As [`DeviceBuffer::use_on`].
     pub fn use_on<R>(&mut self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *mut T) -> R) -> Result<R> {
-        self.shared.buffer.use_range_on(&stream.as_stream(), self.range.start, launch)
+        let span = self.shared.buffer.span(self.range.start, self.len(), true);
+        self.shared.buffer.use_range_on(&stream.as_stream(), span, launch)
     }
 
     /// The view written, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses).

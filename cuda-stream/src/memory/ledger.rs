@@ -1,0 +1,336 @@
+//! The uses of a piece of memory that may still be running: for each, the bytes it read or
+//! wrote, its stream, and an event recorded after it. A new use waits only for the uses it
+//! conflicts with (a write for every earlier use of its bytes, a read for the earlier writes),
+//! forgets those it makes redundant, and leaves a mark of its own. Events are recycled, never
+//! created per use once a ledger is warm.
+//!
+//! Device buffers ([`super::uses`]) and pinned buffers keep one each.
+
+use crate::call::live_captures;
+use crate::call::race;
+use crate::device::Device;
+use crate::event::Event;
+use crate::ffi::driver;
+use crate::ffi::error::Result;
+use crate::stream::StreamRef;
+use std::ops::Range;
+
+/// How many marks a ledger keeps before it forgets those whose use has completed.
+const PRUNE_AT: usize = 16;
+/// How many marks a ledger keeps, while queries are not allowed (a capture may be in
+/// progress), before it merges each stream's marks into one.
+const MERGE_AT: usize = 64;
+/// How many recycled events a ledger keeps.
+const SPARE: usize = 8;
+
+/// The bytes a use touches, and whether it writes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Span {
+    pub(super) bytes: Range<usize>,
+    pub(super) writes: bool,
+}
+
+impl Span {
+    pub(super) fn write(bytes: Range<usize>) -> Span {
+        Span { bytes, writes: true }
+    }
+
+    /// Whether one must wait for the other: they share a byte and one of them writes.
+    pub(super) fn conflicts(&self, other: &Span) -> bool {
+        (self.writes || other.writes) && self.bytes.start < other.bytes.end && other.bytes.start < self.bytes.end
+    }
+
+    /// Whether every use that must wait for `other` must also wait for `self`.
+    fn subsumes(&self, other: &Span) -> bool {
+        let covers = self.bytes.start <= other.bytes.start && other.bytes.end <= self.bytes.end;
+        covers && (self.writes || !other.writes)
+    }
+
+    /// The smallest span that conflicts with whatever either does.
+    pub(super) fn merged(&self, other: &Span) -> Span {
+        Span {
+            bytes: self.bytes.start.min(other.bytes.start)..self.bytes.end.max(other.bytes.end),
+            writes: self.writes || other.writes,
+        }
+    }
+}
+
+/// Which stream a use was on: its identity (device, handle, thread) and, for a stream this
+/// crate created, CUDA's id, which is never reused. Two keys with equal ids are one stream;
+/// equal identities without ids may be a stream and a later one that reused its handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct StreamKey {
+    identity: (Device, usize, u64),
+    id: Option<u64>,
+}
+
+impl StreamKey {
+    pub(super) fn of(stream: &StreamRef) -> StreamKey {
+        StreamKey { identity: stream.identity(), id: stream.known_id() }
+    }
+
+    /// Certainly the same stream (so its own earlier use is already ordered before this one).
+    fn certainly_same(&self, other: &StreamKey) -> bool {
+        self.id.is_some() && self.id == other.id
+    }
+}
+
+/// Where a new use stands: on `stream`, and whether that is the memory's home stream (whose
+/// marks are its own there, whatever the key says).
+#[derive(Clone, Copy)]
+pub(super) struct On {
+    pub(super) key: StreamKey,
+    pub(super) home: bool,
+}
+
+impl On {
+    pub(super) fn stream(stream: &StreamRef, home: bool) -> On {
+        On { key: StreamKey::of(stream), home }
+    }
+
+    /// Whether `mark`'s use is ordered before this one by the stream alone.
+    fn owns(&self, mark: &Mark) -> bool {
+        (self.home && mark.home) || mark.on.certainly_same(&self.key)
+    }
+}
+
+/// A use that may still be running.
+#[derive(Debug)]
+struct Mark {
+    /// Its place in the ledger's order (see [`Ticket`]).
+    seq: u64,
+    on: StreamKey,
+    /// On the memory's home stream.
+    home: bool,
+    span: Span,
+    /// Recorded after the use; never recorded again while the mark lives.
+    event: Event,
+    /// Streams (by CUDA's id) that have waited for `event`.
+    waited: Waited,
+}
+
+/// A few stream ids, for waits not to be made twice.
+#[derive(Debug, Default)]
+struct Waited {
+    ids: [u64; 4],
+    len: u8,
+}
+
+impl Waited {
+    fn contains(&self, id: u64) -> bool {
+        self.ids[..usize::from(self.len)].contains(&id)
+    }
+
+    fn insert(&mut self, id: u64) {
+        if usize::from(self.len) < self.ids.len() {
+            self.ids[usize::from(self.len)] = id;
+            self.len += 1;
+        }
+    }
+}
+
+/// The marks a use was ordered after: those with a lower `seq`. A use noted later forgets only
+/// marks it was ordered after (others were added meanwhile by uses it does not conflict with).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Ticket(u64);
+
+/// The marks of one piece of memory.
+#[derive(Debug, Default)]
+pub(super) struct Ledger {
+    /// Oldest first.
+    marks: Vec<Mark>,
+    /// Events of forgotten marks, to record again.
+    spare: Vec<Event>,
+    next_seq: u64,
+}
+
+impl Ledger {
+    /// How many uses may still be running.
+    pub(super) fn len(&self) -> usize {
+        self.marks.len()
+    }
+
+    /// Whether some use that may still be running conflicts with `span`.
+    pub(super) fn conflicts_with(&self, span: &Span) -> bool {
+        self.marks.iter().any(|mark| span.conflicts(&mark.span))
+    }
+
+    /// Makes the stream of `on` wait for the noted uses that `span` conflicts with and that
+    /// are not its own, each once per stream of a known id.
+    pub(super) fn order_before(&mut self, stream: &StreamRef, on: On, span: &Span) -> Result<Ticket> {
+        for mark in self.marks.iter_mut().rev() {
+            if on.owns(mark) || !span.conflicts(&mark.span) {
+                continue;
+            }
+            if let Some(id) = on.key.id {
+                if mark.waited.contains(id) {
+                    continue;
+                }
+                stream.wait_raw(mark.event.as_raw(), 0)?;
+                mark.waited.insert(id);
+            } else {
+                stream.wait_raw(mark.event.as_raw(), 0)?;
+            }
+        }
+        Ok(Ticket(self.next_seq))
+    }
+
+    /// Notes a use of `span` just enqueued on `stream` (ordered by `ticket`): forgets the marks
+    /// it makes redundant and records a mark of its own after it.
+    pub(super) fn note(&mut self, stream: &StreamRef, on: On, span: Span, ticket: Ticket) -> Result<()> {
+        // Ordered before this use (waited for, or its own stream's), and every use that must
+        // wait for it must wait for this one.
+        self.forget_where(|mark| mark.seq < ticket.0 && span.subsumes(&mark.span) && (span.writes || on.owns(mark)));
+        self.mark(stream, on, span)
+    }
+
+    /// Records a mark of `span` on `stream` now, after the work enqueued there so far.
+    pub(super) fn mark(&mut self, stream: &StreamRef, on: On, span: Span) -> Result<()> {
+        self.tidy();
+        let event = self.event_for(stream.device())?;
+        if let Err(error) = stream.record_raw(event.as_raw(), 0) {
+            self.recycle(event);
+            return Err(error);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.marks.push(Mark { seq, on: on.key, home: on.home, span, event, waited: Waited::default() });
+        Ok(())
+    }
+
+    /// Makes `stream` wait for every mark but the home stream's (before the memory is freed
+    /// there). On failure, the marks not yet waited for are kept.
+    pub(super) fn home_waits_for_all(&mut self, stream: &StreamRef) -> Result<()> {
+        while let Some(mark) = self.marks.last() {
+            if !mark.home {
+                stream.wait_raw(mark.event.as_raw(), 0)?;
+            }
+            let mark = self.marks.pop().expect("the last mark");
+            self.recycle(mark.event);
+        }
+        Ok(())
+    }
+
+    /// Blocks until the uses that a host access of `span` conflicts with have completed (the
+    /// newest first), each through `synchronize`.
+    pub(super) fn host_waits(&self, span: &Span, synchronize: impl FnMut(&Event) -> Result<()>) -> Result<()> {
+        self.marks
+            .iter()
+            .rev()
+            .filter(|mark| span.conflicts(&mark.span))
+            .map(|mark| &mark.event)
+            .try_for_each(synchronize)
+    }
+
+    /// Forgets every mark (their uses have completed).
+    pub(super) fn clear(&mut self) {
+        for mark in std::mem::take(&mut self.marks) {
+            self.recycle(mark.event);
+        }
+    }
+
+    /// Forgets the marks `forget` picks, keeping their events to record again.
+    fn forget_where(&mut self, mut forget: impl FnMut(&Mark) -> bool) {
+        let mut at = 0;
+        while at < self.marks.len() {
+            if forget(&self.marks[at]) {
+                let mark = self.marks.remove(at);
+                self.recycle(mark.event);
+            } else {
+                at += 1;
+            }
+        }
+    }
+
+    /// A recycled event of `device`, or a new one.
+    fn event_for(&mut self, device: Device) -> Result<Event> {
+        match self.spare.iter().position(|event| event.device() == device) {
+            Some(at) => Ok(self.spare.swap_remove(at)),
+            None => Event::internal(device),
+        }
+    }
+
+    /// Keeps `event` to record again (no mark names it any more: a record now changes no wait
+    /// already enqueued, which took the record before it).
+    fn recycle(&mut self, event: Event) {
+        if self.spare.len() < SPARE {
+            self.spare.push(event);
+        }
+    }
+
+    /// Keeps the ledger short: forgets completed uses where a query is allowed, else merges
+    /// each stream's marks into its newest once they pile up.
+    fn tidy(&mut self) {
+        if self.marks.len() < PRUNE_AT {
+            return;
+        }
+        // Queries only while no stream of the process can be capturing (a query would break a
+        // capture of this thread's).
+        if !live_captures::may_capture() {
+            self.forget_where(|mark| seen_complete(&mark.event));
+        } else if self.marks.len() >= MERGE_AT {
+            self.merge_per_stream();
+        }
+    }
+
+    /// Replaces the marks of each stream of a known id by one: the newest's event (its record
+    /// comes after the others' on that stream), over all their bytes.
+    fn merge_per_stream(&mut self) {
+        let mut merged: Vec<Mark> = Vec::new();
+        for mark in std::mem::take(&mut self.marks).into_iter().rev() {
+            let same = merged.iter_mut().find(|kept| kept.on.certainly_same(&mark.on) && kept.home == mark.home);
+            match same {
+                Some(newer) => {
+                    newer.span = newer.span.merged(&mark.span);
+                    newer.waited = Waited::default();
+                    self.recycle(mark.event);
+                }
+                None => merged.push(mark),
+            }
+        }
+        merged.reverse();
+        self.marks = merged;
+    }
+}
+
+/// Whether the work before `event`'s last record has completed (a query), told to the race
+/// detector when it has: what the caller stops waiting for is done.
+fn seen_complete(event: &Event) -> bool {
+    let snapshot = event.race_snapshot();
+    let done = driver::event_query(event.as_raw()) == Ok(true);
+    if done {
+        race::host_saw(snapshot);
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Span;
+    use std::ops::Range;
+
+    impl Span {
+        fn read(bytes: Range<usize>) -> Span {
+            Span { bytes, writes: false }
+        }
+    }
+
+    #[test]
+    fn reads_conflict_only_with_writes_of_the_same_bytes() {
+        let (read, write) = (Span::read(0..8), Span::write(4..12));
+        assert!(!read.conflicts(&Span::read(0..8)), "two reads");
+        assert!(read.conflicts(&write) && write.conflicts(&read), "a read and a write of bytes 4..8");
+        assert!(!write.conflicts(&Span::write(12..16)), "disjoint writes");
+        assert!(!Span::write(0..4).conflicts(&write), "adjacent, not overlapping");
+    }
+
+    #[test]
+    fn a_write_subsumes_what_it_covers_and_a_read_only_reads() {
+        let whole = Span::write(0..16);
+        assert!(whole.subsumes(&Span::read(4..8)) && whole.subsumes(&Span::write(0..16)));
+        assert!(!whole.subsumes(&Span::write(8..20)), "not covered");
+        assert!(Span::read(0..16).subsumes(&Span::read(2..4)));
+        assert!(!Span::read(0..16).subsumes(&Span::write(2..4)), "a later read need not wait for a read");
+        assert_eq!(Span::read(0..4).merged(&Span::write(8..12)), Span::write(0..12));
+    }
+}
