@@ -162,6 +162,44 @@ fn a_typed_launch_declares_what_it_reads_and_writes() {
     other.synchronize().unwrap();
 }
 
+/// Buffers as launch arguments: the launch orders them (no report, though nothing was
+/// declared), and tells the detector what it wrote: a raw launch on a third stream that reads
+/// `y` without an edge is reported against the typed launch.
+#[test]
+fn buffer_arguments_are_ordered_and_told_to_the_detector() {
+    let device = gpu_or_skip!();
+    let (home, other, third) = (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let mut x = DeviceBuffer::from_slice(&home, &vec![1.0f32; N]).unwrap();
+    let mut y = DeviceBuffer::from_slice(&home, &vec![2.0f32; N]).unwrap();
+    let mut copy = DeviceBuffer::<f32, _>::zeroed(&third, N).unwrap();
+    home.synchronize().unwrap();
+    third.synchronize().unwrap();
+    let scope = race_scope(RaceMode::Report);
+    x.fill_bytes(&home, 0).unwrap();
+    let config = LaunchConfig::new((N as u32).div_ceil(256), 256);
+    // SAFETY: the kernel reads N floats of `x` and writes N of `y`.
+    unsafe { SAXPY.launch(&other, &config, (2.0, &x, &mut y, N as u32)) }.unwrap();
+    assert_eq!(scope.take_reports(), [], "the launch waited for the fill of x");
+    let (from, to) = (y.as_ptr(), copy.as_mut_ptr());
+    let raw_read = [Access::read(from, N), Access::write(to, N)];
+    // SAFETY: N floats at both addresses, alive until the synchronizes below; nothing orders
+    // the read of `y` after the typed launch: the race the detector must report.
+    unsafe {
+        SAXPY.launch(
+            &third,
+            &LaunchConfig::new((N as u32).div_ceil(256), 256).accesses(&raw_read),
+            (1.0, from, to, N as u32),
+        )
+    }
+    .unwrap();
+    let reports = scope.take_reports();
+    other.synchronize().unwrap();
+    third.synchronize().unwrap();
+    assert_eq!(kinds(&reports), [RaceKind::WriteRead], "{reports:#?}");
+    assert_eq!((reports[0].earlier.operation.as_str(), reports[0].later.operation.as_str()), ("cs_saxpy", "cs_saxpy"));
+    assert_eq!(y.to_vec().unwrap(), vec![2.0; N], "0 * 2 + 2: the typed launch read the filled x");
+}
+
 #[test]
 fn a_graph_launch_replays_the_accesses_its_capture_declared() {
     let device = gpu_or_skip!();

@@ -467,3 +467,56 @@ fn a_missing_kernel_image_names_the_device_and_the_fix() {
     let unknown = Error::NoKernelImage { kernel: "k", device: 1, major: 7, minor: 5, built_for: None };
     assert!(unknown.to_string().contains("built for other architectures"), "{unknown}");
 }
+
+/// Buffers and views as arguments: the launch orders their uses. `y` is zeroed on its home
+/// stream behind a 100 ms spin, then each quarter of it is computed by a launch on a stream of
+/// its own from the same quarter of `x` (a shared view, read) into a chunk of `y` (an
+/// exclusive view, written), with no `use_on`; the home stream's read-back comes after them.
+/// Unordered, the kernels would run before the fill, which would then clear their results.
+#[test]
+fn buffers_and_views_as_arguments_order_the_launch() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let streams: Vec<Stream> = (0..4).map(|_| stream(device)).collect();
+    let n = 1 << 16;
+    let x = DeviceBuffer::from_slice(&home, &vec![1.0f32; n]).unwrap();
+    let mut y = DeviceBuffer::from_slice(&home, &vec![2.0f32; n]).unwrap();
+    cuda_stream_tests::spin(&*home, Duration::from_millis(100)).unwrap();
+    y.fill_bytes(&home, 0).unwrap();
+    let quarter = n / 4;
+    for (index, mut chunk) in y.chunks_mut(quarter).unwrap().enumerate() {
+        let from = x.slice(chunk.range()).unwrap();
+        let config = LaunchConfig::new((quarter as u32).div_ceil(256), 256);
+        // SAFETY: the kernel reads `quarter` elements of `from` and writes as many of `chunk`.
+        unsafe { SAXPY.launch(&streams[index], &config, (3.0, &from, &mut chunk, quarter as u32)) }.unwrap();
+    }
+    assert_eq!(y.to_vec().unwrap(), vec![3.0; n], "each kernel ran after the fill, the read-back after them");
+    // A whole buffer as a `T*` and another as a `const T*`, on the home stream of neither.
+    let other = stream(device);
+    // SAFETY: the kernel reads `n` elements of `x` and writes `n` of `y`.
+    unsafe { SAXPY.launch(&other, &LaunchConfig::new((n as u32).div_ceil(256), 256), (1.0, &x, &mut y, n as u32)) }
+        .unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![4.0; n]);
+}
+
+/// A launch with buffer arguments on a stream being captured is refused before CUDA sees it,
+/// and the capture survives (memory in captures is not tracked).
+#[test]
+fn buffer_arguments_are_refused_during_a_capture() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let captured = stream(device);
+    let x = DeviceBuffer::from_slice(&home, &[1.0f32; 256]).unwrap();
+    let mut y = DeviceBuffer::from_slice(&home, &[2.0f32; 256]).unwrap();
+    let capture = captured.begin_capture(capture::ThreadLocal).unwrap();
+    // SAFETY: the kernel reads 256 elements of `x` and writes 256 of `y` (if it ran).
+    let refused = unsafe { SAXPY.launch(&captured, &LaunchConfig::new(1, 256), (3.0, &x, &mut y, 256)) };
+    assert!(matches!(refused, Err(Error::CaptureMisuse(_))), "{refused:?}");
+    let graph = capture.end().unwrap();
+    let mut nodes = 0;
+    // SAFETY: a live graph; a null node array asks only for the count.
+    let code = unsafe { sys::cudaGraphGetNodes(graph.as_raw(), std::ptr::null_mut(), &mut nodes) };
+    assert_eq!(code, sys::cudaError::cudaSuccess);
+    assert_eq!(nodes, 0, "nothing of the refused launch went into the graph");
+    assert_eq!(y.to_vec().unwrap(), vec![2.0; 256]);
+}

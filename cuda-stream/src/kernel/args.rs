@@ -1,6 +1,9 @@
-//! A launch's arguments: a tuple of values that CUDA copies into the kernel's parameters.
+//! A launch's arguments: a tuple of values that CUDA copies into the kernel's parameters, or
+//! buffers and views that stand for their device addresses and whose uses the launch orders.
 
-use crate::memory::DeviceCopy;
+use crate::ffi::error::Result;
+use crate::memory::{ArgUse, DeviceBuffer, DeviceCopy, DeviceSlice, DeviceSliceMut};
+use crate::stream::AsStream;
 use std::ffi::c_void;
 
 /// A value a kernel parameter can take: its bytes are copied into the parameter as they are.
@@ -60,6 +63,125 @@ kernel_args!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8);
 kernel_args!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9);
 kernel_args!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10);
 kernel_args!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11);
+
+/// What a launch passes for a kernel parameter of type `P`: the value itself, or memory that
+/// stands for its device address and whose use the launch orders (see
+/// [`Kernel::launch`](crate::Kernel::launch)):
+///
+/// | argument | parameter | the launch's use |
+/// |---|---|---|
+/// | a value of the parameter's type (numbers, `#[repr(C)]` structs, raw pointers) | the same | none (raw pointers are yours to order) |
+/// | `&DeviceSlice<T, _>`, `&DeviceSliceMut<T, _>`, `&DeviceBuffer<T, _>` | `*const T` (`const T*`) | a read of the view's or buffer's elements |
+/// | `&mut DeviceSliceMut<T, _>`, `&mut DeviceBuffer<T, _>` | `*mut T` (`T*`) | a write of them |
+///
+/// Sealed: the crate's types only.
+pub trait LaunchArg<P: KernelArg>: sealed::Sealed<P> {
+    /// The parameter's value.
+    #[doc(hidden)]
+    fn param(&self) -> P;
+
+    /// Whether the argument is memory whose use the launch orders.
+    #[doc(hidden)]
+    const TRACKED: bool = false;
+
+    /// The memory it touches, if it is a buffer or a view.
+    #[doc(hidden)]
+    fn arg_use(&self) -> Result<Option<ArgUse<'_>>> {
+        Ok(None)
+    }
+}
+
+mod sealed {
+    pub trait Sealed<P> {}
+}
+
+impl<P: KernelArg> sealed::Sealed<P> for P {}
+impl<P: KernelArg> LaunchArg<P> for P {
+    #[inline(always)]
+    fn param(&self) -> P {
+        *self
+    }
+}
+
+/// Memory whose use a launch argument makes: the address it stands for and the use.
+macro_rules! memory_arg {
+    ($([$($generics:tt)*] $arg:ty => $param:ty, |$this:ident| $address:expr, $arg_use:expr;)*) => {$(
+        impl<$($generics)*> sealed::Sealed<$param> for $arg {}
+        impl<$($generics)*> LaunchArg<$param> for $arg {
+            const TRACKED: bool = true;
+
+            #[inline]
+            fn param(&self) -> $param {
+                let $this = self;
+                $address
+            }
+
+            fn arg_use(&self) -> Result<Option<ArgUse<'_>>> {
+                let $this = self;
+                $arg_use.map(Some)
+            }
+        }
+    )*};
+}
+
+memory_arg! {
+    ['a, T: DeviceCopy, S: AsStream] &DeviceSlice<'a, T, S> => *const T, |this| this.as_ptr_untracked(), this.launch_use();
+    ['a, T: DeviceCopy, S: AsStream] &DeviceSliceMut<'a, T, S> => *const T, |this| this.as_ptr_untracked(), this.launch_use();
+    ['a, T: DeviceCopy, S: AsStream] &mut DeviceSliceMut<'a, T, S> => *mut T, |this| this.as_ptr_untracked().cast_mut(), this.launch_use_mut();
+    [T: DeviceCopy, S: AsStream] &DeviceBuffer<T, S> => *const T, |this| this.as_ptr_untracked(), this.launch_use(false);
+    [T: DeviceCopy, S: AsStream] &mut DeviceBuffer<T, S> => *mut T, |this| this.as_ptr_untracked().cast_mut(), this.launch_use(true);
+}
+
+/// A launch's arguments for a kernel whose parameters are `A`: a tuple of [`LaunchArg`]s, one
+/// per parameter.
+pub trait LaunchArgs<A: KernelArgs> {
+    /// Whether some argument is memory whose use the launch orders.
+    #[doc(hidden)]
+    const TRACKED: bool;
+
+    /// The parameters' values.
+    #[doc(hidden)]
+    fn params(&self) -> A;
+
+    /// The memory the arguments touch.
+    #[doc(hidden)]
+    fn arg_uses(&self) -> Result<Vec<ArgUse<'_>>>;
+}
+
+macro_rules! launch_args {
+    ($($param:ident $arg:ident . $index:tt),*) => {
+        impl<$($param: KernelArg, $arg: LaunchArg<$param>),*> LaunchArgs<($($param,)*)> for ($($arg,)*) {
+            const TRACKED: bool = false $(|| $arg::TRACKED)*;
+
+            #[inline(always)]
+            #[allow(clippy::unused_unit)]
+            fn params(&self) -> ($($param,)*) {
+                ($(self.$index.param(),)*)
+            }
+
+            #[allow(unused_mut)]
+            fn arg_uses(&self) -> Result<Vec<ArgUse<'_>>> {
+                let mut uses = Vec::new();
+                $(uses.extend(self.$index.arg_use()?);)*
+                Ok(uses)
+            }
+        }
+    };
+}
+
+launch_args!();
+launch_args!(PA A.0);
+launch_args!(PA A.0, PB B.1);
+launch_args!(PA A.0, PB B.1, PC C.2);
+launch_args!(PA A.0, PB B.1, PC C.2, PD D.3);
+launch_args!(PA A.0, PB B.1, PC C.2, PD D.3, PE E.4);
+launch_args!(PA A.0, PB B.1, PC C.2, PD D.3, PE E.4, PF F.5);
+launch_args!(PA A.0, PB B.1, PC C.2, PD D.3, PE E.4, PF F.5, PG G.6);
+launch_args!(PA A.0, PB B.1, PC C.2, PD D.3, PE E.4, PF F.5, PG G.6, PH H.7);
+launch_args!(PA A.0, PB B.1, PC C.2, PD D.3, PE E.4, PF F.5, PG G.6, PH H.7, PI I.8);
+launch_args!(PA A.0, PB B.1, PC C.2, PD D.3, PE E.4, PF F.5, PG G.6, PH H.7, PI I.8, PJ J.9);
+launch_args!(PA A.0, PB B.1, PC C.2, PD D.3, PE E.4, PF F.5, PG G.6, PH H.7, PI I.8, PJ J.9, PK K.10);
+launch_args!(PA A.0, PB B.1, PC C.2, PD D.3, PE E.4, PF F.5, PG G.6, PH H.7, PI I.8, PJ J.9, PK K.10, PL L.11);
 
 #[cfg(test)]
 mod tests {

@@ -18,9 +18,9 @@
 //! let x = DeviceBuffer::from_slice(&stream, &[1.0f32; 1024])?;
 //! let mut y = DeviceBuffer::from_slice(&stream, &[2.0f32; 1024])?;
 //! let config = LaunchConfig::new(1024u32.div_ceil(256), 256);
-//! // SAFETY: `x` and `y` hold 1024 floats on the stream's device, and live until the kernel
-//! // has run (their frees are ordered after it on their home stream, the launch stream).
-//! unsafe { SAXPY.launch(&stream, &config, (3.0, x.as_ptr(), y.as_mut_ptr(), 1024))? };
+//! // SAFETY: the kernel reads `x`'s 1024 floats and writes `y`'s, no others. The launch
+//! // orders both uses (on any stream) and the frees after the kernel.
+//! unsafe { SAXPY.launch(&stream, &config, (3.0, &x, &mut y, 1024))? };
 //! assert_eq!(y.to_vec()?, vec![5.0; 1024]);
 //! # Ok(()) }
 //! ```
@@ -34,7 +34,10 @@
 //!   [`Error::KernelArguments`] before CUDA reads an argument. What no check can see: two
 //!   parameters of one size in the wrong order, or an `int` declared as `f32`; and with an
 //!   older driver, nothing about the parameters.
-//! * **What the kernel does with pointers** is the launch's `unsafe` contract.
+//! * **What the kernel does with pointers** is the launch's `unsafe` contract. Buffers and
+//!   views passed for pointer parameters ([`LaunchArg`]) narrow it: the launch orders their
+//!   uses, reads for `const T*` and writes for `T*`, and the kernel promises to stay within
+//!   their elements.
 //! * **The configuration**: zero dimensions, a grid that is not a multiple of its cluster, a
 //!   priority outside the device's range, a completion event of another device or with timing
 //!   are refused before CUDA sees them; the rest is CUDA's to refuse
@@ -52,13 +55,14 @@ mod args;
 mod config;
 mod graph_node;
 
-pub use args::{KernelArg, KernelArgs};
+pub use args::{KernelArg, KernelArgs, LaunchArg, LaunchArgs};
 pub use config::{Dim3, LaunchConfig, MemSyncDomain};
 
 use crate::call::race::{self, model::Step};
 use crate::device::Device;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result};
+use crate::memory::ordered_launch;
 use crate::stream::enqueue::{InCapture, Work};
 use crate::stream::{AsStream, StreamRef};
 use crate::sys;
@@ -197,12 +201,37 @@ impl<A: KernelArgs> Kernel<A> {
     /// Launches the kernel on `stream` with `config` and `args`
     /// ([`cudaLaunchKernelEx`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__EXECUTION.html)).
     ///
+    /// Each argument is a value of its parameter's type, or, for a pointer parameter, a buffer
+    /// or a view ([`LaunchArg`]): `&DeviceSlice`, `&DeviceBuffer` for a `const T*`, a read of
+    /// its elements; `&mut DeviceSliceMut`, `&mut DeviceBuffer` for a `T*`, a write. The launch
+    /// orders those uses as [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on) does (after
+    /// the earlier uses they conflict with, on any stream; later uses and the frees wait for
+    /// the kernel) and tells the race detector, with no `use_on` and no declared accesses.
+    ///
+    /// ```no_run
+    /// # use cuda_stream::{DeviceBuffer, LaunchConfig, Stream, StreamOptions, Device};
+    /// cuda_stream::kernel! {
+    ///     static SAXPY = fn saxpy(a: f32, x: *const f32, y: *mut f32, n: u32);
+    /// }
+    /// # fn main() -> cuda_stream::Result<()> {
+    /// # let device = Device::new(0)?;
+    /// let (home, other) = (Stream::new(device, StreamOptions::non_blocking())?, Stream::new(device, StreamOptions::non_blocking())?);
+    /// let x = DeviceBuffer::from_slice(&home, &[1.0f32; 1024])?;
+    /// let mut y = DeviceBuffer::from_slice(&home, &[2.0f32; 1024])?;
+    /// let config = LaunchConfig::new(4, 256);
+    /// // SAFETY: the kernel reads `x`'s and writes `y`'s first 1024 elements, no others.
+    /// unsafe { SAXPY.launch(&other, &config, (3.0, &x, &mut y, 1024))? };
+    /// assert_eq!(y.to_vec()?, vec![5.0; 1024]); // on the home stream, after the kernel
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Safety
-    /// The kernel runs with these arguments: every pointer it reads or writes through must be
-    /// valid for those accesses on the stream's device until the kernel completes, and no
-    /// other work may access that memory concurrently in a way the kernel does not expect.
-    /// A kernel whose parameters differ from `A` in ways the size check cannot see (see the
-    /// [module docs](mod@crate::kernel)) reads garbage.
+    /// The kernel runs with these arguments: every raw pointer it reads or writes through must
+    /// be valid for those accesses on the stream's device until the kernel completes, and no
+    /// other work may access that memory concurrently in a way the kernel does not expect. Through
+    /// a buffer or view argument, the kernel accesses only its elements, and through a shared
+    /// one (a `const T*`) only reads them. A kernel whose parameters differ from `A` in ways the
+    /// size check cannot see (see the [module docs](mod@crate::kernel)) reads garbage.
     ///
     /// # Errors
     /// [`Error::KernelArguments`] when `A` does not match the kernel's parameters;
@@ -211,20 +240,49 @@ impl<A: KernelArgs> Kernel<A> {
     /// [`Error::NoKernelImage`] when the kernels were not built for the device; for a
     /// completion event, [`Error::CaptureMisuse`] while the stream is being captured; the
     /// errors of [`StreamRef::launch`]: CUDA's launch errors, [`Error::WrongThread`],
-    /// [`Error::InsideHostFn`].
+    /// [`Error::InsideHostFn`]. With buffer or view arguments, the errors of
+    /// [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on) ([`Error::CaptureMisuse`] while
+    /// the stream or a home stream is being captured: memory in captures is not tracked).
     #[inline]
-    pub unsafe fn launch(&self, stream: impl AsStream, config: &LaunchConfig<'_>, args: A) -> Result<()> {
+    pub unsafe fn launch<L: LaunchArgs<A>>(
+        &self,
+        stream: impl AsStream,
+        config: &LaunchConfig<'_>,
+        args: L,
+    ) -> Result<()> {
         let stream = stream.as_stream();
         let _current = stream.enter_runtime()?;
         if self.signature.load(Ordering::Acquire) == UNCHECKED {
             self.check_signature(stream.device())?;
         }
         config.check(stream.device())?;
-        let uses = || race::uses(config.declared_accesses());
+        if L::TRACKED {
+            let arg_uses = args.arg_uses()?;
+            let params = args.params();
+            let uses = || {
+                let mut uses = race::uses(config.declared_accesses());
+                uses.extend(arg_uses.iter().map(|arg| arg.access().as_use()));
+                uses
+            };
+            return ordered_launch(&stream, &arg_uses, || self.enqueue_launch(&stream, config, &params, uses));
+        }
+        let params = args.params();
+        self.enqueue_launch(&stream, config, &params, || race::uses(config.declared_accesses()))
+    }
+
+    /// The launch, through the one enqueue path (entered by the caller: the checks needed the
+    /// device), with `uses` told to the race detector.
+    #[inline(always)]
+    fn enqueue_launch(
+        &self,
+        stream: &StreamRef,
+        config: &LaunchConfig<'_>,
+        args: &A,
+        uses: impl FnOnce() -> Vec<race::model::Use>,
+    ) -> Result<()> {
         match config.launch_completion_event() {
-            // Through the one enqueue path (entered above: the checks needed the device).
             None => {
-                stream.enqueue(Work::named(self.name).uses(uses).entered(), |_| self.launch_now(&stream, config, &args))
+                stream.enqueue(Work::named(self.name).uses(uses).entered(), |_| self.launch_now(stream, config, args))
             }
             // Never into a capture: the graph would take the kernel with a node naming the
             // event, which it does not keep.
@@ -236,7 +294,7 @@ impl<A: KernelArgs> Kernel<A> {
                 let recorded = stream
                     .race_check(Step::Record(event.as_raw() as usize), Vec::new, || "completion event".to_owned())?;
                 let checked = stream.race_check(Step::Work, uses, || self.name.to_owned())?;
-                self.launch_now(&stream, config, &args)?;
+                self.launch_now(stream, config, args)?;
                 recorded.enqueued();
                 checked.enqueued();
                 event.records().note_uncaptured_record(ticket);

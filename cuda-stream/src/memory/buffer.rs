@@ -171,6 +171,11 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         self.ptr.as_ptr()
     }
 
+    /// The device address, for a launch argument whose use the launch orders (not handed out).
+    pub(crate) fn as_ptr_untracked(&self) -> *const T {
+        self.ptr.as_ptr()
+    }
+
     /// The device address, for kernels on the home stream that write to the buffer.
     pub fn as_mut_ptr(&mut self) -> *mut T {
         self.uses.exported();
@@ -191,13 +196,17 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// each other.
     ///
     /// `launch` typically calls [`StreamRef::launch`] with a kernel of yours; the kernel must
-    /// use the address only on `stream`, and only through work enqueued inside `launch`.
+    /// use the address only on `stream`, and only through work enqueued inside `launch`. A
+    /// typed launch ([`Kernel::launch`](crate::Kernel::launch)) takes the buffer itself as the
+    /// argument and orders the use with no `use_on`. `stream` may belong to another device: a
+    /// kernel there reaches the memory only through peer access
+    /// ([`Device::enable_peer_access`](crate::Device::enable_peer_access)).
     /// `launch` runs outside the crate's hold (it may wait for other threads' calls of this
     /// crate); the launches it makes through the crate take the hold themselves.
     ///
     /// # Errors
-    /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::CaptureMisuse`]
-    /// while `stream` or the home stream is being captured; [`Error::HomeStreamChanged`];
+    /// [`Error::CaptureMisuse`] while `stream` or the home stream is being captured;
+    /// [`Error::HomeStreamChanged`];
     /// CUDA's errors recording and waiting for events. If the use cannot be noted after
     /// `launch` (the home stream began a capture meanwhile, a record failed), the error is
     /// returned and the buffer will be leaked rather than freed before the use.
@@ -213,7 +222,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         span: Span,
         launch: impl FnOnce(&StreamRef, *mut T) -> R,
     ) -> Result<R> {
-        same_device("device memory is used on streams of its own device", self.device, stream.device())?;
+        // A stream of any device: a kernel there reaches the memory through peer access
+        // (`Device::enable_peer_access`), its launch's `unsafe` contract.
         let home = self.home()?;
         let ptr = self.ptr.as_ptr().cast::<u8>().wrapping_add(span.bytes.start).cast::<T>();
         // Your launch is not held under the capture-transition lock (it may wait for other
@@ -269,8 +279,13 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 
     /// The device address of element `start` (at most `len`: an address, never dereferenced
     /// on the host).
-    fn element(&self, start: usize) -> *mut c_void {
+    pub(super) fn element(&self, start: usize) -> *mut c_void {
         self.ptr.as_ptr().wrapping_add(start).cast::<c_void>()
+    }
+
+    /// Its ordering state.
+    pub(super) fn uses(&self) -> &Uses {
+        &self.uses
     }
 
     /// The bytes of the `len` elements from `start` on (within the buffer: the callers check),
@@ -429,7 +444,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 
     /// The home stream, while `S` still lends the stream the buffer was allocated on.
-    fn home(&self) -> Result<BorrowedStream<'_>> {
+    pub(super) fn home(&self) -> Result<BorrowedStream<'_>> {
         let home = self.home.as_stream();
         if (home.identity(), home.known_id()) == self.home_identity {
             Ok(home)

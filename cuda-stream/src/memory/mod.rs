@@ -51,6 +51,7 @@
 // Layer 10 of docs/architecture.md, memory. May use: ffi, call, device, event, stream, graph.
 
 mod buffer;
+mod launch_args;
 mod ledger;
 pub mod mem_ops;
 mod pinned;
@@ -60,6 +61,8 @@ mod uses;
 mod view;
 
 pub use buffer::DeviceBuffer;
+pub use launch_args::ArgUse;
+pub(crate) use launch_args::ordered_launch;
 pub use mem_ops::{
     BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words,
 };

@@ -121,6 +121,9 @@ impl Uses {
         self.state().ledger.home_waits_for_all(home)
     }
 }
+/// How many buffers one use may touch (a kernel takes at most 12 arguments).
+const MAX_TOUCHED: usize = 12;
+
 /// How much of [`ordered_use`] holds the capture-transition lock.
 #[derive(Copy, Clone, PartialEq, Eq)]
 pub(super) enum Hold {
@@ -158,7 +161,10 @@ pub(super) fn ordered_use<R>(
     for buffer in touched {
         refuse_capture(buffer.home)?;
     }
-    let mut tickets = [Ticket::default(); 2];
+    if touched.len() > MAX_TOUCHED {
+        return Err(crate::Error::Size("one use touches at most 12 buffers and views"));
+    }
+    let mut tickets = [Ticket::default(); MAX_TOUCHED];
     for (buffer, ticket) in touched.iter().zip(tickets.iter_mut()) {
         *ticket = buffer.uses.before(buffer.home, stream, &buffer.span)?;
     }
@@ -180,7 +186,7 @@ pub(super) fn ordered_use<R>(
 struct After<'a, 'b> {
     touched: &'b [Touched<'a>],
     stream: &'a StreamRef,
-    tickets: [Ticket; 2],
+    tickets: [Ticket; MAX_TOUCHED],
     held: Option<NoTransitions>,
     done: bool,
 }

@@ -118,10 +118,21 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
         self.range.clone()
     }
 
+    /// The buffer it views.
+    pub(super) fn buffer(&self) -> &'a DeviceBuffer<T, S> {
+        self.buffer
+    }
+
     /// The device address of its first element, for work on the home stream that reads the
     /// view's elements only (see [`DeviceBuffer::as_ptr`]).
     pub fn as_ptr(&self) -> *const T {
         self.buffer.as_ptr().wrapping_add(self.range.start)
+    }
+
+    /// The device address of its first element, for a launch argument whose use the launch
+    /// orders (not handed out).
+    pub(crate) fn as_ptr_untracked(&self) -> *const T {
+        self.buffer.as_ptr_untracked().wrapping_add(self.range.start)
     }
 
     /// Copies the view into `destination` on `stream`, and returns once the copy has completed

@@ -1,0 +1,76 @@
+//! Buffers and views given to a typed launch ([`Kernel::launch`](crate::Kernel::launch)) in
+//! place of raw addresses: the memory the kernel argument touches, read or written, ordered
+//! as any use of it and told to the race detector.
+
+use super::DeviceCopy;
+use super::buffer::DeviceBuffer;
+use super::ledger::Span;
+use super::uses::{Hold, Touched, Uses, ordered_use};
+use super::view::{DeviceSlice, DeviceSliceMut};
+use crate::call::race::{Access, AccessKind};
+use crate::ffi::error::Result;
+use crate::stream::{AsStream, BorrowedStream, StreamRef};
+
+/// The memory one launch argument touches: a buffer's or a view's elements, read or written.
+/// Made by the launch from a `&DeviceBuffer`, `&mut DeviceBuffer`, `&DeviceSlice` or
+/// `&mut DeviceSliceMut` argument; opaque.
+pub struct ArgUse<'a> {
+    home: BorrowedStream<'a>,
+    uses: &'a Uses,
+    span: Span,
+    /// The device address of the span's first byte.
+    address: u64,
+}
+
+impl std::fmt::Debug for ArgUse<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArgUse").field("address", &self.address).field("span", &self.span).finish()
+    }
+}
+
+impl ArgUse<'_> {
+    /// The access, for the race detector.
+    pub(crate) fn access(&self) -> Access {
+        let kind = if self.span.writes { AccessKind::Write } else { AccessKind::Read };
+        Access::bytes(self.address, self.span.bytes.len() as u64, kind)
+    }
+}
+
+/// Runs `enqueue` (a launch on `stream`) ordered after the earlier uses that `args` conflict
+/// with, and noted for the later ones and the frees, as [`DeviceBuffer::use_on`] orders a use.
+pub(crate) fn ordered_launch(
+    stream: &StreamRef,
+    args: &[ArgUse<'_>],
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let touched: Vec<Touched<'_>> =
+        args.iter().map(|arg| Touched { home: &arg.home, uses: arg.uses, span: arg.span.clone() }).collect();
+    ordered_use(stream, &touched, Hold::Throughout, enqueue)
+}
+
+impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
+    /// The buffer's elements, read (`writes` false) or written, by a launch argument.
+    pub(crate) fn launch_use(&self, writes: bool) -> Result<ArgUse<'_>> {
+        self.range_launch_use(0, self.len(), writes)
+    }
+
+    fn range_launch_use(&self, start: usize, len: usize, writes: bool) -> Result<ArgUse<'_>> {
+        let span = self.span(start, len, writes);
+        let address = self.element(start) as u64;
+        Ok(ArgUse { home: self.home()?, uses: self.uses(), span, address })
+    }
+}
+
+impl<T: DeviceCopy, S: AsStream> DeviceSlice<'_, T, S> {
+    /// The view's elements, read by a launch argument.
+    pub(crate) fn launch_use(&self) -> Result<ArgUse<'_>> {
+        self.buffer().range_launch_use(self.range().start, self.len(), false)
+    }
+}
+
+impl<T: DeviceCopy, S: AsStream> DeviceSliceMut<'_, T, S> {
+    /// The view's elements, written by a launch argument.
+    pub(crate) fn launch_use_mut(&self) -> Result<ArgUse<'_>> {
+        self.buffer().range_launch_use(self.range().start, self.len(), true)
+    }
+}
