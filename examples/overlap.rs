@@ -1,18 +1,20 @@
-//! Overlapping copies and kernels on several streams: each of 4 streams copies its chunk to the
-//! GPU, runs a kernel on it, and copies it back; the printed timeline (from timing events) shows
-//! the streams' copies and kernels running side by side.
+//! Overlapping copies and kernels on several streams, the pattern every streams tutorial is
+//! built on: one device buffer cut into chunks (`chunks_mut`), and each of 4 streams copies its
+//! chunk to the GPU from pinned memory, runs a kernel on it, and copies it back. The chunks are
+//! disjoint views, so nothing orders one stream's work after another's: the printed timeline
+//! (from timing events) shows the streams' copies and kernels side by side, and the overlap
+//! figure (the sum of the streams' spans over the whole span) says how much.
 //!
 //! A crate of its own: this file as `src/main.rs`, `examples/kernels/overlap.cu` in
 //! `kernels/`, `cuda-stream` (feature `testing`, for the GPU gate) as a dependency and
 //! `cuda-stream-build` as a build dependency, with its `build.rs`:
 //! `cuda_stream_build::Kernels::from_dir("kernels").compile("kernels");`.
 
-use cuda_stream::{Event, EventFlags, LaunchConfig, Stream, StreamOptions, check, sys};
-use std::ffi::c_void;
+use cuda_stream::{DeviceBuffer, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamOptions, sys};
 
 cuda_stream::kernel! {
-    /// Each thread spins for `ns` nanoseconds: the work on a chunk.
-    static SPIN = fn overlap_spin(ns: u64);
+    /// Spins for `ns` nanoseconds (the work on a chunk), then adds 1 to each of its `n` bytes.
+    static WORK = fn overlap_work(chunk: *mut u8, n: u64, ns: u64);
 }
 
 const STREAMS: usize = 4;
@@ -24,46 +26,43 @@ fn main() -> cuda_stream::Result<()> {
     let sms = device.attribute(sys::cudaDeviceAttr::cudaDevAttrMultiProcessorCount)? as u32;
     // Loaded now: its first launch would load it (CUDA's lazy loading), which can wait for the
     // copies already running and stretch the timeline.
-    SPIN.attributes(device)?;
-    let (mut host, mut dev): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
-    // SAFETY: valid out-pointers; pinned host memory so that copies are asynchronous.
-    unsafe {
-        check(sys::cudaHostAlloc(&mut host, CHUNK * STREAMS, sys::cudaHostAllocDefault), "cudaHostAlloc")?;
-        check(sys::cudaMalloc(&mut dev, CHUNK * STREAMS), "cudaMalloc")?;
-    }
+    WORK.attributes(device)?;
     let streams: Vec<Stream> =
         (0..STREAMS).map(|_| Stream::new(device, StreamOptions::non_blocking())).collect::<Result<_, _>>()?;
+    // Allocated on the first stream, which also works on the first chunk: a chunk's work waits
+    // only for the allocation, never for another chunk's.
+    let mut buffer = DeviceBuffer::<u8, _>::new(&streams[0], CHUNK * STREAMS)?;
+    let mut host: Vec<PinnedBuffer<u8>> =
+        (0..STREAMS).map(|i| PinnedBuffer::from_slice(&vec![i as u8; CHUNK])).collect::<Result<_, _>>()?;
     let origin = Event::new(device, EventFlags::timing())?;
     streams[0].record(&origin)?;
     for stream in &streams[1..] {
         stream.wait_event(&origin)?;
     }
     let mut marks = Vec::new();
-    for (i, stream) in streams.iter().enumerate() {
-        // SAFETY: both buffers hold CHUNK bytes at this offset and outlive the synchronize below.
-        let (h, d) = unsafe {
-            (host.cast::<u8>().add(i * CHUNK).cast::<c_void>(), dev.cast::<u8>().add(i * CHUNK).cast::<c_void>())
-        };
+    for ((stream, mut chunk), pinned) in streams.iter().zip(buffer.chunks_mut(CHUNK)?).zip(&mut host) {
         let events: Vec<Event> = (0..4).map(|_| Event::new(device, EventFlags::timing())).collect::<Result<_, _>>()?;
-        let kind = sys::cudaMemcpyKind::cudaMemcpyHostToDevice;
         stream.record(&events[0])?;
-        // SAFETY: as above.
-        check(unsafe { sys::cudaMemcpyAsync(d, h, CHUNK, kind, stream.as_raw()) }, "cudaMemcpyAsync")?;
+        chunk.copy_from_pinned(stream, pinned)?;
         stream.record(&events[1])?;
-        // SAFETY: the kernel takes a number of nanoseconds (3 ms) and touches no memory.
-        unsafe { SPIN.launch(stream, &LaunchConfig::new(sms / STREAMS as u32, 256), (3_000_000,))? };
+        let config = LaunchConfig::new(sms / STREAMS as u32, 256);
+        // SAFETY: the kernel writes the chunk's CHUNK bytes and no others; the launch orders
+        // the chunk's use (after the copy in, before the copy back and the free).
+        unsafe { WORK.launch(stream, &config, (&mut chunk, CHUNK as u64, 3_000_000))? };
         stream.record(&events[2])?;
-        let back = sys::cudaMemcpyKind::cudaMemcpyDeviceToHost;
-        // SAFETY: as above.
-        check(unsafe { sys::cudaMemcpyAsync(h, d, CHUNK, back, stream.as_raw()) }, "cudaMemcpyAsync")?;
+        chunk.copy_to_pinned(stream, pinned)?;
         stream.record(&events[3])?;
         marks.push(events);
     }
-    device.synchronize()?;
+    for (i, pinned) in host.iter().enumerate() {
+        // Waits for the chunk's copy back.
+        assert!(pinned.as_slice()?.iter().all(|&byte| byte == i as u8 + 1), "chunk {i} went through its kernel");
+    }
     let at = |event: &Event| event.elapsed(&origin).map(|d| d.unwrap_or_default().as_secs_f64() * 1e3);
-    let mut end = 0.0f64;
+    let (mut end, mut busy) = (0.0f64, 0.0f64);
     for events in &marks {
         end = end.max(at(&events[3])?);
+        busy += at(&events[3])? - at(&events[0])?;
     }
     println!("timeline, 0 .. {end:.2} ms ('>' copy to GPU, '#' kernel, '<' copy back):");
     for (i, events) in marks.iter().enumerate() {
@@ -77,10 +76,6 @@ fn main() -> cuda_stream::Result<()> {
         }
         println!("  stream {i} |{}|", line.iter().collect::<String>());
     }
-    // SAFETY: allocated above, no work pending after the synchronize.
-    unsafe {
-        check(sys::cudaFree(dev), "cudaFree")?;
-        check(sys::cudaFreeHost(host), "cudaFreeHost")?;
-    }
+    println!("overlap: {:.2}x (the streams' spans added up, over the whole span)", busy / end);
     Ok(())
 }

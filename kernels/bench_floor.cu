@@ -4,6 +4,7 @@
 // same process as the Rust measurements.
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -505,4 +506,79 @@ extern "C" int cs_floor_first_use(int n, double* step_cpu_ns) {
   cudaFree(device);
   cudaFreeHost(host);
   return (int)code;
+}
+
+// The device-memory benchmark's kernel (benches/memory_peers.rs, both sides): adds 1 to each
+// of a chunk's `n` bytes.
+extern "C" __global__ void cs_bench_chunk_add(uint8_t* chunk, uint64_t n) {
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
+    chunk[i] += 1;
+  }
+}
+
+// The floors of the device-memory benchmark, numbered as in benches/memory_peers.rs (enum
+// MemoryFloor): what hand-written CUDA does for the same work.
+enum MemoryFloor {
+  // A read of one buffer on each of two streams, after the buffer's write was waited for once:
+  // each reader records its event (for the later writer and the free). ns per pair.
+  TwoReaders = 0,
+  // `count` copies of `bytes` from one pinned buffer into `count` disjoint parts of a device
+  // buffer on the first stream, then a synchronize. ns per copy.
+  PinnedInFlight = 1,
+  // `count` chunks of `bytes` over the streams in turn: a copy in from pinned memory, the
+  // kernel (`blocks` × 256), a copy back, then a device synchronize. ns per pipeline.
+  Pipeline = 2,
+};
+
+// Runs `iters` rounds of `op` on `streams` (`nstreams` of them); returns ns per operation as
+// above, or -1 if a CUDA call failed.
+extern "C" double cs_floor_memory(int op, int iters, int count, size_t bytes, int blocks, cudaStream_t* streams,
+                                  int nstreams) {
+  cudaError_t failed = cudaSuccess;
+  auto ok = [&](cudaError_t code) {
+    if (code != cudaSuccess) failed = code;
+  };
+  size_t total = op == TwoReaders ? 4096 : bytes * (size_t)count;
+  void* host = nullptr;
+  uint8_t* device = nullptr;
+  std::vector<cudaEvent_t> events(2, nullptr);
+  ok(cudaMallocHost(&host, op == PinnedInFlight ? bytes : total));
+  ok(cudaMalloc((void**)&device, total));
+  for (auto& event : events) ok(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  ok(cudaDeviceSynchronize());
+  if (failed != cudaSuccess) return -1.0;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    switch (op) {
+      case TwoReaders:
+        ok(cudaEventRecord(events[0], streams[0]));
+        ok(cudaEventRecord(events[1], streams[1]));
+        break;
+      case PinnedInFlight:
+        for (int k = 0; k < count; ++k) {
+          ok(cudaMemcpyAsync(device + k * bytes, host, bytes, cudaMemcpyHostToDevice, streams[0]));
+        }
+        ok(cudaStreamSynchronize(streams[0]));
+        break;
+      case Pipeline:
+        for (int k = 0; k < count; ++k) {
+          cudaStream_t s = streams[k % nstreams];
+          uint8_t* h = (uint8_t*)host + k * bytes;
+          ok(cudaMemcpyAsync(device + k * bytes, h, bytes, cudaMemcpyHostToDevice, s));
+          cs_bench_chunk_add<<<blocks, 256, 0, s>>>(device + k * bytes, bytes);
+          ok(cudaGetLastError());
+          ok(cudaMemcpyAsync(h, device + k * bytes, bytes, cudaMemcpyDeviceToHost, s));
+        }
+        ok(cudaDeviceSynchronize());
+        break;
+    }
+  }
+  if (op == TwoReaders) ok(cudaDeviceSynchronize());
+  auto end = std::chrono::steady_clock::now();
+  for (auto event : events) ok(cudaEventDestroy(event));
+  ok(cudaFree(device));
+  ok(cudaFreeHost(host));
+  if (failed != cudaSuccess) return -1.0;
+  double per = op == PinnedInFlight ? (double)iters * count : (double)iters;
+  return std::chrono::duration<double, std::nano>(end - start).count() / per;
 }
