@@ -251,12 +251,14 @@ pub use graph::capture::{self, Capture};
 pub use graph::conditional::{self, BuilderCapture, ConditionHandle, GraphBuilder, GraphCondition, GraphNode};
 pub use graph::{Graph, GraphExec, InstantiateFlags, InstantiateOptions};
 pub use host_fn::{HostFnPanic, live_host_fns, take_host_fn_panics};
-pub use kernel::{Dim3, Kernel, KernelArg, KernelArgs, KernelAttributes, LaunchConfig, MemSyncDomain};
-pub use memory::{BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words};
-pub use memory::{
-    ChunksMut, DeviceBuffer, DeviceCopy, DeviceSlice, DeviceSliceMut, MemPool, MemPoolStats, PinnedBuffer, PoolAccess,
-    ReusePolicy,
+pub use kernel::{
+    Dim3, Kernel, KernelArg, KernelArgs, KernelAttributes, LaunchArg, LaunchArgs, LaunchConfig, MemSyncDomain,
 };
+pub use memory::{
+    ArgUse, ChunksMut, DeviceBuffer, DeviceCopy, DeviceSlice, DeviceSliceMut, MemPool, MemPoolStats, PageLockedMemory,
+    PinnedBuffer, PoolAccess, RegisteredSlice, ReusePolicy, register_host,
+};
+pub use memory::{BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words};
 pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};
 pub use stream::capture_status::{CaptureInfo, CaptureStatus};
 pub use stream::current::CurrentStream;

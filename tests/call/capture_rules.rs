@@ -989,10 +989,10 @@ fn rows() -> Vec<Row> {
             Side::Elsewhere => lock(s.buffer).to_vec().map(drop),
         }),
         row("DeviceBuffer::copy_from_pinned", Refused, Allowed, |s, side| {
-            lock(s.buffer).copy_from_pinned(on(s, side), &mut lock(s.pinned))
+            lock(s.buffer).copy_from_pinned(on(s, side), &mut *lock(s.pinned))
         }),
         row("DeviceBuffer::copy_to_pinned", Refused, Allowed, |s, side| {
-            lock(s.buffer).copy_to_pinned(on(s, side), &mut lock(s.pinned))
+            lock(s.buffer).copy_to_pinned(on(s, side), &mut *lock(s.pinned))
         }),
         row("DeviceBuffer::copy_from", Refused, Allowed, |s, side| {
             let source = DeviceBuffer::<u32, _>::zeroed(s.idle, 4)?;

@@ -852,3 +852,55 @@ fn many_pinned_copies_in_flight_on_one_stream_keep_their_order() {
     sum.copy_to_pinned(&home, &mut pinned).unwrap();
     assert_eq!(pinned.as_slice().unwrap(), &[200; 256][..], "the last round's value, after every copy");
 }
+
+/// Memory the program already has, registered for a closure: a copy from it returns at once
+/// (behind a 200 ms spin, the copy has not run), the end of the closure waits for it, and the
+/// memory is unregistered then (registering it again succeeds); copies back land in it; a
+/// panic in the closure still waits and unregisters; memory already page-locked and empty
+/// slices are refused.
+#[test]
+fn registered_host_memory_is_copied_asynchronously_and_unregistered_at_the_end() {
+    let device = gpu_or_skip!();
+    let (home, other) = (stream(device), stream(device));
+    let mut data = vec![PATTERN; N];
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    spin(&*home, Duration::from_millis(200)).unwrap();
+    let pending = cuda_stream::register_host(&mut data, |registered| {
+        buffer.copy_from_pinned(&home, registered).unwrap();
+        home.query().unwrap()
+    })
+    .unwrap();
+    if cuda_stream_tests::concurrency_visible() {
+        assert!(!pending, "the copy was enqueued behind the spin, not waited for");
+    }
+    assert!(home.query().unwrap(), "the end of the registration waited for the copy");
+    assert_eq!(buffer.to_vec().unwrap(), vec![PATTERN; N]);
+
+    // Back into the same memory (registered again: the first registration ended), on another
+    // stream; the host reads it inside the closure, after the copy.
+    data.fill(0);
+    let seen = cuda_stream::register_host(&mut data, |registered| {
+        buffer.copy_to_pinned(&other, registered).unwrap();
+        registered.as_slice().unwrap().iter().all(|&word| word == PATTERN)
+    })
+    .unwrap();
+    assert!(seen && data.iter().all(|&word| word == PATTERN));
+
+    // A panic inside: the copy is still waited for and the memory unregistered.
+    spin(&*home, Duration::from_millis(100)).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cuda_stream::register_host(&mut data, |registered| {
+            buffer.copy_from_pinned(&home, registered).unwrap();
+            panic!("inside the registration");
+        })
+    }));
+    assert!(panicked.is_err());
+    assert!(home.query().unwrap(), "the unwinding waited for the copy");
+    cuda_stream::register_host(&mut data, |_| ()).expect("unregistered after the panic");
+
+    // Refusals, before CUDA or by it.
+    let mut pinned = PinnedBuffer::<u32>::zeroed(16).unwrap();
+    let twice = cuda_stream::register_host(pinned.as_mut_slice().unwrap(), |_| ());
+    assert!(matches!(twice, Err(Error::Cuda { api: "cudaHostRegister", .. })), "{twice:?}");
+    assert!(matches!(cuda_stream::register_host(&mut [0u32; 0], |_| ()), Err(Error::Size(_))));
+}

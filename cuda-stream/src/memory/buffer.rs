@@ -2,7 +2,7 @@
 //! other streams only through calls that order the use both ways.
 
 use super::ledger::Span;
-use super::pinned::PinnedBuffer;
+use super::page_locked::{PageLocked, PageLockedMemory};
 use super::pool::MemPool;
 use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
 use super::{DeviceCopy, byte_size, same_length};
@@ -238,7 +238,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// Copies `source` into the buffer on `stream`, and returns once the copy has completed:
     /// a Rust slice is pageable memory as far as the types know, and CUDA copies page-locked
     /// memory asynchronously, so returning earlier could free or change the slice under the
-    /// copy. For an asynchronous copy, use a [`PinnedBuffer`]
+    /// copy. For an asynchronous copy, use a [`PinnedBuffer`](super::PinnedBuffer) or
+    /// [`register_host`](super::register_host)
     /// ([`cudaMemcpyAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)).
     ///
     /// # Errors
@@ -323,7 +324,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// # Errors
     /// [`Error::Size`] unless the lengths match, or for a pinned buffer an earlier copy of
     /// which could not be tracked; the errors of [`DeviceBuffer::use_on`].
-    pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut PinnedBuffer<T>) -> Result<()> {
+    pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut impl PageLockedMemory<T>) -> Result<()> {
+        let source = source.page_locked();
         same_length(self.len, source.len())?;
         self.copy_range_from_pinned(&stream.as_stream(), 0, source)
     }
@@ -334,7 +336,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         &self,
         stream: &StreamRef,
         start: usize,
-        source: &mut PinnedBuffer<T>,
+        source: &mut PageLocked<T>,
     ) -> Result<()> {
         let (to, from) = (self.element(start), source.as_ptr().cast::<c_void>());
         let span = self.span(start, source.len(), true);
@@ -347,7 +349,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         &self,
         stream: &StreamRef,
         start: usize,
-        destination: &mut PinnedBuffer<T>,
+        destination: &mut PageLocked<T>,
     ) -> Result<()> {
         let span = self.span(start, destination.len(), false);
         let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.element(start).cast_const());
@@ -359,7 +361,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     ///
     /// # Errors
     /// As [`DeviceBuffer::copy_from_pinned`].
-    pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut PinnedBuffer<T>) -> Result<()> {
+    pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut impl PageLockedMemory<T>) -> Result<()> {
+        let destination = destination.page_locked();
         same_length(destination.len(), self.len)?;
         self.copy_range_to_pinned(&stream.as_stream(), 0, destination)
     }
@@ -511,7 +514,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     fn pinned_copy(
         &self,
         stream: &StreamRef,
-        pinned: &mut PinnedBuffer<T>,
+        pinned: &mut PageLocked<T>,
         span: Span,
         to: *mut c_void,
         from: *const c_void,

@@ -17,9 +17,11 @@ use std::ops::Range;
 
 /// How many marks a ledger keeps before it forgets those whose use has completed.
 const PRUNE_AT: usize = 16;
-/// How many marks a ledger keeps, while queries are not allowed (a capture may be in
-/// progress), before it merges each stream's marks into one.
+/// How many marks a ledger keeps before it merges each stream's marks into one.
 const MERGE_AT: usize = 64;
+/// How many marks a ledger keeps at most: then a use waits for all of them and its mark
+/// replaces them ([`Ledger::collapse`]).
+const LIMIT: usize = 96;
 /// How many recycled events a ledger keeps.
 const SPARE: usize = 8;
 
@@ -62,16 +64,18 @@ impl Span {
 pub(super) struct StreamKey {
     identity: (Device, usize, u64),
     id: Option<u64>,
+    /// One of CUDA's default streams, which are never destroyed: its identity is certain.
+    builtin: bool,
 }
 
 impl StreamKey {
     pub(super) fn of(stream: &StreamRef) -> StreamKey {
-        StreamKey { identity: stream.identity(), id: stream.known_id() }
+        StreamKey { identity: stream.identity(), id: stream.known_id(), builtin: stream.builtin().is_some() }
     }
 
     /// Certainly the same stream (so its own earlier use is already ordered before this one).
     fn certainly_same(&self, other: &StreamKey) -> bool {
-        self.id.is_some() && self.id == other.id
+        (self.id.is_some() && self.id == other.id) || (self.builtin && other.builtin && self.identity == other.identity)
     }
 }
 
@@ -142,6 +146,8 @@ pub(super) struct Ledger {
     /// Events of forgotten marks, to record again.
     spare: Vec<Event>,
     next_seq: u64,
+    /// How many marks the next pruning waits for.
+    prune_at: usize,
 }
 
 impl Ledger {
@@ -175,23 +181,65 @@ impl Ledger {
         Ok(Ticket(self.next_seq))
     }
 
-    /// Notes a use of `span` just enqueued on `stream` (ordered by `ticket`): forgets the marks
-    /// it makes redundant and records a mark of its own after it.
+    /// Notes a use of `span` just enqueued on `stream` (ordered by `ticket`): records a mark of
+    /// its own after it, then forgets the marks it makes redundant: those it was ordered after
+    /// (waited for, or its own stream's) that every use waiting for them must now wait for
+    /// this one instead. On failure nothing is forgotten.
     pub(super) fn note(&mut self, stream: &StreamRef, on: On, span: Span, ticket: Ticket) -> Result<()> {
-        // Ordered before this use (waited for, or its own stream's), and every use that must
-        // wait for it must wait for this one.
-        self.forget_where(|mark| mark.seq < ticket.0 && span.subsumes(&mark.span) && (span.writes || on.owns(mark)));
-        self.mark(stream, on, span)
+        let forget = |mark: &Mark, span: &Span| {
+            mark.seq < ticket.0 && span.subsumes(&mark.span) && (span.writes || on.owns(mark))
+        };
+        self.record_mark(stream, on, span, forget)
     }
 
-    /// Records a mark of `span` on `stream` now, after the work enqueued there so far.
+    /// Records a mark of `span` on `stream` now, after the work enqueued there so far (which
+    /// includes that stream's earlier marks: those `span` subsumes are forgotten).
     pub(super) fn mark(&mut self, stream: &StreamRef, on: On, span: Span) -> Result<()> {
+        self.record_mark(stream, on, span, |mark, span| on.owns(mark) && span.subsumes(&mark.span))
+    }
+
+    /// Records a mark of `span` on `stream`, then forgets the marks `forget` picks, then keeps
+    /// the ledger bounded.
+    fn record_mark(
+        &mut self,
+        stream: &StreamRef,
+        on: On,
+        span: Span,
+        forget: impl Fn(&Mark, &Span) -> bool,
+    ) -> Result<()> {
         self.tidy();
         let event = self.event_for(stream.device())?;
         if let Err(error) = stream.record_raw(event.as_raw(), 0) {
             self.recycle(event);
             return Err(error);
         }
+        self.forget_where(|mark| forget(mark, &span));
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.marks.push(Mark { seq, on: on.key, home: on.home, span, event, waited: Waited::default() });
+        if self.marks.len() >= LIMIT {
+            self.collapse(stream, on)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces every mark by one on `stream`, recorded after `stream` waited for all of them,
+    /// over all their bytes: the bound of a ledger whose marks neither complete nor merge
+    /// (streams of unknown identity, a GPU far behind).
+    fn collapse(&mut self, stream: &StreamRef, on: On) -> Result<()> {
+        for mark in &self.marks {
+            if !on.owns(mark) {
+                stream.wait_raw(mark.event.as_raw(), 0)?;
+            }
+        }
+        let event = self.event_for(stream.device())?;
+        if let Err(error) = stream.record_raw(event.as_raw(), 0) {
+            self.recycle(event);
+            return Err(error);
+        }
+        let span =
+            self.marks.iter().map(|mark| mark.span.clone()).reduce(|a, b| a.merged(&b)).expect("marks to collapse");
+        self.clear();
         let seq = self.next_seq;
         self.next_seq += 1;
         self.marks.push(Mark { seq, on: on.key, home: on.home, span, event, waited: Waited::default() });
@@ -258,27 +306,35 @@ impl Ledger {
         }
     }
 
-    /// Keeps the ledger short: forgets completed uses where a query is allowed, else merges
-    /// each stream's marks into its newest once they pile up.
+    /// Keeps the ledger short: forgets completed uses where a query is allowed, and merges each
+    /// stream's marks into its newest once they pile up.
     fn tidy(&mut self) {
-        if self.marks.len() < PRUNE_AT {
+        if self.marks.len() < self.prune_at.max(PRUNE_AT) {
             return;
         }
         // Queries only while no stream of the process can be capturing (a query would break a
         // capture of this thread's).
         if !live_captures::may_capture() {
             self.forget_where(|mark| seen_complete(&mark.event));
-        } else if self.marks.len() >= MERGE_AT {
+        }
+        if self.marks.len() >= MERGE_AT {
             self.merge_per_stream();
         }
+        // The next queries once as many marks again have come (not at every mark while the
+        // GPU is behind).
+        self.prune_at = self.marks.len() + PRUNE_AT;
     }
 
-    /// Replaces the marks of each stream of a known id by one: the newest's event (its record
-    /// comes after the others' on that stream), over all their bytes.
+    /// Replaces the marks of each stream of a certain identity (and the home stream's) by one:
+    /// the newest's event (its record comes after the others' on that stream), over all their
+    /// bytes.
     fn merge_per_stream(&mut self) {
         let mut merged: Vec<Mark> = Vec::new();
         for mark in std::mem::take(&mut self.marks).into_iter().rev() {
-            let same = merged.iter_mut().find(|kept| kept.on.certainly_same(&mark.on) && kept.home == mark.home);
+            // The home stream's marks are one stream's, whatever its key says.
+            let same = merged.iter_mut().find(|kept| {
+                (kept.home && mark.home) || (!kept.home && !mark.home && kept.on.certainly_same(&mark.on))
+            });
             match same {
                 Some(newer) => {
                     newer.span = newer.span.merged(&mark.span);

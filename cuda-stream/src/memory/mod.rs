@@ -54,8 +54,10 @@ mod buffer;
 mod launch_args;
 mod ledger;
 pub mod mem_ops;
+mod page_locked;
 mod pinned;
 mod pool;
+mod registered;
 mod scratch;
 mod uses;
 mod view;
@@ -66,8 +68,10 @@ pub(crate) use launch_args::ordered_launch;
 pub use mem_ops::{
     BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words,
 };
+pub use page_locked::{PageLocked, PageLockedMemory};
 pub use pinned::PinnedBuffer;
 pub use pool::{MemPool, MemPoolStats, PoolAccess, ReusePolicy};
+pub use registered::{RegisteredSlice, register_host};
 pub use view::{ChunksMut, DeviceSlice, DeviceSliceMut};
 
 use crate::ffi::error::{Error, Result};

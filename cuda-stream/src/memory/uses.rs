@@ -10,11 +10,14 @@
 
 use super::ledger::{Ledger, On, Span, Ticket};
 use crate::call::transitions::{NoTransitions, no_capture_transitions};
-use crate::ffi::error::Result;
+use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Why a buffer one of whose uses could not be noted refuses every later use.
+const UNTRACKED: &str = "a use of this buffer could not be noted: it is never used again (and leaked)";
 
 /// A buffer's ordering state.
 #[derive(Debug)]
@@ -68,6 +71,10 @@ impl Uses {
     /// Before work on `stream` that touches `span`: orders it after the earlier uses it
     /// conflicts with. Returns where the use stands in the ledger (for [`Uses::after`]).
     fn before(&self, home: &StreamRef, stream: &StreamRef, span: &Span) -> Result<Ticket> {
+        // A use that could not be noted is not in the ledger: nothing may come after it.
+        if self.leaked() {
+            return Err(Error::Size(UNTRACKED));
+        }
         let on_home = stream == home;
         let mut state = self.state();
         let state = &mut *state;
@@ -162,7 +169,7 @@ pub(super) fn ordered_use<R>(
         refuse_capture(buffer.home)?;
     }
     if touched.len() > MAX_TOUCHED {
-        return Err(crate::Error::Size("one use touches at most 12 buffers and views"));
+        return Err(Error::Size("one use touches at most 12 buffers and views"));
     }
     let mut tickets = [Ticket::default(); MAX_TOUCHED];
     for (buffer, ticket) in touched.iter().zip(tickets.iter_mut()) {
@@ -204,10 +211,9 @@ impl After<'_, '_> {
         };
         let mut noted = Ok(());
         for (buffer, &ticket) in self.touched.iter().zip(&self.tickets) {
-            // A capture of either stream begun meanwhile (during a caller's closure) would take
-            // the record: the use is then not noted, and the buffer leaks.
-            let this = refuse_capture(buffer.home)
-                .and_then(|()| refuse_capture(self.stream))
+            // A capture of the stream begun meanwhile (during a caller's closure) would take the
+            // record: the use is then not noted, and the buffer leaks (and refuses later uses).
+            let this = refuse_capture(self.stream)
                 .and_then(|()| buffer.uses.after(buffer.home, self.stream, buffer.span.clone(), ticket));
             if this.is_err() {
                 buffer.uses.mark_leaked();

@@ -12,7 +12,7 @@
 //! view only read them: the ordering is only as true as that promise.
 
 use super::buffer::DeviceBuffer;
-use super::pinned::PinnedBuffer;
+use super::page_locked::PageLockedMemory;
 use super::{DeviceCopy, same_length};
 use crate::call::race::Access;
 use crate::ffi::error::{Error, Result};
@@ -160,7 +160,8 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
     ///
     /// # Errors
     /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_to_pinned`].
-    pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut PinnedBuffer<T>) -> Result<()> {
+    pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut impl PageLockedMemory<T>) -> Result<()> {
+        let destination = destination.page_locked();
         same_length(destination.len(), self.len())?;
         self.buffer.copy_range_to_pinned(&stream.as_stream(), self.range.start, destination)
     }
@@ -220,7 +221,8 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
     ///
     /// # Errors
     /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_from_pinned`].
-    pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut PinnedBuffer<T>) -> Result<()> {
+    pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut impl PageLockedMemory<T>) -> Result<()> {
+        let source = source.page_locked();
         same_length(self.len(), source.len())?;
         self.shared.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source)
     }
