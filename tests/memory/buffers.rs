@@ -904,3 +904,63 @@ fn registered_host_memory_is_copied_asynchronously_and_unregistered_at_the_end()
     assert!(matches!(twice, Err(Error::Cuda { api: "cudaHostRegister", .. })), "{twice:?}");
     assert!(matches!(cuda_stream::register_host(&mut [0u32; 0], |_| ()), Err(Error::Size(_))));
 }
+
+/// A pinned pool hands a dropped buffer's block to the next buffer of its size class (same
+/// address, no new allocation), zeroed; a buffer dropped with a copy into it in flight waits
+/// for the copy before the block is reused (the next owner's data is not overwritten by it);
+/// the figures follow; trim frees what is cached.
+#[test]
+fn a_pinned_pool_reuses_blocks_after_their_copies() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let pool = cuda_stream::PinnedPool::new();
+    let first = PinnedBuffer::<u32>::from_slice_in(&pool, &[7; 1000]).unwrap();
+    let address = first.as_slice().unwrap().as_ptr();
+    assert_eq!(pool.stats(), cuda_stream::PinnedPoolStats { cached_bytes: 0, in_use_bytes: 4096 });
+    drop(first);
+    assert_eq!(pool.stats(), cuda_stream::PinnedPoolStats { cached_bytes: 4096, in_use_bytes: 0 });
+    let second = PinnedBuffer::<u32>::zeroed_in(&pool, 900).unwrap();
+    assert_eq!(second.as_slice().unwrap().as_ptr(), address, "the same block, size class 4 KiB");
+    assert!(second.as_slice().unwrap().iter().all(|&word| word == 0), "zeroed on reuse");
+
+    // A copy into it behind a spin, then the drop: the block is cached only after the copy.
+    let source = DeviceBuffer::from_slice(&home, &[PATTERN; 900]).unwrap();
+    let mut second = second;
+    spin(&*home, Duration::from_millis(200)).unwrap();
+    source.copy_to_pinned(&home, &mut second).unwrap();
+    drop(second);
+    assert!(home.query().unwrap(), "the drop waited for the copy into the block");
+    let mut third = PinnedBuffer::<u32>::zeroed_in(&pool, 900).unwrap();
+    third.as_mut_slice().unwrap().fill(1);
+    home.synchronize().unwrap();
+    assert!(third.as_slice().unwrap().iter().all(|&word| word == 1), "no copy landed after the reuse");
+    drop(third);
+    pool.trim().unwrap();
+    assert_eq!(pool.stats(), cuda_stream::PinnedPoolStats { cached_bytes: 0, in_use_bytes: 0 });
+    // A buffer from the pool outlives the pool's handle.
+    let kept = PinnedBuffer::<u8>::zeroed_in(&pool, 5000).unwrap();
+    drop(pool);
+    assert_eq!(kept.as_slice().unwrap().len(), 5000);
+}
+
+/// A kernel writes a pinned buffer through its device address (zero-copy), behind a spin:
+/// the host's next read waits for the kernel and sees its data.
+#[test]
+fn a_kernel_writes_pinned_memory_in_place_and_the_host_waits_for_it() {
+    let device = gpu_or_skip!();
+    let (home, other) = (stream(device), stream(device));
+    let source = DeviceBuffer::from_slice(&home, &vec![PATTERN; N]).unwrap();
+    home.synchronize().unwrap();
+    let mut pinned = PinnedBuffer::<u32>::zeroed(N).unwrap();
+    let from = source.as_ptr();
+    pinned
+        .use_on(&other, |on, to| {
+            // SAFETY: N u32s at both addresses: `source` (its home synchronized above, and it
+            // outlives the kernel: the read below waits for it) and the pinned buffer's device
+            // address, ordered by `use_on`.
+            unsafe { spin_copy(on, from, to, N, Duration::from_millis(200)) }
+        })
+        .unwrap()
+        .unwrap();
+    assert!(pinned.as_slice().unwrap().iter().all(|&word| word == PATTERN), "the read waited for the kernel");
+}

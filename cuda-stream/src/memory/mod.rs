@@ -23,7 +23,10 @@
 //!   freed under the copy. Copies from and to a [`PinnedBuffer`] are asynchronous: the pinned
 //!   buffer remembers the copies in flight as the device buffer does its uses (copies out of
 //!   it run at once, a copy into it waits for them), and its host access and its drop wait for
-//!   them.
+//!   them. Memory the program already has is page-locked for a closure by [`register_host`]
+//!   (`cudaHostRegister`, unregistered at its end after its copies); a [`PinnedPool`] keeps
+//!   pinned blocks for reuse; a kernel uses a pinned buffer in place (zero-copy) through
+//!   [`PinnedBuffer::use_on`].
 //! * Views ([`DeviceBuffer::slice`], [`slice_mut`](DeviceBuffer::slice_mut),
 //!   [`chunks_mut`](DeviceBuffer::chunks_mut), [`DeviceSliceMut::split_at_mut`]) copy and use a
 //!   range of a buffer: one element read back, a pipeline's chunks. They borrow the buffer; a
@@ -56,6 +59,7 @@ mod ledger;
 pub mod mem_ops;
 mod page_locked;
 mod pinned;
+mod pinned_pool;
 mod pool;
 mod registered;
 mod scratch;
@@ -70,6 +74,7 @@ pub use mem_ops::{
 };
 pub use page_locked::{PageLocked, PageLockedMemory};
 pub use pinned::PinnedBuffer;
+pub use pinned_pool::{PinnedPool, PinnedPoolStats};
 pub use pool::{MemPool, MemPoolStats, PoolAccess, ReusePolicy};
 pub use registered::{RegisteredSlice, register_host};
 pub use view::{ChunksMut, DeviceSlice, DeviceSliceMut};

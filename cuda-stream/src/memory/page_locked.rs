@@ -68,6 +68,11 @@ impl<T: DeviceCopy> PageLocked<T> {
         self.leak
     }
 
+    /// A use could not be tracked: the memory is never touched or given back again.
+    pub(super) fn mark_leaked(&mut self) {
+        self.leak = true;
+    }
+
     /// The elements, once every copy into them has completed.
     pub(super) fn as_slice(&self, operation: &str) -> Result<&[T]> {
         self.wait_for_copies(&self.whole(false))?;
