@@ -295,3 +295,39 @@ fn peer_access_lets_a_kernel_on_gpu_1_read_gpu_0s_cuda_malloc_memory() {
     // SAFETY: allocated above; the kernel that read it has completed (`to_vec` waited).
     cuda_stream::check(unsafe { cuda_stream::sys::cudaFree(x) }, "cudaFree").unwrap();
 }
+
+/// A buffer of GPU 0 (pool memory GPU 1 may read) as a typed launch's argument on GPU 1: the
+/// kernel waits for GPU 0's write of it (a fill behind a 100 ms spin), and GPU 0's next write
+/// waits for the kernel (held back behind a 200 ms spin on GPU 1): the ordering crosses the
+/// devices both ways.
+#[test]
+fn a_buffer_of_gpu_0_used_by_a_launch_on_gpu_1_is_ordered_both_ways() {
+    let devices = gpus_or_skip!(2);
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    if !gpu1.can_access_peer(gpu0).unwrap() {
+        eprintln!("SKIPPED: GPU 1 cannot reach GPU 0's memory on this host");
+        return;
+    }
+    let (s0, s1) = (stream(gpu0), stream(gpu1));
+    let pool = cuda_stream::MemPool::new(gpu0).unwrap();
+    pool.set_access(gpu1, cuda_stream::PoolAccess::ReadWrite).unwrap();
+    let n = 1 << 16;
+    let mut x = cuda_stream::DeviceBuffer::<f32, _>::new_in(&pool, &s0, n).unwrap();
+    x.copy_from_slice(&s0, &vec![1.0; n]).unwrap();
+    cuda_stream_tests::spin(&*s0, std::time::Duration::from_millis(100)).unwrap();
+    x.fill_bytes(&s0, 0x3F).unwrap();
+    let filled = f32::from_ne_bytes([0x3F; 4]);
+    let mut y = cuda_stream::DeviceBuffer::<f32, _>::zeroed(&s1, n).unwrap();
+    cuda_stream_tests::spin(&*s1, std::time::Duration::from_millis(200)).unwrap();
+    let config = cuda_stream::LaunchConfig::new((n as u32).div_ceil(256), 256);
+    // SAFETY: the kernel reads `x`'s n floats (GPU 1 may: the pool's access) and writes `y`'s.
+    unsafe { SAXPY.launch(&s1, &config, (1.0, &x, &mut y, n as u32)) }.unwrap();
+    x.fill_bytes(&s0, 0).unwrap();
+    let read = y.to_vec().unwrap();
+    assert!(
+        read.iter().all(|&v| v == filled),
+        "GPU 1 read x after GPU 0's fill and before its clear: {:?}",
+        &read[..4]
+    );
+    assert_eq!(x.to_vec().unwrap(), vec![0.0; n]);
+}

@@ -1,16 +1,16 @@
 //! [`PinnedBuffer`]: page-locked host memory, which CUDA copies asynchronously, and which
 //! waits for those copies before the host may touch or free it.
 
-use super::page_locked::{PageLocked, PageLockedMemory, sealed};
 use super::ledger::{Span, Ticket};
+use super::page_locked::{PageLocked, PageLockedMemory, sealed};
 use super::pinned_pool::{self, Block, Blocks, PinnedPool};
 use super::uses::refuse_capture;
-use crate::stream::{AsStream, StreamRef};
 use super::{DeviceCopy, byte_size};
 use crate::call::sync_debug;
 use crate::call::transitions::no_capture_transitions;
 use crate::ffi::error::{Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::stream::{AsStream, StreamRef};
 use crate::sys;
 use std::ffi::c_void;
 use std::fmt;

@@ -89,7 +89,10 @@ impl PinnedPool {
 
     /// A block of at least `bytes`: a cached one of its size class, or a new one.
     pub(super) fn take(&self, bytes: usize) -> Result<(Block, Arc<Blocks>)> {
-        let class = bytes.checked_next_power_of_two().ok_or(Error::Size("the byte size of the buffer overflows"))?.max(SMALLEST);
+        let class = bytes
+            .checked_next_power_of_two()
+            .ok_or(Error::Size("the byte size of the buffer overflows"))?
+            .max(SMALLEST);
         let cached = {
             let mut state = self.blocks.state();
             let block = state.cached.get_mut(&class).and_then(Vec::pop);
