@@ -14,3 +14,10 @@ extern "C" __global__ void multi_gpu_tag(unsigned* log, unsigned capacity, unsig
   if (slot < capacity) log[1 + slot] = tag;
   __threadfence_system();
 }
+
+// y[i] = a * x[i] over `n` floats; x may be another GPU's memory (peer access).
+extern "C" __global__ void multi_gpu_scale(const float* x, float* y, float a, uint32_t n) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    y[i] = a * x[i];
+  }
+}

@@ -7,3 +7,9 @@ void multi_gpu_tag(unsigned* log, unsigned capacity, unsigned tag, uint64_t ns) 
   (void)tag;
   (void)ns;
 }
+void multi_gpu_scale(const float* x, float* y, float a, uint32_t n) {
+  (void)x;
+  (void)y;
+  (void)a;
+  (void)n;
+}
