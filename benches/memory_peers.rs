@@ -14,7 +14,7 @@
 //! Run: `cargo bench --bench memory_peers` (a GPU required; prints a table and writes JSON to
 //! `$BENCH_OUT/bench-memory-peers.json`).
 
-use cuda_stream::{DeviceBuffer, LaunchConfig, PinnedBuffer, Stream, StreamOptions, sys};
+use cuda_stream::{DeviceBuffer, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamOptions, sys};
 use cuda_stream_tests::Stats;
 use cuda_stream_tests::bench::{time, write_json};
 use cudarc::driver::{CudaContext, DevicePtr};
@@ -87,10 +87,12 @@ fn main() {
     let raw_streams: &[sys::cudaStream_t] = &streams.iter().map(|stream| stream.as_raw()).collect::<Vec<_>>();
     let (home, other, third) = (&streams[0], &streams[1], &streams[2]);
     CHUNK_ADD.attributes(device).unwrap();
+    let event = Event::new(device, EventFlags::default()).unwrap();
+    let raw_event = event.as_raw();
     let floor = |op: i32| -> Measure<'_> {
         Box::new(move |iters| {
-            // SAFETY: live streams; the floor makes and frees everything else itself.
-            let ns = unsafe { cs_floor(op, iters as i32, raw_streams[0], raw_streams[1], std::ptr::null_mut(), 0) };
+            // SAFETY: live streams and event; the floor makes and frees everything else itself.
+            let ns = unsafe { cs_floor(op, iters as i32, raw_streams[0], raw_streams[1], raw_event, 0) };
             assert!(ns >= 0.0, "the C++ floor failed");
             ns
         })

@@ -579,7 +579,8 @@ fn main() {
             safe: Box::new(|n| {
                 time(n, || {
                     pinned_target.copy_from_pinned(&a, &mut pinned).unwrap();
-                    pinned.as_slice().unwrap();
+                    // A host write waits for the copy out of the buffer (a read would not).
+                    pinned.as_mut_slice().unwrap();
                 })
             }),
             per_iter: 1.0,

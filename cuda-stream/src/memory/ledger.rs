@@ -208,11 +208,27 @@ impl Ledger {
         forget: impl Fn(&Mark, &Span) -> bool,
     ) -> Result<()> {
         self.tidy();
-        let event = self.event_for(stream.device())?;
-        if let Err(error) = stream.record_raw(event.as_raw(), 0) {
-            self.recycle(event);
-            return Err(error);
-        }
+        // The event of a mark this one makes redundant, recorded again (none is created on the
+        // way to the steady state); put back if the record fails.
+        let device = stream.device();
+        let event = match self.marks.iter().position(|mark| forget(mark, &span) && mark.event.device() == device) {
+            Some(at) => {
+                let mark = self.marks.remove(at);
+                if let Err(error) = stream.record_raw(mark.event.as_raw(), 0) {
+                    self.marks.insert(at, mark);
+                    return Err(error);
+                }
+                mark.event
+            }
+            None => {
+                let event = self.event_for(device)?;
+                if let Err(error) = stream.record_raw(event.as_raw(), 0) {
+                    self.recycle(event);
+                    return Err(error);
+                }
+                event
+            }
+        };
         self.forget_where(|mark| forget(mark, &span));
         let seq = self.next_seq;
         self.next_seq += 1;

@@ -27,6 +27,9 @@ pub(super) struct Uses {
     /// The address was handed out for work on the home stream that the buffer does not see:
     /// every use elsewhere waits for the home stream's work so far.
     exported: AtomicBool,
+    /// A stream other than the home stream has used the buffer: home uses are marked from then
+    /// on (until then, the free has nothing to wait for). Set under the state's lock.
+    shared: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -36,17 +39,15 @@ struct State {
     bytes: usize,
     /// What the home stream's uses not yet marked touched (the allocation first).
     home_unmarked: Option<Span>,
-    /// A stream other than the home stream has used the buffer: home uses are marked.
-    shared: bool,
     ledger: Ledger,
 }
 
 impl Uses {
     /// The state of a buffer of `bytes` just allocated on its home stream.
     pub(super) fn allocated(bytes: usize) -> Uses {
-        let state =
-            State { bytes, home_unmarked: Some(Span::write(0..bytes)), shared: false, ledger: Ledger::default() };
-        Uses { leak: AtomicBool::new(false), exported: AtomicBool::new(false), state: Mutex::new(state) }
+        let state = State { bytes, home_unmarked: Some(Span::write(0..bytes)), ledger: Ledger::default() };
+        let flag = || AtomicBool::new(false);
+        Uses { leak: flag(), exported: flag(), shared: flag(), state: Mutex::new(state) }
     }
 
     /// Whether the memory must be leaked rather than freed.
@@ -82,7 +83,10 @@ impl Uses {
             // A use of a part after a use of every byte (the allocation): the home stream's
             // work so far is marked, so that uses elsewhere of other parts wait for it only.
             let whole = Span::write(0..state.bytes);
-            if !state.shared && state.home_unmarked.as_ref() == Some(&whole) && *span != whole {
+            if !self.shared.load(Ordering::Acquire)
+                && state.home_unmarked.as_ref() == Some(&whole)
+                && span.bytes != whole.bytes
+            {
                 state.ledger.mark(home, On::stream(home, true), whole)?;
                 state.home_unmarked = None;
             }
@@ -107,14 +111,14 @@ impl Uses {
     fn after(&self, home: &StreamRef, stream: &StreamRef, span: Span, ticket: Ticket) -> Result<()> {
         let on_home = stream == home;
         let mut state = self.state();
-        if on_home && !state.shared {
+        if on_home && !self.shared.load(Ordering::Acquire) {
             state.home_unmarked = Some(match state.home_unmarked.take() {
                 Some(unmarked) => unmarked.merged(&span),
                 None => span,
             });
             return Ok(());
         }
-        state.shared = true;
+        self.shared.store(true, Ordering::Release);
         let noted = state.ledger.note(stream, On::stream(stream, on_home), span, ticket);
         if noted.is_err() {
             self.mark_leaked();
@@ -125,6 +129,10 @@ impl Uses {
     /// The home stream waits for every use on other streams (before the free). On failure,
     /// the uses not yet waited for are kept.
     pub(super) fn home_waits_for_others(&self, home: &StreamRef) -> Result<()> {
+        // Only the home stream's own marks, if no other stream has used the buffer.
+        if !self.shared.load(Ordering::Acquire) {
+            return Ok(());
+        }
         self.state().ledger.home_waits_for_all(home)
     }
 }
