@@ -16,19 +16,11 @@
 
 use cuda_stream::{DeviceBuffer, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamOptions, sys};
 use cuda_stream_tests::Stats;
-use cuda_stream_tests::bench::{time, write_json};
+use cuda_stream_tests::bench::{cs_floor, time, write_json};
 use cudarc::driver::{CudaContext, DevicePtr};
 use std::hint::black_box;
 
 unsafe extern "C" {
-    fn cs_floor(
-        op: i32,
-        iters: i32,
-        a: sys::cudaStream_t,
-        b: sys::cudaStream_t,
-        e: sys::cudaEvent_t,
-        priority: i32,
-    ) -> f64;
     fn cs_floor_memory(
         op: i32,
         iters: i32,

@@ -12,19 +12,11 @@ use cuda_stream::{
     check, sys,
 };
 use cuda_stream_tests::Stats;
-use cuda_stream_tests::bench::{time, write_json};
+use cuda_stream_tests::bench::{cs_floor, time, write_json};
 use std::ffi::c_void;
 use std::hint::black_box;
 
 unsafe extern "C" {
-    fn cs_floor(
-        op: i32,
-        iters: i32,
-        a: sys::cudaStream_t,
-        b: sys::cudaStream_t,
-        e: sys::cudaEvent_t,
-        priority: i32,
-    ) -> f64;
     fn cs_floor_driver_has(op: i32) -> i32;
     fn cs_floor_driver(op: i32, iters: i32, a: sys::cudaStream_t, b: sys::cudaStream_t, e: sys::cudaEvent_t) -> f64;
     fn cs_bench_launch_empty(stream: sys::cudaStream_t) -> sys::cudaError_t;

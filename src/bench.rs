@@ -1,9 +1,25 @@
 //! Shared by the benchmarks in `benches/`: timing loops, a start line for threads that must
 //! contend, and where the JSON results go.
 
+use cuda_stream::sys;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+unsafe extern "C" {
+    /// Runs `iters` operations of `op` (`enum FloorOp` of `kernels/bench_floor.cu`, numbered as
+    /// in `benches/overhead.rs`) in a raw C++ loop with streams `a`, `b` and event `e`
+    /// (`priority` for the priority stream's creation); returns ns per operation, or -1 if a
+    /// CUDA call failed.
+    pub fn cs_floor(
+        op: i32,
+        iters: i32,
+        a: sys::cudaStream_t,
+        b: sys::cudaStream_t,
+        e: sys::cudaEvent_t,
+        priority: i32,
+    ) -> f64;
+}
 
 /// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
 pub fn thread_cpu() -> Duration {

@@ -208,6 +208,17 @@ fn gpu_1_only_child() {
     println!("GPU 0's primary context was never created");
 }
 
+/// GPUs 0 and 1 of `devices` where GPU 1 can reach GPU 0's memory; else a loud skip.
+fn peers_or_skip(devices: &[Device]) -> Option<(Device, Device)> {
+    let (gpu0, gpu1) = (devices[0], devices[1]);
+    if gpu1.can_access_peer(gpu0).unwrap() {
+        Some((gpu0, gpu1))
+    } else {
+        eprintln!("SKIPPED: GPU 1 cannot reach GPU 0's memory on this host");
+        None
+    }
+}
+
 cuda_stream::kernel! {
     /// `y = a * x + y` over `n` floats (`kernels/launch_kernels.cu`).
     static SAXPY = fn cs_saxpy(a: f32, x: *const f32, y: *mut f32, n: u32);
@@ -227,12 +238,7 @@ fn read_through_kernel(stream: &Stream, after: &StreamRef, x: *const f32, n: usi
 
 #[test]
 fn a_pools_access_lets_a_kernel_on_gpu_1_read_gpu_0s_pool_memory() {
-    let devices = gpus_or_skip!(2);
-    let (gpu0, gpu1) = (devices[0], devices[1]);
-    if !gpu1.can_access_peer(gpu0).unwrap() {
-        eprintln!("SKIPPED: GPU 1 cannot reach GPU 0's memory on this host");
-        return;
-    }
+    let Some((gpu0, gpu1)) = peers_or_skip(&gpus_or_skip!(2)) else { return };
     let (s0, s1) = (stream(gpu0), stream(gpu1));
     let pool = cuda_stream::MemPool::new(gpu0).unwrap();
     assert_eq!(pool.access(gpu1).unwrap(), cuda_stream::PoolAccess::None, "a new pool is its device's only");
@@ -260,12 +266,7 @@ fn a_pools_access_lets_a_kernel_on_gpu_1_read_gpu_0s_pool_memory() {
 
 #[test]
 fn peer_access_lets_a_kernel_on_gpu_1_read_gpu_0s_cuda_malloc_memory() {
-    let devices = gpus_or_skip!(2);
-    let (gpu0, gpu1) = (devices[0], devices[1]);
-    if !gpu1.can_access_peer(gpu0).unwrap() {
-        eprintln!("SKIPPED: GPU 1 cannot reach GPU 0's memory on this host");
-        return;
-    }
+    let Some((gpu0, gpu1)) = peers_or_skip(&gpus_or_skip!(2)) else { return };
     let values: Vec<f32> = (0..4096).map(|i| (i * 3) as f32).collect();
     let bytes = values.len() * 4;
     let mut x: *mut std::ffi::c_void = std::ptr::null_mut();
@@ -302,12 +303,7 @@ fn peer_access_lets_a_kernel_on_gpu_1_read_gpu_0s_cuda_malloc_memory() {
 /// devices both ways.
 #[test]
 fn a_buffer_of_gpu_0_used_by_a_launch_on_gpu_1_is_ordered_both_ways() {
-    let devices = gpus_or_skip!(2);
-    let (gpu0, gpu1) = (devices[0], devices[1]);
-    if !gpu1.can_access_peer(gpu0).unwrap() {
-        eprintln!("SKIPPED: GPU 1 cannot reach GPU 0's memory on this host");
-        return;
-    }
+    let Some((gpu0, gpu1)) = peers_or_skip(&gpus_or_skip!(2)) else { return };
     let (s0, s1) = (stream(gpu0), stream(gpu1));
     let pool = cuda_stream::MemPool::new(gpu0).unwrap();
     pool.set_access(gpu1, cuda_stream::PoolAccess::ReadWrite).unwrap();
