@@ -689,6 +689,16 @@ fn views_copy_one_element_and_a_range_in_and_out() {
     let mut back = vec![0; 100];
     buffer.slice(..100).unwrap().copy_to_slice(&home, &mut back).unwrap();
     assert_eq!(back, values[..100]);
+    // A view copied into another view: of the same buffer (disjoint halves), on another
+    // stream, and of another buffer.
+    let (mut low, high) = buffer.slice_mut(..).unwrap().split_at_mut(512).unwrap();
+    low.copy_from(&other, &high).unwrap();
+    let all = buffer.to_vec().unwrap();
+    assert_eq!(&all[..512], &all[512..], "the high half copied onto the low half");
+    let mut small = DeviceBuffer::<u32, _>::zeroed(&other, 16).unwrap();
+    small.slice_mut(4..8).unwrap().copy_from(&home, &buffer.slice(1020..).unwrap()).unwrap();
+    assert_eq!(small.to_vec().unwrap()[4..8], values[1020..]);
+    assert!(matches!(small.slice_mut(..4).unwrap().copy_from(&home, &buffer.slice(..5).unwrap()), Err(Error::Size(_))));
     // Sizes checked before CUDA.
     for error in [
         buffer.slice(0..0).err(),

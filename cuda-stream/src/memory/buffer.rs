@@ -377,9 +377,22 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// neither device; the errors of [`DeviceBuffer::use_on`].
     pub fn copy_from<R: AsStream>(&mut self, stream: impl AsStream, source: &DeviceBuffer<T, R>) -> Result<()> {
         same_length(self.len, source.len)?;
-        let stream = stream.as_stream();
-        let bytes = self.bytes();
-        let (to, from) = (self.ptr.as_ptr().cast::<c_void>(), source.ptr.as_ptr().cast::<c_void>().cast_const());
+        self.copy_range_from(&stream.as_stream(), 0, source, 0, self.len)
+    }
+
+    /// `len` elements of `source` from `source_start` on copied into this buffer's from `start`
+    /// on, on `stream` (a write of those and a read of those; the callers check the ranges,
+    /// and that the two do not overlap).
+    pub(super) fn copy_range_from<R: AsStream>(
+        &self,
+        stream: &StreamRef,
+        start: usize,
+        source: &DeviceBuffer<T, R>,
+        source_start: usize,
+        len: usize,
+    ) -> Result<()> {
+        let bytes = len * size_of::<T>();
+        let (to, from) = (self.element(start), source.element(source_start).cast_const());
         let (to_device, from_device) = (self.device, source.device);
         if stream.device() != to_device && stream.device() != from_device {
             return Err(Error::DeviceMismatch {
@@ -390,16 +403,17 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         }
         let (to_home, from_home) = (self.home()?, source.home()?);
         let touched = [
-            Touched { home: &to_home, uses: &self.uses, span: self.span(0, self.len, true) },
-            Touched { home: &from_home, uses: &source.uses, span: source.span(0, source.len, false) },
+            Touched { home: &to_home, uses: &self.uses, span: self.span(start, len, true) },
+            Touched { home: &from_home, uses: &source.uses, span: source.span(source_start, len, false) },
         ];
-        ordered_use(&stream, &touched, Hold::Throughout, || {
+        ordered_use(stream, &touched, Hold::Throughout, || {
             if to_device == from_device {
-                return copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
+                return copy_async(stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
             }
             stream.enqueue(Work::named("cudaMemcpyPeerAsync").uses(|| copy_uses(to, from, bytes)), |_| {
-                // SAFETY: two live allocations of `bytes` on their devices, the ordinals of
-                // those devices; a live stream of one of them, its device current.
+                // SAFETY: two live allocations holding `bytes` at these addresses on their
+                // devices, the ordinals of those devices; a live stream of one of them, its
+                // device current.
                 let code = unsafe {
                     sys::cudaMemcpyPeerAsync(
                         to,

@@ -227,6 +227,19 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
         self.shared.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source)
     }
 
+    /// Copies `source` (a view of this or another buffer, of the same length, on this or a
+    /// peer device) into the view on `stream`, asynchronously, as
+    /// [`DeviceBuffer::copy_from`] copies a buffer: a read of `source`'s elements and a write of
+    /// the view's, ordered with their other uses.
+    ///
+    /// # Errors
+    /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_from`].
+    pub fn copy_from<R: AsStream>(&mut self, stream: impl AsStream, source: &DeviceSlice<'_, T, R>) -> Result<()> {
+        same_length(self.len(), source.len())?;
+        let (start, source_start) = (self.range.start, source.range.start);
+        self.shared.buffer.copy_range_from(&stream.as_stream(), start, source.buffer, source_start, self.len())
+    }
+
     /// Runs `launch` with `stream` and the view's device address, ordered as a write of the
     /// view's elements: it waits for every earlier use of them (on other streams), and later
     /// uses of them and the free wait for it (see [`DeviceBuffer::use_on`]). The kernel may use
