@@ -79,7 +79,7 @@ fn each_kind_of_wait_is_reported_with_its_api_name_and_still_waits() {
             ("cudaDeviceSynchronize", SyncKind::DeviceSynchronize),
             ("work on the legacy default stream", SyncKind::LegacyStream),
             ("cudaMemcpyAsync (pageable host memory)", SyncKind::PageableCopy),
-            ("cudaEventSynchronize (a pinned buffer's copies in flight)", SyncKind::PinnedWait),
+            ("cudaEventSynchronize (page-locked memory's copies in flight)", SyncKind::PinnedWait),
         ]
     );
     assert_eq!(events[0].thread.as_deref(), std::thread::current().name());
@@ -114,7 +114,7 @@ fn the_refuse_mode_fails_each_kind_before_it_waits_or_enqueues() {
     refused(device.synchronize(), "cudaDeviceSynchronize");
     refused(write_six(&legacy, out.as_mut_ptr()), "work on the legacy default stream");
     refused(buffer.copy_to_slice(&*stream, &mut host), "cudaMemcpyAsync (pageable host memory)");
-    refused(pinned.as_slice().map(drop), "cudaEventSynchronize (a pinned buffer's copies in flight)");
+    refused(pinned.as_slice().map(drop), "cudaEventSynchronize (page-locked memory's copies in flight)");
     assert!(start.elapsed() < Duration::from_millis(150), "nothing waited: {:?}", start.elapsed());
     assert_eq!(stream.query(), Ok(false), "the kernel still runs");
     assert!(scope.take_events().is_empty(), "refusals are not reports");
