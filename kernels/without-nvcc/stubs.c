@@ -54,6 +54,12 @@ int cs_floor_first_use(int n, double* step_cpu_ns) {
   return (int)cudaErrorNotSupported;
 }
 void cs_bench_increment(void) {}
+void cs_bench_chunk_add(void) {}
+double cs_floor_memory(int op, int iters, int count, size_t bytes, int blocks, const cudaStream_t* streams,
+                       int nstreams) {
+  (void)op; (void)iters; (void)count; (void)bytes; (void)blocks; (void)streams; (void)nstreams;
+  return -1.0;
+}
 int cs_scale_floor_has(int op, int api) { (void)op; (void)api; return 0; }
 double cs_scale_floor(int op, int api, const cudaStream_t* s, int per_thread, const cudaEvent_t* e, int iters,
                       int threads) {

@@ -76,9 +76,10 @@ kernel_args!(A.0, B.1, C.2, D.3, E.4, F.5, G.6, H.7, I.8, J.9, K.10, L.11);
 ///
 /// Sealed: the crate's types only.
 pub trait LaunchArg<P: KernelArg>: sealed::Sealed<P> {
-    /// The parameter's value.
+    /// The parameter's value (for the launch only: a buffer's address taken here is not
+    /// marked as handed out).
     #[doc(hidden)]
-    fn param(&self) -> P;
+    fn param(&self, token: sealed::Token) -> P;
 
     /// Whether the argument is memory whose use the launch orders.
     #[doc(hidden)]
@@ -86,19 +87,24 @@ pub trait LaunchArg<P: KernelArg>: sealed::Sealed<P> {
 
     /// The memory it touches, if it is a buffer or a view.
     #[doc(hidden)]
-    fn arg_use(&self) -> Result<Option<ArgUse<'_>>> {
+    fn arg_use(&self, _token: sealed::Token) -> Result<Option<ArgUse<'_>>> {
         Ok(None)
     }
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed<P> {}
+
+    /// What the argument traits' methods take: only the launch makes one, so their untracked
+    /// addresses stay inside it.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Token(pub(in crate::kernel) ());
 }
 
 impl<P: KernelArg> sealed::Sealed<P> for P {}
 impl<P: KernelArg> LaunchArg<P> for P {
     #[inline(always)]
-    fn param(&self) -> P {
+    fn param(&self, _: sealed::Token) -> P {
         *self
     }
 }
@@ -111,12 +117,12 @@ macro_rules! memory_arg {
             const TRACKED: bool = true;
 
             #[inline]
-            fn param(&self) -> $param {
+            fn param(&self, _: sealed::Token) -> $param {
                 let $this = self;
                 $address
             }
 
-            fn arg_use(&self) -> Result<Option<ArgUse<'_>>> {
+            fn arg_use(&self, _: sealed::Token) -> Result<Option<ArgUse<'_>>> {
                 let $this = self;
                 $arg_use.map(Some)
             }
@@ -134,35 +140,36 @@ memory_arg! {
 
 /// A launch's arguments for a kernel whose parameters are `A`: a tuple of [`LaunchArg`]s, one
 /// per parameter.
-pub trait LaunchArgs<A: KernelArgs> {
+pub trait LaunchArgs<A: KernelArgs>: sealed::Sealed<A> {
     /// Whether some argument is memory whose use the launch orders.
     #[doc(hidden)]
     const TRACKED: bool;
 
     /// The parameters' values.
     #[doc(hidden)]
-    fn params(&self) -> A;
+    fn params(&self, token: sealed::Token) -> A;
 
     /// The memory the arguments touch.
     #[doc(hidden)]
-    fn arg_uses(&self) -> Result<Vec<ArgUse<'_>>>;
+    fn arg_uses(&self, token: sealed::Token) -> Result<Vec<ArgUse<'_>>>;
 }
 
 macro_rules! launch_args {
     ($($param:ident $arg:ident . $index:tt),*) => {
+        impl<$($param: KernelArg, $arg: LaunchArg<$param>),*> sealed::Sealed<($($param,)*)> for ($($arg,)*) {}
         impl<$($param: KernelArg, $arg: LaunchArg<$param>),*> LaunchArgs<($($param,)*)> for ($($arg,)*) {
             const TRACKED: bool = false $(|| $arg::TRACKED)*;
 
             #[inline(always)]
             #[allow(clippy::unused_unit)]
-            fn params(&self) -> ($($param,)*) {
-                ($(self.$index.param(),)*)
+            fn params(&self, _token: sealed::Token) -> ($($param,)*) {
+                ($(self.$index.param(_token),)*)
             }
 
             #[allow(unused_mut)]
-            fn arg_uses(&self) -> Result<Vec<ArgUse<'_>>> {
+            fn arg_uses(&self, _token: sealed::Token) -> Result<Vec<ArgUse<'_>>> {
                 let mut uses = Vec::new();
-                $(uses.extend(self.$index.arg_use()?);)*
+                $(uses.extend(self.$index.arg_use(_token)?);)*
                 Ok(uses)
             }
         }

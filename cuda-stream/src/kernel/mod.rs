@@ -55,6 +55,7 @@ mod args;
 mod config;
 mod graph_node;
 
+use args::sealed::Token;
 pub use args::{KernelArg, KernelArgs, LaunchArg, LaunchArgs};
 pub use config::{Dim3, LaunchConfig, MemSyncDomain};
 
@@ -257,8 +258,8 @@ impl<A: KernelArgs> Kernel<A> {
         }
         config.check(stream.device())?;
         if L::TRACKED {
-            let arg_uses = args.arg_uses()?;
-            let params = args.params();
+            let arg_uses = args.arg_uses(Token(()))?;
+            let params = args.params(Token(()));
             let uses = || {
                 let mut uses = race::uses(config.declared_accesses());
                 uses.extend(arg_uses.iter().map(|arg| arg.access().as_use()));
@@ -266,7 +267,7 @@ impl<A: KernelArgs> Kernel<A> {
             };
             return ordered_launch(&stream, &arg_uses, || self.enqueue_launch(&stream, config, &params, uses));
         }
-        let params = args.params();
+        let params = args.params(Token(()));
         self.enqueue_launch(&stream, config, &params, || race::uses(config.declared_accesses()))
     }
 

@@ -2,6 +2,7 @@
 //! other streams only through calls that order the use both ways.
 
 use super::ledger::Span;
+use super::page_locked::sealed::Token;
 use super::page_locked::{PageLocked, PageLockedMemory};
 use super::pool::MemPool;
 use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
@@ -325,7 +326,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// [`Error::Size`] unless the lengths match, or for a pinned buffer an earlier copy of
     /// which could not be tracked; the errors of [`DeviceBuffer::use_on`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let source = source.page_locked();
+        let source = source.page_locked(Token(()));
         same_length(self.len, source.len())?;
         self.copy_range_from_pinned(&stream.as_stream(), 0, source)
     }
@@ -362,7 +363,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// # Errors
     /// As [`DeviceBuffer::copy_from_pinned`].
     pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let destination = destination.page_locked();
+        let destination = destination.page_locked(Token(()));
         same_length(destination.len(), self.len)?;
         self.copy_range_to_pinned(&stream.as_stream(), 0, destination)
     }

@@ -272,6 +272,7 @@ impl Ledger {
             let mark = self.marks.pop().expect("the last mark");
             self.recycle(mark.event);
         }
+        self.prune_at = 0;
         Ok(())
     }
 
@@ -291,6 +292,7 @@ impl Ledger {
         for mark in std::mem::take(&mut self.marks) {
             self.recycle(mark.event);
         }
+        self.prune_at = 0;
     }
 
     /// Forgets the marks `forget` picks, keeping their events to record again.
@@ -338,7 +340,7 @@ impl Ledger {
         }
         // The next queries once as many marks again have come (not at every mark while the
         // GPU is behind).
-        self.prune_at = self.marks.len() + PRUNE_AT;
+        self.prune_at = (self.marks.len() + PRUNE_AT).min(LIMIT - 1);
     }
 
     /// Replaces the marks of each stream of a certain identity (and the home stream's) by one:

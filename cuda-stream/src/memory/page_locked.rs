@@ -18,11 +18,17 @@ use std::ptr::NonNull;
 pub trait PageLockedMemory<T: DeviceCopy>: sealed::Sealed {
     /// The memory and its copies in flight.
     #[doc(hidden)]
-    fn page_locked(&mut self) -> &mut PageLocked<T>;
+    fn page_locked(&mut self, token: sealed::Token) -> &mut PageLocked<T>;
 }
 
 pub(super) mod sealed {
     pub trait Sealed {}
+
+    /// What [`page_locked`](super::PageLockedMemory::page_locked) takes: only this module's
+    /// parent makes one, so no code outside the crate reaches a `&mut PageLocked` (two swapped
+    /// would hand one owner's memory to another: freed, unregistered, or of another size).
+    #[derive(Debug, Clone, Copy)]
+    pub struct Token(pub(in crate::memory) ());
 }
 
 /// Page-locked memory of `len` elements and its copies in flight (opaque).

@@ -44,7 +44,7 @@ enum Origin {
 
 impl<T: DeviceCopy> sealed::Sealed for PinnedBuffer<T> {}
 impl<T: DeviceCopy> PageLockedMemory<T> for PinnedBuffer<T> {
-    fn page_locked(&mut self) -> &mut PageLocked<T> {
+    fn page_locked(&mut self, _: sealed::Token) -> &mut PageLocked<T> {
         &mut self.memory
     }
 }
@@ -152,7 +152,9 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
     /// buffer: after the copies in flight, and the host's next access, later copies and the
     /// drop wait for it, also when `launch` panics. `launch` typically launches a kernel of
     /// yours, which must use the address only on `stream`, only through work enqueued inside
-    /// `launch`, and only within the buffer's elements.
+    /// `launch`, and only within the buffer's elements; and `launch` must not capture `stream`
+    /// (a kernel captured into a graph is not the use this call notes: a replay would outlive
+    /// the buffer). Both are the launch's `unsafe` contract.
     ///
     /// # Errors
     /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) while `stream` is being captured

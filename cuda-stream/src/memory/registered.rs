@@ -29,7 +29,7 @@ pub struct RegisteredSlice<'scope, T: DeviceCopy> {
 
 impl<T: DeviceCopy> sealed::Sealed for RegisteredSlice<'_, T> {}
 impl<T: DeviceCopy> PageLockedMemory<T> for RegisteredSlice<'_, T> {
-    fn page_locked(&mut self) -> &mut PageLocked<T> {
+    fn page_locked(&mut self, _: sealed::Token) -> &mut PageLocked<T> {
         &mut self.memory
     }
 }
@@ -101,7 +101,7 @@ pub fn register_host<T: DeviceCopy, R>(
     memory: &mut [T],
     body: impl for<'scope> FnOnce(&mut RegisteredSlice<'scope, T>) -> R,
 ) -> Result<R> {
-    if memory.is_empty() {
+    if memory.is_empty() || size_of::<T>() == 0 {
         return Err(Error::Size("an empty slice cannot be registered"));
     }
     refuse_inside_host_fn()?;
@@ -118,9 +118,8 @@ pub fn register_host<T: DeviceCopy, R>(
             "cudaHostRegister",
         )
     })?;
-    let mut registration = Registration {
-        slice: RegisteredSlice { memory: PageLocked::new(ptr, memory.len(), "RegisteredSlice"), _scope: PhantomData },
-    };
+    let slice = RegisteredSlice { memory: PageLocked::new(ptr, memory.len(), "RegisteredSlice"), _scope: PhantomData };
+    let mut registration = Registration { slice, ended: false };
     let result = body(&mut registration.slice);
     registration.end().map(|()| result)
 }
@@ -129,13 +128,14 @@ pub fn register_host<T: DeviceCopy, R>(
 /// or, if `body` panics, by its drop.
 struct Registration<'scope, T: DeviceCopy> {
     slice: RegisteredSlice<'scope, T>,
+    /// Waited for and unregistered (by `end`): the drop has nothing left to do.
+    ended: bool,
 }
 
 impl<T: DeviceCopy> Registration<'_, T> {
     fn end(mut self) -> Result<()> {
-        let ended = self.wait_and_unregister();
-        std::mem::forget(self);
-        ended
+        self.ended = true;
+        self.wait_and_unregister()
     }
 
     /// Waits for the copies in flight (aborting if that cannot be done), then unregisters.
@@ -160,6 +160,8 @@ impl<T: DeviceCopy> Drop for Registration<'_, T> {
     /// On a panic of `body`: the copies are waited for and the memory unregistered before the
     /// unwinding hands the slice back.
     fn drop(&mut self) {
-        let _ = self.wait_and_unregister();
+        if !self.ended {
+            let _ = self.wait_and_unregister();
+        }
     }
 }

@@ -13,6 +13,7 @@
 
 use super::buffer::DeviceBuffer;
 use super::page_locked::PageLockedMemory;
+use super::page_locked::sealed::Token;
 use super::{DeviceCopy, same_length};
 use crate::call::race::Access;
 use crate::ffi::error::{Error, Result};
@@ -161,7 +162,7 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
     /// # Errors
     /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_to_pinned`].
     pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let destination = destination.page_locked();
+        let destination = destination.page_locked(Token(()));
         same_length(destination.len(), self.len())?;
         self.buffer.copy_range_to_pinned(&stream.as_stream(), self.range.start, destination)
     }
@@ -222,7 +223,7 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
     /// # Errors
     /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_from_pinned`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let source = source.page_locked();
+        let source = source.page_locked(Token(()));
         same_length(self.len(), source.len())?;
         self.shared.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source)
     }
