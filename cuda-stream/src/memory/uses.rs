@@ -9,7 +9,8 @@
 //! other, so a later use elsewhere waits for exactly the home uses it conflicts with.
 
 use super::ledger::{Ledger, On, Span, Ticket};
-use crate::call::transitions::{NoTransitions, no_capture_transitions};
+use crate::call::transitions::no_capture_transitions;
+use crate::call::uncaptured_calls::outside_captures;
 use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
@@ -69,17 +70,16 @@ impl Uses {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Before work on `stream` that touches `span`: orders it after the earlier uses it
-    /// conflicts with. Returns where the use stands in the ledger (for [`Uses::after`]).
-    fn before(&self, home: &StreamRef, stream: &StreamRef, span: &Span) -> Result<Ticket> {
+    /// Before work on `stream` (where `on` says, computed once per use) that touches `span`:
+    /// orders it after the earlier uses it conflicts with. Returns where the use stands in the ledger (for [`Uses::after`]).
+    fn before(&self, home: &StreamRef, stream: &StreamRef, on: On, span: &Span) -> Result<Ticket> {
         // A use that could not be noted is not in the ledger: nothing may come after it.
         if self.leaked() {
             return Err(Error::Size(UNTRACKED));
         }
-        let on_home = stream == home;
         let mut state = self.state();
         let state = &mut *state;
-        if on_home {
+        if on.home {
             // A use of a part after a use of every byte (the allocation): the home stream's
             // work so far is marked, so that uses elsewhere of other parts wait for it only.
             let whole = Span::write(0..state.bytes);
@@ -103,15 +103,14 @@ impl Uses {
                 }
             }
         }
-        state.ledger.order_before(stream, On::stream(stream, on_home), span)
+        state.ledger.order_before(stream, on, span)
     }
 
     /// After work on `stream` that touched `span`: on the home stream of a buffer used nowhere
     /// else, notes it unmarked; otherwise marks it with an event recorded after it.
-    fn after(&self, home: &StreamRef, stream: &StreamRef, span: Span, ticket: Ticket) -> Result<()> {
-        let on_home = stream == home;
+    fn after(&self, stream: &StreamRef, on: On, span: Span, ticket: Ticket) -> Result<()> {
         let mut state = self.state();
-        if on_home && !self.shared.load(Ordering::Acquire) {
+        if on.home && !self.shared.load(Ordering::Acquire) {
             state.home_unmarked = Some(match state.home_unmarked.take() {
                 Some(unmarked) => unmarked.merged(&span),
                 None => span,
@@ -119,7 +118,7 @@ impl Uses {
             return Ok(());
         }
         self.shared.store(true, Ordering::Release);
-        let noted = state.ledger.note(stream, On::stream(stream, on_home), span, ticket);
+        let noted = state.ledger.note(stream, on, span, ticket);
         if noted.is_err() {
             self.mark_leaked();
         }
@@ -171,38 +170,70 @@ pub(super) fn ordered_use<R>(
     // Refused inside a host function before the lock: a host function blocked behind a
     // waiting writer would hold up the work that the writer's readers wait for.
     refuse_inside_host_fn()?;
-    let transitions = no_capture_transitions();
-    refuse_capture(stream)?;
-    for buffer in touched {
-        refuse_capture(buffer.home)?;
-    }
     if touched.len() > MAX_TOUCHED {
         return Err(Error::Size("one use touches at most 12 buffers and views"));
     }
-    let mut tickets = [Ticket::default(); MAX_TOUCHED];
-    for (buffer, ticket) in touched.iter().zip(tickets.iter_mut()) {
-        *ticket = buffer.uses.before(buffer.home, stream, &buffer.span)?;
+    let mut ons = [None; MAX_TOUCHED];
+    for (buffer, on) in touched.iter().zip(ons.iter_mut()) {
+        *on = Some(On::stream(stream, stream == buffer.home));
     }
-    let held = match hold {
-        Hold::Throughout => Some(transitions),
-        Hold::ChecksAndWaits => {
-            drop(transitions);
-            None
+    // Another library may capture the per-thread stream at any time: never a fast call then.
+    let thread_bound = stream.is_thread_bound() || touched.iter().any(|buffer| buffer.home.is_thread_bound());
+    let checks_and_waits = || -> Result<[Ticket; MAX_TOUCHED]> {
+        refuse_capture(stream)?;
+        for buffer in touched {
+            refuse_capture(buffer.home)?;
         }
+        let mut tickets = [Ticket::default(); MAX_TOUCHED];
+        for ((buffer, ticket), on) in touched.iter().zip(tickets.iter_mut()).zip(ons.iter().flatten()) {
+            *ticket = buffer.uses.before(buffer.home, stream, *on, &buffer.span)?;
+        }
+        Ok(tickets)
     };
-    let after = After { touched, stream, tickets, held, done: false };
-    let result = enqueue();
-    after.finish()?;
-    result
+    let uses = |tickets| After { touched, stream, ons, tickets, thread_bound, done: false };
+    match hold {
+        Hold::Throughout => without_transitions(thread_bound, || {
+            let after = uses(checks_and_waits()?);
+            let result = enqueue();
+            after.finish()?;
+            result
+        })?,
+        Hold::ChecksAndWaits => {
+            let after = uses(without_transitions(thread_bound, checks_and_waits)??);
+            let result = enqueue();
+            after.finish()?;
+            result
+        }
+    }
+}
+
+/// Runs `call` where no capture transition of this crate overlaps it: as a fast call while no
+/// capture may be in progress (a capture's begin waits for it) and no stream it acts on is
+/// thread-bound, else under the read side of the capture-transition lock.
+#[inline(always)]
+fn without_transitions<R>(thread_bound: bool, call: impl FnOnce() -> R) -> Result<R> {
+    let mut call = Some(call);
+    if !thread_bound {
+        if let Some(Some(done)) = outside_captures(|| call.take().map(|call| call())) {
+            return Ok(done);
+        }
+    }
+    let _transitions = no_capture_transitions();
+    match call {
+        Some(call) => Ok(call()),
+        // Taken only by a fast call that ran, and returned above.
+        None => Err(Error::CaptureMisuse("a fast call did not return its result")),
+    }
 }
 
 /// The notes after a use: at `finish`, or, if that is never reached (a panic), when dropped,
-/// under the capture-transition lock (`held`, or taken now).
+/// with no capture transition overlapping them.
 struct After<'a, 'b> {
     touched: &'b [Touched<'a>],
     stream: &'a StreamRef,
+    ons: [Option<On>; MAX_TOUCHED],
     tickets: [Ticket; MAX_TOUCHED],
-    held: Option<NoTransitions>,
+    thread_bound: bool,
     done: bool,
 }
 
@@ -213,22 +244,22 @@ impl After<'_, '_> {
     }
 
     fn note(&mut self) -> Result<()> {
-        let _transitions = match self.held.take() {
-            Some(held) => held,
-            None => no_capture_transitions(),
-        };
-        let mut noted = Ok(());
-        for (buffer, &ticket) in self.touched.iter().zip(&self.tickets) {
-            // A capture of the stream begun meanwhile (during a caller's closure) would take the
-            // record: the use is then not noted, and the buffer leaks (and refuses later uses).
-            let this = refuse_capture(self.stream)
-                .and_then(|()| buffer.uses.after(buffer.home, self.stream, buffer.span.clone(), ticket));
-            if this.is_err() {
-                buffer.uses.mark_leaked();
-                noted = noted.and(this);
+        let (touched, stream, ons, tickets) = (self.touched, self.stream, &self.ons, &self.tickets);
+        without_transitions(self.thread_bound, || {
+            let mut noted = Ok(());
+            for ((buffer, &ticket), on) in touched.iter().zip(tickets).zip(ons.iter().flatten()) {
+                // A capture of the stream begun meanwhile (during a caller's closure) would take
+                // the record: the use is then not noted, and the buffer leaks (and refuses later
+                // uses).
+                let this =
+                    refuse_capture(stream).and_then(|()| buffer.uses.after(stream, *on, buffer.span.clone(), ticket));
+                if this.is_err() {
+                    buffer.uses.mark_leaked();
+                    noted = noted.and(this);
+                }
             }
-        }
-        noted
+            noted
+        })?
     }
 }
 
