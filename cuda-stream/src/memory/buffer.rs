@@ -664,7 +664,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             return;
         }
         // After the last use on every other stream (recorded outside any capture).
-        if self.uses.home_waits_for_others(&home).is_err() {
+        if self.uses.home_waits_for_others(&*home).is_err() {
             return;
         }
         // A race the detector finds is reported, never refused here: refused, the memory

@@ -8,9 +8,10 @@
 //! on the home stream then. From the first use elsewhere on, home uses are marked like any
 //! other, so a later use elsewhere waits for exactly the home uses it conflicts with.
 
-use super::ledger::{Ledger, On, Span, Ticket};
+use super::ledger::{Ledger, On, Queue, Span, Ticket};
 use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls::outside_captures;
+use crate::event::Event;
 use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
@@ -20,9 +21,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// Why a buffer one of whose uses could not be noted refuses every later use.
 const UNTRACKED: &str = "a use of this buffer could not be noted: it is never used again (and leaked)";
 
-/// A buffer's ordering state.
+/// A buffer's ordering state, with events `E` (the crate's [`Event`]; the ledger's model check
+/// simulates its own).
 #[derive(Debug)]
-pub(super) struct Uses {
+pub(super) struct Uses<E = Event> {
     /// A use could not be ordered before the free: the drop leaks the memory.
     leak: AtomicBool,
     /// The address was handed out for work on the home stream that the buffer does not see:
@@ -31,24 +33,30 @@ pub(super) struct Uses {
     /// A stream other than the home stream has used the buffer: home uses are marked from then
     /// on (until then, the free has nothing to wait for). Set under the state's lock.
     shared: AtomicBool,
-    state: Mutex<State>,
+    state: Mutex<State<E>>,
 }
 
 #[derive(Debug)]
-struct State {
+struct State<E> {
     /// The bytes the whole buffer covers.
     bytes: usize,
     /// What the home stream's uses not yet marked touched (the allocation first).
     home_unmarked: Option<Span>,
-    ledger: Ledger,
+    ledger: Ledger<E>,
 }
 
-impl Uses {
+impl<E> Uses<E> {
     /// The state of a buffer of `bytes` just allocated on its home stream.
-    pub(super) fn allocated(bytes: usize) -> Uses {
+    pub(super) fn allocated(bytes: usize) -> Uses<E> {
         let state = State { bytes, home_unmarked: Some(Span::write(0..bytes)), ledger: Ledger::default() };
         let flag = || AtomicBool::new(false);
         Uses { leak: flag(), exported: flag(), shared: flag(), state: Mutex::new(state) }
+    }
+
+    /// How many uses the ledger holds (for the model check).
+    #[cfg(test)]
+    pub(super) fn marks(&self) -> usize {
+        self.state().ledger.len()
     }
 
     /// Whether the memory must be leaked rather than freed.
@@ -66,13 +74,13 @@ impl Uses {
         self.exported.store(true, Ordering::Release);
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, State<E>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Before work on `stream` (where `on` says, computed once per use) that touches `span`:
     /// orders it after the earlier uses it conflicts with. Returns where the use stands in the ledger (for [`Uses::after`]).
-    fn before(&self, home: &StreamRef, stream: &StreamRef, on: On, span: &Span) -> Result<Ticket> {
+    pub(super) fn before<Q: Queue<Event = E>>(&self, home: &Q, stream: &Q, on: On, span: &Span) -> Result<Ticket> {
         // A use that could not be noted is not in the ledger: nothing may come after it.
         if self.leaked() {
             return Err(Error::Size(UNTRACKED));
@@ -108,7 +116,7 @@ impl Uses {
 
     /// After work on `stream` that touched `span`: on the home stream of a buffer used nowhere
     /// else, notes it unmarked; otherwise marks it with an event recorded after it.
-    fn after(&self, stream: &StreamRef, on: On, span: Span, ticket: Ticket) -> Result<()> {
+    pub(super) fn after<Q: Queue<Event = E>>(&self, stream: &Q, on: On, span: Span, ticket: Ticket) -> Result<()> {
         let mut state = self.state();
         if on.home && !self.shared.load(Ordering::Acquire) {
             state.home_unmarked = Some(match state.home_unmarked.take() {
@@ -127,7 +135,7 @@ impl Uses {
 
     /// The home stream waits for every use on other streams (before the free). On failure,
     /// the uses not yet waited for are kept.
-    pub(super) fn home_waits_for_others(&self, home: &StreamRef) -> Result<()> {
+    pub(super) fn home_waits_for_others<Q: Queue<Event = E>>(&self, home: &Q) -> Result<()> {
         // Only the home stream's own marks, if no other stream has used the buffer.
         if !self.shared.load(Ordering::Acquire) {
             return Ok(());

@@ -4,7 +4,9 @@
 //! forgets those it makes redundant, and leaves a mark of its own. Events are recycled, never
 //! created per use once a ledger is warm.
 //!
-//! Device buffers ([`super::uses`]) and pinned buffers keep one each.
+//! Device buffers ([`super::uses`]) and page-locked memory keep one each. The ledger knows a
+//! stream only as a [`Queue`]: the crate's streams and events are one, and `model.rs` checks
+//! the ordering with a simulated one over many random schedules, without a GPU.
 
 use crate::call::live_captures;
 use crate::call::race;
@@ -15,6 +17,9 @@ use crate::ffi::error::Result;
 use crate::stream::StreamRef;
 use std::ops::Range;
 
+#[cfg(test)]
+mod model;
+
 /// How many marks a ledger keeps before it forgets those whose use has completed.
 const PRUNE_AT: usize = 16;
 /// How many marks a ledger keeps before it merges each stream's marks into one.
@@ -22,8 +27,10 @@ const MERGE_AT: usize = 64;
 /// How many marks a ledger keeps at most: then a use waits for all of them and its mark
 /// replaces them ([`Ledger::collapse`]).
 const LIMIT: usize = 96;
-/// How many recycled events a ledger keeps.
-const SPARE: usize = 8;
+/// How many recycled events a ledger keeps: as many as it may hold marks, so that a ledger
+/// that collapses (uses on streams of uncertain identity) records its events again instead of
+/// creating one per use.
+const SPARE: usize = LIMIT;
 
 /// The bytes a use touches, and whether it writes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,19 +95,92 @@ pub(super) struct On {
 }
 
 impl On {
-    pub(super) fn stream(stream: &StreamRef, home: bool) -> On {
-        On { key: StreamKey::of(stream), home }
+    pub(super) fn stream(stream: &impl Queue, home: bool) -> On {
+        On { key: stream.key(), home }
     }
 
     /// Whether `mark`'s use is ordered before this one by the stream alone.
-    fn owns(&self, mark: &Mark) -> bool {
+    fn owns<E>(&self, mark: &Mark<E>) -> bool {
         (self.home && mark.home) || mark.on.certainly_same(&self.key)
+    }
+}
+
+/// A stream as a ledger uses it: its key and device, and records and waits of events of its
+/// device.
+pub(super) trait Queue {
+    /// A mark of a point in a stream's work.
+    type Event;
+
+    fn key(&self) -> StreamKey;
+
+    fn device(&self) -> Device;
+
+    /// A new event of this stream's device.
+    fn new_event(&self) -> Result<Self::Event>;
+
+    fn event_device(event: &Self::Event) -> Device;
+
+    /// Records `event` here, after the work enqueued so far.
+    fn record(&self, event: &Self::Event) -> Result<()>;
+
+    /// Makes later work here wait for `event`'s last record.
+    fn wait(&self, event: &Self::Event) -> Result<()>;
+
+    /// Whether the work before `event`'s last record has completed; asked only while
+    /// [`Queue::may_query`].
+    fn completed(event: &Self::Event) -> bool;
+
+    /// Whether a query is allowed now (no stream of the process may be capturing: a query
+    /// would break a capture of this thread's).
+    fn may_query() -> bool;
+}
+
+impl Queue for StreamRef {
+    type Event = Event;
+
+    fn key(&self) -> StreamKey {
+        StreamKey::of(self)
+    }
+
+    fn device(&self) -> Device {
+        StreamRef::device(self)
+    }
+
+    fn new_event(&self) -> Result<Event> {
+        Event::internal(StreamRef::device(self))
+    }
+
+    fn event_device(event: &Event) -> Device {
+        event.device()
+    }
+
+    fn record(&self, event: &Event) -> Result<()> {
+        self.record_raw(event.as_raw(), 0)
+    }
+
+    fn wait(&self, event: &Event) -> Result<()> {
+        self.wait_raw(event.as_raw(), 0)
+    }
+
+    /// A query, told to the race detector when it saw the work complete: what the caller stops
+    /// waiting for is done.
+    fn completed(event: &Event) -> bool {
+        let snapshot = event.race_snapshot();
+        let done = driver::event_query(event.as_raw()) == Ok(true);
+        if done {
+            race::host_saw(snapshot);
+        }
+        done
+    }
+
+    fn may_query() -> bool {
+        !live_captures::may_capture()
     }
 }
 
 /// A use that may still be running.
 #[derive(Debug)]
-struct Mark {
+struct Mark<E> {
     /// Its place in the ledger's order (see [`Ticket`]).
     seq: u64,
     on: StreamKey,
@@ -108,7 +188,7 @@ struct Mark {
     home: bool,
     span: Span,
     /// Recorded after the use; never recorded again while the mark lives.
-    event: Event,
+    event: E,
     /// Streams (by CUDA's id) that have waited for `event`.
     waited: Waited,
 }
@@ -138,19 +218,25 @@ impl Waited {
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Ticket(u64);
 
-/// The marks of one piece of memory.
-#[derive(Debug, Default)]
-pub(super) struct Ledger {
+/// The marks of one piece of memory, with events `E` (the crate's [`Event`]).
+#[derive(Debug)]
+pub(super) struct Ledger<E = Event> {
     /// Oldest first.
-    marks: Vec<Mark>,
+    marks: Vec<Mark<E>>,
     /// Events of forgotten marks, to record again.
-    spare: Vec<Event>,
+    spare: Vec<E>,
     next_seq: u64,
     /// How many marks the next pruning waits for.
     prune_at: usize,
 }
 
-impl Ledger {
+impl<E> Default for Ledger<E> {
+    fn default() -> Ledger<E> {
+        Ledger { marks: Vec::new(), spare: Vec::new(), next_seq: 0, prune_at: 0 }
+    }
+}
+
+impl<E> Ledger<E> {
     /// How many uses may still be running.
     pub(super) fn len(&self) -> usize {
         self.marks.len()
@@ -163,7 +249,7 @@ impl Ledger {
 
     /// Makes the stream of `on` wait for the noted uses that `span` conflicts with and that
     /// are not its own, each once per stream of a known id.
-    pub(super) fn order_before(&mut self, stream: &StreamRef, on: On, span: &Span) -> Result<Ticket> {
+    pub(super) fn order_before<Q: Queue<Event = E>>(&mut self, stream: &Q, on: On, span: &Span) -> Result<Ticket> {
         for mark in self.marks.iter_mut().rev() {
             if on.owns(mark) || !span.conflicts(&mark.span) {
                 continue;
@@ -172,10 +258,10 @@ impl Ledger {
                 if mark.waited.contains(id) {
                     continue;
                 }
-                stream.wait_raw(mark.event.as_raw(), 0)?;
+                stream.wait(&mark.event)?;
                 mark.waited.insert(id);
             } else {
-                stream.wait_raw(mark.event.as_raw(), 0)?;
+                stream.wait(&mark.event)?;
             }
         }
         Ok(Ticket(self.next_seq))
@@ -185,8 +271,8 @@ impl Ledger {
     /// its own after it, then forgets the marks it makes redundant: those it was ordered after
     /// (waited for, or its own stream's) that every use waiting for them must now wait for
     /// this one instead. On failure nothing is forgotten.
-    pub(super) fn note(&mut self, stream: &StreamRef, on: On, span: Span, ticket: Ticket) -> Result<()> {
-        let forget = |mark: &Mark, span: &Span| {
+    pub(super) fn note<Q: Queue<Event = E>>(&mut self, stream: &Q, on: On, span: Span, ticket: Ticket) -> Result<()> {
+        let forget = |mark: &Mark<E>, span: &Span| {
             mark.seq < ticket.0 && span.subsumes(&mark.span) && (span.writes || on.owns(mark))
         };
         self.record_mark(stream, on, span, forget)
@@ -194,41 +280,42 @@ impl Ledger {
 
     /// Records a mark of `span` on `stream` now, after the work enqueued there so far (which
     /// includes that stream's earlier marks: those `span` subsumes are forgotten).
-    pub(super) fn mark(&mut self, stream: &StreamRef, on: On, span: Span) -> Result<()> {
+    pub(super) fn mark<Q: Queue<Event = E>>(&mut self, stream: &Q, on: On, span: Span) -> Result<()> {
         self.record_mark(stream, on, span, |mark, span| on.owns(mark) && span.subsumes(&mark.span))
     }
 
     /// Records a mark of `span` on `stream`, then forgets the marks `forget` picks, then keeps
     /// the ledger bounded.
-    fn record_mark(
+    fn record_mark<Q: Queue<Event = E>>(
         &mut self,
-        stream: &StreamRef,
+        stream: &Q,
         on: On,
         span: Span,
-        forget: impl Fn(&Mark, &Span) -> bool,
+        forget: impl Fn(&Mark<E>, &Span) -> bool,
     ) -> Result<()> {
-        self.tidy();
+        self.tidy::<Q>();
         // The event of a mark this one makes redundant, recorded again (none is created on the
         // way to the steady state); put back if the record fails.
         let device = stream.device();
-        let event = match self.marks.iter().position(|mark| forget(mark, &span) && mark.event.device() == device) {
-            Some(at) => {
-                let mark = self.marks.remove(at);
-                if let Err(error) = stream.record_raw(mark.event.as_raw(), 0) {
-                    self.marks.insert(at, mark);
-                    return Err(error);
+        let event =
+            match self.marks.iter().position(|mark| forget(mark, &span) && Q::event_device(&mark.event) == device) {
+                Some(at) => {
+                    let mark = self.marks.remove(at);
+                    if let Err(error) = stream.record(&mark.event) {
+                        self.marks.insert(at, mark);
+                        return Err(error);
+                    }
+                    mark.event
                 }
-                mark.event
-            }
-            None => {
-                let event = self.event_for(device)?;
-                if let Err(error) = stream.record_raw(event.as_raw(), 0) {
-                    self.recycle(event);
-                    return Err(error);
+                None => {
+                    let event = self.event_for(stream)?;
+                    if let Err(error) = stream.record(&event) {
+                        self.recycle(event);
+                        return Err(error);
+                    }
+                    event
                 }
-                event
-            }
-        };
+            };
         self.forget_where(|mark| forget(mark, &span));
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -242,14 +329,14 @@ impl Ledger {
     /// Replaces every mark by one on `stream`, recorded after `stream` waited for all of them,
     /// over all their bytes: the bound of a ledger whose marks neither complete nor merge
     /// (streams of unknown identity, a GPU far behind).
-    fn collapse(&mut self, stream: &StreamRef, on: On) -> Result<()> {
+    fn collapse<Q: Queue<Event = E>>(&mut self, stream: &Q, on: On) -> Result<()> {
         for mark in &self.marks {
             if !on.owns(mark) {
-                stream.wait_raw(mark.event.as_raw(), 0)?;
+                stream.wait(&mark.event)?;
             }
         }
-        let event = self.event_for(stream.device())?;
-        if let Err(error) = stream.record_raw(event.as_raw(), 0) {
+        let event = self.event_for(stream)?;
+        if let Err(error) = stream.record(&event) {
             self.recycle(event);
             return Err(error);
         }
@@ -264,10 +351,10 @@ impl Ledger {
 
     /// Makes `stream` wait for every mark but the home stream's (before the memory is freed
     /// there). On failure, the marks not yet waited for are kept.
-    pub(super) fn home_waits_for_all(&mut self, stream: &StreamRef) -> Result<()> {
+    pub(super) fn home_waits_for_all<Q: Queue<Event = E>>(&mut self, stream: &Q) -> Result<()> {
         while let Some(mark) = self.marks.last() {
             if !mark.home {
-                stream.wait_raw(mark.event.as_raw(), 0)?;
+                stream.wait(&mark.event)?;
             }
             let mark = self.marks.pop().expect("the last mark");
             self.recycle(mark.event);
@@ -278,7 +365,7 @@ impl Ledger {
 
     /// Blocks until the uses that a host access of `span` conflicts with have completed (the
     /// newest first), each through `synchronize`.
-    pub(super) fn host_waits(&self, span: &Span, synchronize: impl FnMut(&Event) -> Result<()>) -> Result<()> {
+    pub(super) fn host_waits(&self, span: &Span, synchronize: impl FnMut(&E) -> Result<()>) -> Result<()> {
         self.marks
             .iter()
             .rev()
@@ -296,7 +383,7 @@ impl Ledger {
     }
 
     /// Forgets the marks `forget` picks, keeping their events to record again.
-    fn forget_where(&mut self, mut forget: impl FnMut(&Mark) -> bool) {
+    fn forget_where(&mut self, mut forget: impl FnMut(&Mark<E>) -> bool) {
         let mut at = 0;
         while at < self.marks.len() {
             if forget(&self.marks[at]) {
@@ -308,17 +395,18 @@ impl Ledger {
         }
     }
 
-    /// A recycled event of `device`, or a new one.
-    fn event_for(&mut self, device: Device) -> Result<Event> {
-        match self.spare.iter().position(|event| event.device() == device) {
+    /// A recycled event of `stream`'s device, or a new one.
+    fn event_for<Q: Queue<Event = E>>(&mut self, stream: &Q) -> Result<E> {
+        let device = stream.device();
+        match self.spare.iter().position(|event| Q::event_device(event) == device) {
             Some(at) => Ok(self.spare.swap_remove(at)),
-            None => Event::internal(device),
+            None => stream.new_event(),
         }
     }
 
     /// Keeps `event` to record again (no mark names it any more: a record now changes no wait
     /// already enqueued, which took the record before it).
-    fn recycle(&mut self, event: Event) {
+    fn recycle(&mut self, event: E) {
         if self.spare.len() < SPARE {
             self.spare.push(event);
         }
@@ -326,14 +414,14 @@ impl Ledger {
 
     /// Keeps the ledger short: forgets completed uses where a query is allowed, and merges each
     /// stream's marks into its newest once they pile up.
-    fn tidy(&mut self) {
+    fn tidy<Q: Queue<Event = E>>(&mut self) {
         if self.marks.len() < self.prune_at.max(PRUNE_AT) {
             return;
         }
         // Queries only while no stream of the process can be capturing (a query would break a
         // capture of this thread's).
-        if !live_captures::may_capture() {
-            self.forget_where(|mark| seen_complete(&mark.event));
+        if Q::may_query() {
+            self.forget_where(|mark| Q::completed(&mark.event));
         }
         if self.marks.len() >= MERGE_AT {
             self.merge_per_stream();
@@ -347,7 +435,7 @@ impl Ledger {
     /// the newest's event (its record comes after the others' on that stream), over all their
     /// bytes.
     fn merge_per_stream(&mut self) {
-        let mut merged: Vec<Mark> = Vec::new();
+        let mut merged: Vec<Mark<E>> = Vec::new();
         for mark in std::mem::take(&mut self.marks).into_iter().rev() {
             // The home stream's marks are one stream's, whatever its key says.
             let same = merged.iter_mut().find(|kept| {
@@ -365,17 +453,6 @@ impl Ledger {
         merged.reverse();
         self.marks = merged;
     }
-}
-
-/// Whether the work before `event`'s last record has completed (a query), told to the race
-/// detector when it has: what the caller stops waiting for is done.
-fn seen_complete(event: &Event) -> bool {
-    let snapshot = event.race_snapshot();
-    let done = driver::event_query(event.as_raw()) == Ok(true);
-    if done {
-        race::host_saw(snapshot);
-    }
-    done
 }
 
 #[cfg(test)]
