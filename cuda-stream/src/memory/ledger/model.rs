@@ -295,7 +295,8 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
             }
             // A use in flight is enqueued.
             30..50 => {
-                if let Some(&k) = in_flight.iter().find(|&&k| recorded[k].op.is_none()) {
+                let waiting = in_flight.iter().copied().find(|&k| recorded[k].op.is_none());
+                if let Some(k) = waiting {
                     recorded[k].op = Some(push(recorded[k].stream, Op::Use));
                 }
             }
