@@ -256,7 +256,7 @@ pub use kernel::{
 };
 pub use memory::{
     ArgUse, ChunksMut, DeviceBuffer, DeviceCopy, DeviceSlice, DeviceSliceMut, MemPool, MemPoolStats, PageLockedMemory,
-    PinnedBuffer, PinnedPool, PinnedPoolStats, PoolAccess, RegisteredSlice, ReusePolicy, register_host,
+    PinnedBuffer, PinnedPool, PinnedPoolStats, PinnedSliceMut, PoolAccess, RegisteredSlice, ReusePolicy, register_host,
 };
 pub use memory::{BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words};
 pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};

@@ -974,3 +974,37 @@ fn a_kernel_writes_pinned_memory_in_place_and_the_host_waits_for_it() {
         .unwrap();
     assert!(pinned.as_slice().unwrap().iter().all(|&word| word == PATTERN), "the read waited for the kernel");
 }
+
+/// One pinned buffer, cut into parts as the device buffer is into chunks: each chunk copied in
+/// from its part and back out on a stream of its own, the first held back by a 200 ms spin
+/// between its two copies. The parts' copies do not wait for each other (tracked for their
+/// ranges): the last stream finishes while the first still spins; the host's read waits for
+/// every part's copy back; the ranges are checked.
+#[test]
+fn parts_of_one_pinned_buffer_are_copied_on_several_streams() {
+    let device = gpu_or_skip!();
+    let streams: Vec<Stream> = (0..4).map(|_| stream(device)).collect();
+    let (chunk, chunks) = (4096, 4);
+    let values: Vec<u32> = (0..(chunk * chunks) as u32).collect();
+    let mut pinned = PinnedBuffer::from_slice(&values).unwrap();
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&streams[0], chunk * chunks).unwrap();
+    for (index, mut view) in buffer.chunks_mut(chunk).unwrap().enumerate() {
+        let (on, range) = (&streams[index], view.range());
+        view.copy_from_pinned(on, &mut pinned.slice_mut(range.clone()).unwrap()).unwrap();
+        if index == 0 {
+            spin(&*streams[0], Duration::from_millis(200)).unwrap();
+        }
+        view.copy_to_pinned(on, &mut pinned.slice_mut(range).unwrap()).unwrap();
+    }
+    streams[3].synchronize().unwrap();
+    if cuda_stream_tests::concurrency_visible() {
+        assert!(!streams[0].query().unwrap(), "the last part's copies did not wait for the first part's stream");
+    }
+    assert_eq!(pinned.as_slice().unwrap(), &values[..], "every part came back after its copy in");
+    assert!(matches!(pinned.slice_mut(0..0), Err(Error::Size(_))));
+    assert!(matches!(pinned.slice_mut(..chunk * chunks + 1), Err(Error::Size(_))));
+    assert!(matches!(
+        buffer.copy_from_pinned(&streams[0], &mut pinned.slice_mut(..chunk).unwrap()),
+        Err(Error::Size(_))
+    ));
+}

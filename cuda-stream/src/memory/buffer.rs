@@ -25,6 +25,7 @@ use crate::sys;
 use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::Range;
 use std::ptr::NonNull;
 
 /// `len` elements of `T` in device memory, allocated on a stream (its *home*) and freed on it
@@ -326,35 +327,33 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// [`Error::Size`] unless the lengths match, or for a pinned buffer an earlier copy of
     /// which could not be tracked; the errors of [`DeviceBuffer::use_on`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let source = source.page_locked(Token(()));
-        same_length(self.len, source.len())?;
-        self.copy_range_from_pinned(&stream.as_stream(), 0, source)
+        let elements = source.elements(Token(()));
+        same_length(self.len, elements.len())?;
+        self.copy_range_from_pinned(&stream.as_stream(), 0, source.page_locked(Token(())), elements)
     }
 
-    /// All of `source` copied into the elements from `start` on, on `stream`, asynchronously.
-    /// The caller checked the range.
+    /// Elements `elements` of `source` copied into the elements from `start` on, on `stream`,
+    /// asynchronously. The caller checked the ranges.
     pub(super) fn copy_range_from_pinned(
         &self,
         stream: &StreamRef,
         start: usize,
         source: &mut PageLocked<T>,
+        elements: Range<usize>,
     ) -> Result<()> {
-        let (to, from) = (self.element(start), source.as_ptr().cast::<c_void>());
-        let span = self.span(start, source.len(), true);
-        self.pinned_copy(stream, source, span, to, from, sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        self.pinned_copy(stream, source, elements, start, true)
     }
 
-    /// The elements from `start` on, as many as `destination` holds, copied into it on
-    /// `stream`, asynchronously. The caller checked the range.
+    /// The elements from `start` on, as many as `elements` covers, copied into those elements
+    /// of `destination` on `stream`, asynchronously. The caller checked the ranges.
     pub(super) fn copy_range_to_pinned(
         &self,
         stream: &StreamRef,
         start: usize,
         destination: &mut PageLocked<T>,
+        elements: Range<usize>,
     ) -> Result<()> {
-        let span = self.span(start, destination.len(), false);
-        let (to, from) = (destination.as_mut_ptr().cast::<c_void>(), self.element(start).cast_const());
-        self.pinned_copy(stream, destination, span, to, from, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+        self.pinned_copy(stream, destination, elements, start, false)
     }
 
     /// Copies the buffer into `destination` (pinned host memory) on `stream`, asynchronously:
@@ -363,9 +362,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// # Errors
     /// As [`DeviceBuffer::copy_from_pinned`].
     pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let destination = destination.page_locked(Token(()));
-        same_length(destination.len(), self.len)?;
-        self.copy_range_to_pinned(&stream.as_stream(), 0, destination)
+        let elements = destination.elements(Token(()));
+        same_length(elements.len(), self.len)?;
+        self.copy_range_to_pinned(&stream.as_stream(), 0, destination.page_locked(Token(())), elements)
     }
 
     /// Copies another device buffer into this one on `stream`, asynchronously, ordered with
@@ -522,22 +521,31 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         ordered
     }
 
-    /// A copy between the buffer and pinned memory: ordered with the buffer's uses and with
-    /// the pinned buffer's copies in flight that it conflicts with (a copy into the pinned
-    /// memory waits for every copy of it in flight, one out of it for the copies into it),
-    /// and noted in the pinned buffer whenever it was enqueued.
+    /// A copy between the buffer's elements from `start` on and `elements` of page-locked
+    /// memory, into the device (`into_device`) or out of it: ordered with the buffer's uses and
+    /// with the copies of those host elements in flight that it conflicts with (a copy into
+    /// them waits for every copy of them in flight, one out of them for the copies into them),
+    /// and noted in the page-locked memory whenever it was enqueued.
     fn pinned_copy(
         &self,
         stream: &StreamRef,
         pinned: &mut PageLocked<T>,
-        span: Span,
-        to: *mut c_void,
-        from: *const c_void,
-        kind: sys::cudaMemcpyKind,
+        elements: Range<usize>,
+        start: usize,
+        into_device: bool,
     ) -> Result<()> {
-        // The pinned side: all of it, read where the device side is written and written where
-        // it is read.
-        let host = Span { bytes: 0..span.bytes.len(), writes: !span.writes };
+        let span = self.span(start, elements.len(), into_device);
+        let device = self.element(start);
+        let page_locked = pinned.as_mut_ptr().wrapping_add(elements.start).cast::<c_void>();
+        let (to, from, kind) = if into_device {
+            (device, page_locked.cast_const(), sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
+        } else {
+            (page_locked, device.cast_const(), sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
+        };
+        // The pinned side: its elements' bytes, read where the device side is written and
+        // written where it is read.
+        let bytes = elements.start * size_of::<T>()..elements.end * size_of::<T>();
+        let host = Span { bytes, writes: !into_device };
         let (ordered, _) = self.tracked_copy(stream, span, to, from, kind, |copy| {
             let ticket = pinned.order_copy(stream, &host)?;
             copy()?;

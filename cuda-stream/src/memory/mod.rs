@@ -72,7 +72,7 @@ pub(crate) use launch_args::ordered_launch;
 pub use mem_ops::{
     BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words,
 };
-pub use page_locked::{PageLocked, PageLockedMemory};
+pub use page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut};
 pub use pinned::PinnedBuffer;
 pub use pinned_pool::{PinnedPool, PinnedPoolStats};
 pub use pool::{MemPool, MemPoolStats, PoolAccess, ReusePolicy};

@@ -4,12 +4,14 @@
 
 use super::DeviceCopy;
 use super::ledger::{Ledger, On, Span, Ticket};
+use super::view::checked_range;
 use crate::call::race::{self, AccessKind, HostAccess};
 use crate::call::sync_debug::{self, SyncKind};
 use crate::event::Event;
 use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
+use std::ops::{Range, RangeBounds};
 use std::ptr::NonNull;
 
 /// Page-locked host memory that copies to and from device buffers run on asynchronously: a
@@ -19,6 +21,61 @@ pub trait PageLockedMemory<T: DeviceCopy>: sealed::Sealed {
     /// The memory and its copies in flight.
     #[doc(hidden)]
     fn page_locked(&mut self, token: sealed::Token) -> &mut PageLocked<T>;
+
+    /// The elements of it a copy uses: all of them, or a part's.
+    #[doc(hidden)]
+    fn elements(&self, token: sealed::Token) -> Range<usize>;
+}
+
+/// An exclusive part of page-locked memory (elements `range` of a
+/// [`PinnedBuffer`](super::PinnedBuffer) or a [`RegisteredSlice`](super::RegisteredSlice)), for a
+/// copy of a part, as `cudaMemcpyAsync(d + off, h + off, bytes)` makes one: its copies are
+/// tracked for its range, so copies of disjoint parts on different streams do not wait for each
+/// other. Made by `slice_mut`; it borrows the memory for as long as it lives (typically one
+/// copy's statement).
+pub struct PinnedSliceMut<'a, T: DeviceCopy> {
+    memory: &'a mut PageLocked<T>,
+    range: Range<usize>,
+}
+
+impl<'a, T: DeviceCopy> PinnedSliceMut<'a, T> {
+    /// Elements `range` of `memory` (checked: within it, not empty).
+    pub(super) fn new(memory: &'a mut PageLocked<T>, range: &impl RangeBounds<usize>) -> Result<Self> {
+        let range = checked_range(range, memory.len())?;
+        Ok(PinnedSliceMut { memory, range })
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    /// Always `false`: a part has at least one element.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The elements of the memory it covers.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+}
+
+impl<T: DeviceCopy> sealed::Sealed for PinnedSliceMut<'_, T> {}
+impl<T: DeviceCopy> PageLockedMemory<T> for PinnedSliceMut<'_, T> {
+    fn page_locked(&mut self, _: sealed::Token) -> &mut PageLocked<T> {
+        self.memory
+    }
+
+    fn elements(&self, _: sealed::Token) -> Range<usize> {
+        self.range.clone()
+    }
+}
+
+impl<T: DeviceCopy> std::fmt::Debug for PinnedSliceMut<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedSliceMut").field("range", &self.range).field("memory", &self.memory).finish()
+    }
 }
 
 pub(super) mod sealed {

@@ -2,7 +2,7 @@
 //! waits for those copies before the host may touch or free it.
 
 use super::ledger::{Span, Ticket};
-use super::page_locked::{PageLocked, PageLockedMemory, sealed};
+use super::page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut, sealed};
 use super::pinned_pool::{self, Block, Blocks, PinnedPool};
 use super::uses::refuse_capture;
 use super::{DeviceCopy, byte_size};
@@ -14,6 +14,7 @@ use crate::stream::{AsStream, StreamRef};
 use crate::sys;
 use std::ffi::c_void;
 use std::fmt;
+use std::ops::{Range, RangeBounds};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -46,6 +47,10 @@ impl<T: DeviceCopy> sealed::Sealed for PinnedBuffer<T> {}
 impl<T: DeviceCopy> PageLockedMemory<T> for PinnedBuffer<T> {
     fn page_locked(&mut self, _: sealed::Token) -> &mut PageLocked<T> {
         &mut self.memory
+    }
+
+    fn elements(&self, _: sealed::Token) -> Range<usize> {
+        0..self.memory.len()
     }
 }
 
@@ -123,6 +128,15 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
     /// Always `false`: a buffer has at least one element.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// An exclusive part of the buffer, the elements in `range`, for a copy of a part (a
+    /// pipeline's chunk); its copies are tracked for its range.
+    ///
+    /// # Errors
+    /// [`Error::Size`](crate::Error::Size) for a range outside the buffer or an empty one.
+    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<PinnedSliceMut<'_, T>> {
+        PinnedSliceMut::new(&mut self.memory, &range)
     }
 
     /// The elements, once every copy into them in flight has completed (copies out of them may

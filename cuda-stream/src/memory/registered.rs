@@ -6,7 +6,7 @@
 //! (`cudaHostUnregister`) before the slice is the caller's again.
 
 use super::DeviceCopy;
-use super::page_locked::{PageLocked, PageLockedMemory, sealed};
+use super::page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut, sealed};
 use crate::call::capture_mode::uncapturable_call;
 use crate::call::sync_debug;
 use crate::device::Device;
@@ -14,6 +14,7 @@ use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::marker::PhantomData;
+use std::ops::{Range, RangeBounds};
 use std::ptr::NonNull;
 
 /// A slice of the program's own memory, page-locked while [`register_host`]'s closure runs.
@@ -32,6 +33,10 @@ impl<T: DeviceCopy> PageLockedMemory<T> for RegisteredSlice<'_, T> {
     fn page_locked(&mut self, _: sealed::Token) -> &mut PageLocked<T> {
         &mut self.memory
     }
+
+    fn elements(&self, _: sealed::Token) -> Range<usize> {
+        0..self.memory.len()
+    }
 }
 
 impl<T: DeviceCopy> RegisteredSlice<'_, T> {
@@ -43,6 +48,15 @@ impl<T: DeviceCopy> RegisteredSlice<'_, T> {
     /// Always `false`: a registration covers at least one element.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// An exclusive part of the registered memory, the elements in `range` (as
+    /// [`PinnedBuffer::slice_mut`](super::PinnedBuffer::slice_mut)).
+    ///
+    /// # Errors
+    /// [`Error::Size`] for a range outside the memory or an empty one.
+    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<PinnedSliceMut<'_, T>> {
+        PinnedSliceMut::new(&mut self.memory, &range)
     }
 
     /// The elements, once every copy into them in flight has completed (as

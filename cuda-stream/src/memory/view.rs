@@ -162,9 +162,10 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
     /// # Errors
     /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_to_pinned`].
     pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut impl PageLockedMemory<T>) -> Result<()> {
+        let elements = destination.elements(Token(()));
+        same_length(elements.len(), self.len())?;
         let destination = destination.page_locked(Token(()));
-        same_length(destination.len(), self.len())?;
-        self.buffer.copy_range_to_pinned(&stream.as_stream(), self.range.start, destination)
+        self.buffer.copy_range_to_pinned(&stream.as_stream(), self.range.start, destination, elements)
     }
 
     /// Runs `launch` with `stream` and the view's device address, ordered as a read of the
@@ -223,9 +224,10 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
     /// # Errors
     /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_from_pinned`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut impl PageLockedMemory<T>) -> Result<()> {
+        let elements = source.elements(Token(()));
+        same_length(self.len(), elements.len())?;
         let source = source.page_locked(Token(()));
-        same_length(self.len(), source.len())?;
-        self.shared.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source)
+        self.shared.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source, elements)
     }
 
     /// Copies `source` (a view of this or another buffer, of the same length, on this or a
@@ -261,7 +263,7 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
 }
 
 /// `range` within `0..len`, non-empty.
-fn checked_range(range: &impl RangeBounds<usize>, len: usize) -> Result<Range<usize>> {
+pub(super) fn checked_range(range: &impl RangeBounds<usize>, len: usize) -> Result<Range<usize>> {
     let start = match range.start_bound() {
         Bound::Included(&start) => start,
         Bound::Excluded(&start) => start.checked_add(1).ok_or(Error::Size("a view's range overflows"))?,
