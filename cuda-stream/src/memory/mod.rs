@@ -80,6 +80,7 @@ pub use registered::{RegisteredSlice, register_host};
 pub use view::{ChunksMut, DeviceSlice, DeviceSliceMut};
 
 use crate::ffi::error::{Error, Result};
+use std::ops::{Bound, Range, RangeBounds};
 
 /// Plain old data that can live in device memory and be copied byte for byte between host and
 /// device: every bit pattern is a valid value, there is no padding a copy could expose, and it
@@ -120,4 +121,45 @@ fn byte_size<T>(len: usize) -> Result<usize> {
 /// [`Error::Size`] unless the two sides of a copy have the same length.
 fn same_length(destination: usize, source: usize) -> Result<()> {
     if destination == source { Ok(()) } else { Err(Error::Size("the two sides of a copy have different lengths")) }
+}
+
+/// `range` within `0..len`, non-empty.
+fn checked_range(range: &impl RangeBounds<usize>, len: usize) -> Result<Range<usize>> {
+    let start = match range.start_bound() {
+        Bound::Included(&start) => start,
+        Bound::Excluded(&start) => start.checked_add(1).ok_or(Error::Size("a view's range overflows"))?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&end) => end.checked_add(1).ok_or(Error::Size("a view's range overflows"))?,
+        Bound::Excluded(&end) => end,
+        Bound::Unbounded => len,
+    };
+    if end > len || start > end {
+        return Err(Error::Size("a view's range lies outside the buffer"));
+    }
+    if start == end {
+        return Err(Error::Size("a view has at least one element"));
+    }
+    Ok(start..end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::checked_range;
+
+    #[test]
+    fn ranges_are_checked_against_the_buffer() {
+        assert_eq!(checked_range(&(2..5), 8).unwrap(), 2..5);
+        assert_eq!(checked_range(&(..), 8).unwrap(), 0..8);
+        assert_eq!(checked_range(&(3..), 8).unwrap(), 3..8);
+        assert_eq!(checked_range(&(..=7), 8).unwrap(), 0..8);
+        assert!(checked_range(&(..=8), 8).is_err(), "past the end");
+        assert!(checked_range(&(4..4), 8).is_err(), "empty");
+        assert!(checked_range(&(6..9), 8).is_err(), "past the end");
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = 5..2;
+        assert!(checked_range(&reversed, 8).is_err(), "reversed");
+        assert!(checked_range(&(..=usize::MAX), 8).is_err(), "overflow");
+    }
 }

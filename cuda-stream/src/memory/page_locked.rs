@@ -2,9 +2,8 @@
 //! [`RegisteredSlice`](super::RegisteredSlice)): its copies in flight, and the waits for them
 //! before the host reads, writes or gives the memory back.
 
-use super::DeviceCopy;
 use super::ledger::{Ledger, On, Span, Ticket};
-use super::view::checked_range;
+use super::{DeviceCopy, checked_range};
 use crate::call::race::{self, AccessKind, HostAccess};
 use crate::call::sync_debug::{self, SyncKind};
 use crate::event::Event;

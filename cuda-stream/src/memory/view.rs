@@ -14,12 +14,12 @@
 use super::buffer::DeviceBuffer;
 use super::page_locked::PageLockedMemory;
 use super::page_locked::sealed::Token;
-use super::{DeviceCopy, same_length};
+use super::{DeviceCopy, checked_range, same_length};
 use crate::call::race::Access;
 use crate::ffi::error::{Error, Result};
 use crate::stream::{AsStream, StreamRef};
 use std::marker::PhantomData;
-use std::ops::{Bound, Range, RangeBounds};
+use std::ops::{Range, RangeBounds};
 
 /// A shared view of elements `range` of a [`DeviceBuffer`]: read them, copy them out.
 pub struct DeviceSlice<'a, T: DeviceCopy, S: AsStream> {
@@ -262,27 +262,6 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
     }
 }
 
-/// `range` within `0..len`, non-empty.
-pub(super) fn checked_range(range: &impl RangeBounds<usize>, len: usize) -> Result<Range<usize>> {
-    let start = match range.start_bound() {
-        Bound::Included(&start) => start,
-        Bound::Excluded(&start) => start.checked_add(1).ok_or(Error::Size("a view's range overflows"))?,
-        Bound::Unbounded => 0,
-    };
-    let end = match range.end_bound() {
-        Bound::Included(&end) => end.checked_add(1).ok_or(Error::Size("a view's range overflows"))?,
-        Bound::Excluded(&end) => end,
-        Bound::Unbounded => len,
-    };
-    if end > len || start > end {
-        return Err(Error::Size("a view's range lies outside the buffer"));
-    }
-    if start == end {
-        return Err(Error::Size("a view has at least one element"));
-    }
-    Ok(start..end)
-}
-
 impl<T: DeviceCopy, S: AsStream> std::fmt::Debug for DeviceSlice<'_, T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceSlice").field("range", &self.range).field("buffer", self.buffer).finish()
@@ -298,25 +277,5 @@ impl<T: DeviceCopy, S: AsStream> std::fmt::Debug for DeviceSliceMut<'_, T, S> {
 impl<T: DeviceCopy, S: AsStream> std::fmt::Debug for ChunksMut<'_, T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChunksMut").field("next", &self.next).field("chunk", &self.chunk).finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::checked_range;
-
-    #[test]
-    fn ranges_are_checked_against_the_buffer() {
-        assert_eq!(checked_range(&(2..5), 8).unwrap(), 2..5);
-        assert_eq!(checked_range(&(..), 8).unwrap(), 0..8);
-        assert_eq!(checked_range(&(3..), 8).unwrap(), 3..8);
-        assert_eq!(checked_range(&(..=7), 8).unwrap(), 0..8);
-        assert!(checked_range(&(..=8), 8).is_err(), "past the end");
-        assert!(checked_range(&(4..4), 8).is_err(), "empty");
-        assert!(checked_range(&(6..9), 8).is_err(), "past the end");
-        #[allow(clippy::reversed_empty_ranges)]
-        let reversed = 5..2;
-        assert!(checked_range(&reversed, 8).is_err(), "reversed");
-        assert!(checked_range(&(..=usize::MAX), 8).is_err(), "overflow");
     }
 }
