@@ -1001,6 +1001,7 @@ fn parts_of_one_pinned_buffer_are_copied_on_several_streams() {
         assert!(!streams[0].query().unwrap(), "the last part's copies did not wait for the first part's stream");
     }
     assert_eq!(pinned.as_slice().unwrap(), &values[..], "every part came back after its copy in");
+    assert_eq!(buffer.to_vec().unwrap(), values, "each chunk holds its own part (the offsets are the parts')");
     assert!(matches!(pinned.slice_mut(0..0), Err(Error::Size(_))));
     assert!(matches!(pinned.slice_mut(..chunk * chunks + 1), Err(Error::Size(_))));
     assert!(matches!(

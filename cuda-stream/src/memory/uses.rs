@@ -59,6 +59,12 @@ impl<E> Uses<E> {
         self.state().ledger.len()
     }
 
+    /// How many times the ledger collapsed (for the model check).
+    #[cfg(test)]
+    pub(super) fn collapses(&self) -> usize {
+        self.state().ledger.collapses()
+    }
+
     /// Whether the memory must be leaked rather than freed.
     pub(super) fn leaked(&self) -> bool {
         self.leak.load(Ordering::Acquire)

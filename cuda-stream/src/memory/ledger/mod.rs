@@ -228,11 +228,21 @@ pub(super) struct Ledger<E = Event> {
     next_seq: u64,
     /// How many marks the next pruning waits for.
     prune_at: usize,
+    /// How many times it collapsed (for the model check).
+    #[cfg(test)]
+    collapses: usize,
 }
 
 impl<E> Default for Ledger<E> {
     fn default() -> Ledger<E> {
-        Ledger { marks: Vec::new(), spare: Vec::new(), next_seq: 0, prune_at: 0 }
+        Ledger {
+            marks: Vec::new(),
+            spare: Vec::new(),
+            next_seq: 0,
+            prune_at: 0,
+            #[cfg(test)]
+            collapses: 0,
+        }
     }
 }
 
@@ -240,6 +250,12 @@ impl<E> Ledger<E> {
     /// How many uses may still be running.
     pub(super) fn len(&self) -> usize {
         self.marks.len()
+    }
+
+    /// How many times it collapsed (for the model check).
+    #[cfg(test)]
+    pub(super) fn collapses(&self) -> usize {
+        self.collapses
     }
 
     /// Whether some use that may still be running conflicts with `span`.
@@ -343,6 +359,10 @@ impl<E> Ledger<E> {
         let span =
             self.marks.iter().map(|mark| mark.span.clone()).reduce(|a, b| a.merged(&b)).expect("marks to collapse");
         self.clear();
+        #[cfg(test)]
+        {
+            self.collapses += 1;
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         self.marks.push(Mark { seq, on: on.key, home: on.home, span, event, waited: Waited::default() });
