@@ -87,6 +87,74 @@ pub(super) mod sealed {
     pub struct Token(pub(in crate::memory) ());
 }
 
+/// What a holder of page-locked memory (a type with a field `memory: PageLocked<T>`) offers:
+/// its length, its parts for copies, the host's reads and writes once the copies they conflict
+/// with have completed, `PageLockedMemory` for the copies, and `Debug`.
+macro_rules! page_locked_holder {
+    ($holder:ty, $name:literal) => {
+        impl<T: DeviceCopy> sealed::Sealed for $holder {}
+
+        impl<T: DeviceCopy> PageLockedMemory<T> for $holder {
+            fn page_locked(&mut self, _: sealed::Token) -> &mut PageLocked<T> {
+                &mut self.memory
+            }
+
+            fn elements(&self, _: sealed::Token) -> std::ops::Range<usize> {
+                0..self.memory.len()
+            }
+        }
+
+        impl<T: DeviceCopy> $holder {
+            /// The number of elements.
+            pub fn len(&self) -> usize {
+                self.memory.len()
+            }
+
+            /// Always `false`: it holds at least one element.
+            pub fn is_empty(&self) -> bool {
+                false
+            }
+
+            /// An exclusive part, the elements in `range`, for a copy of a part (a pipeline's
+            /// chunk); its copies are tracked for its range.
+            ///
+            /// # Errors
+            /// [`Error::Size`](crate::Error::Size) for a range outside the memory or an empty
+            /// one.
+            pub fn slice_mut(&mut self, range: impl std::ops::RangeBounds<usize>) -> Result<PinnedSliceMut<'_, T>> {
+                PinnedSliceMut::new(&mut self.memory, &range)
+            }
+
+            /// The elements, once every copy into them in flight has completed (copies out of
+            /// them may go on). A shared borrow, as for a `Vec`: a new copy takes `&mut self`,
+            /// so none begins while the slice lives (until `as_mut_slice` or a copy forgets
+            /// them, the copies' events are asked again at each call).
+            ///
+            /// # Errors
+            /// The errors of [`Event::synchronize`](crate::Event::synchronize) (a fault in the
+            /// copies' streams).
+            pub fn as_slice(&self) -> Result<&[T]> {
+                self.memory.as_slice(concat!($name, "::as_slice"))
+            }
+
+            /// The elements, writable, once every copy in flight has completed.
+            ///
+            /// # Errors
+            /// As `as_slice`.
+            pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+                self.memory.as_mut_slice(concat!($name, "::as_mut_slice"))
+            }
+        }
+
+        impl<T: DeviceCopy> std::fmt::Debug for $holder {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.memory.fmt(f)
+            }
+        }
+    };
+}
+pub(super) use page_locked_holder;
+
 /// Page-locked memory of `len` elements and its copies in flight (opaque).
 pub struct PageLocked<T: DeviceCopy> {
     ptr: NonNull<T>,

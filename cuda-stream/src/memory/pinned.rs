@@ -2,7 +2,7 @@
 //! waits for those copies before the host may touch or free it.
 
 use super::ledger::{Span, Ticket};
-use super::page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut, sealed};
+use super::page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut, page_locked_holder, sealed};
 use super::pinned_pool::{self, Block, Blocks, PinnedPool};
 use super::uses::refuse_capture;
 use super::{DeviceCopy, byte_size};
@@ -13,8 +13,6 @@ use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::{AsStream, StreamRef};
 use crate::sys;
 use std::ffi::c_void;
-use std::fmt;
-use std::ops::{Range, RangeBounds};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -43,16 +41,7 @@ enum Origin {
     Pool { blocks: Arc<Blocks>, bytes: usize },
 }
 
-impl<T: DeviceCopy> sealed::Sealed for PinnedBuffer<T> {}
-impl<T: DeviceCopy> PageLockedMemory<T> for PinnedBuffer<T> {
-    fn page_locked(&mut self, _: sealed::Token) -> &mut PageLocked<T> {
-        &mut self.memory
-    }
-
-    fn elements(&self, _: sealed::Token) -> Range<usize> {
-        0..self.memory.len()
-    }
-}
+page_locked_holder!(PinnedBuffer<T>, "PinnedBuffer");
 
 impl<T: DeviceCopy> PinnedBuffer<T> {
     /// `len` zeroed elements.
@@ -118,44 +107,6 @@ impl<T: DeviceCopy> PinnedBuffer<T> {
             }
         };
         Ok(PinnedBuffer { memory: PageLocked::new(block.ptr.cast::<T>(), len, "PinnedBuffer"), origin })
-    }
-
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.memory.len()
-    }
-
-    /// Always `false`: a buffer has at least one element.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// An exclusive part of the buffer, the elements in `range`, for a copy of a part (a
-    /// pipeline's chunk); its copies are tracked for its range.
-    ///
-    /// # Errors
-    /// [`Error::Size`](crate::Error::Size) for a range outside the buffer or an empty one.
-    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<PinnedSliceMut<'_, T>> {
-        PinnedSliceMut::new(&mut self.memory, &range)
-    }
-
-    /// The elements, once every copy into them in flight has completed (copies out of them may
-    /// go on). A shared borrow, as for a `Vec`: a new copy takes `&mut self`, so none begins
-    /// while the slice lives (until [`PinnedBuffer::as_mut_slice`] or a copy forgets them, the
-    /// copies' events are asked again at each call).
-    ///
-    /// # Errors
-    /// The errors of [`Event::synchronize`](crate::Event::synchronize) (a fault in the copies' streams).
-    pub fn as_slice(&self) -> Result<&[T]> {
-        self.memory.as_slice("PinnedBuffer::as_slice")
-    }
-
-    /// The elements, writable, once every copy in flight has completed.
-    ///
-    /// # Errors
-    /// As [`PinnedBuffer::as_slice`].
-    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.memory.as_mut_slice("PinnedBuffer::as_mut_slice")
     }
 }
 
@@ -256,11 +207,5 @@ impl<T: DeviceCopy> Drop for PinnedBuffer<T> {
             }
             Origin::Pool { blocks, bytes } => blocks.give_back(Block { ptr, bytes: *bytes }),
         }
-    }
-}
-
-impl<T: DeviceCopy> fmt::Debug for PinnedBuffer<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.memory.fmt(f)
     }
 }

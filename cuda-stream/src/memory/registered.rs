@@ -6,7 +6,7 @@
 //! (`cudaHostUnregister`) before the slice is the caller's again.
 
 use super::DeviceCopy;
-use super::page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut, sealed};
+use super::page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut, page_locked_holder, sealed};
 use crate::call::capture_mode::uncapturable_call;
 use crate::call::sync_debug;
 use crate::device::Device;
@@ -14,7 +14,6 @@ use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::marker::PhantomData;
-use std::ops::{Range, RangeBounds};
 use std::ptr::NonNull;
 
 /// A slice of the program's own memory, page-locked while [`register_host`]'s closure runs.
@@ -28,60 +27,7 @@ pub struct RegisteredSlice<'scope, T: DeviceCopy> {
     _scope: PhantomData<fn(&'scope ()) -> &'scope ()>,
 }
 
-impl<T: DeviceCopy> sealed::Sealed for RegisteredSlice<'_, T> {}
-impl<T: DeviceCopy> PageLockedMemory<T> for RegisteredSlice<'_, T> {
-    fn page_locked(&mut self, _: sealed::Token) -> &mut PageLocked<T> {
-        &mut self.memory
-    }
-
-    fn elements(&self, _: sealed::Token) -> Range<usize> {
-        0..self.memory.len()
-    }
-}
-
-impl<T: DeviceCopy> RegisteredSlice<'_, T> {
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.memory.len()
-    }
-
-    /// Always `false`: a registration covers at least one element.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// An exclusive part of the registered memory, the elements in `range` (as
-    /// [`PinnedBuffer::slice_mut`](super::PinnedBuffer::slice_mut)).
-    ///
-    /// # Errors
-    /// [`Error::Size`] for a range outside the memory or an empty one.
-    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<PinnedSliceMut<'_, T>> {
-        PinnedSliceMut::new(&mut self.memory, &range)
-    }
-
-    /// The elements, once every copy into them in flight has completed (as
-    /// [`PinnedBuffer::as_slice`](super::PinnedBuffer::as_slice)).
-    ///
-    /// # Errors
-    /// The errors of [`Event::synchronize`](crate::Event::synchronize).
-    pub fn as_slice(&self) -> Result<&[T]> {
-        self.memory.as_slice("RegisteredSlice::as_slice")
-    }
-
-    /// The elements, writable, once every copy in flight has completed.
-    ///
-    /// # Errors
-    /// As [`RegisteredSlice::as_slice`].
-    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.memory.as_mut_slice("RegisteredSlice::as_mut_slice")
-    }
-}
-
-impl<T: DeviceCopy> std::fmt::Debug for RegisteredSlice<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.memory.fmt(f)
-    }
-}
+page_locked_holder!(RegisteredSlice<'_, T>, "RegisteredSlice");
 
 /// Page-locks `memory` (`cudaHostRegister`, portable to every device) and runs `body` with it
 /// as a [`RegisteredSlice`], whose copies to and from device buffers are asynchronous; then
