@@ -1,7 +1,9 @@
 """The layer gate of docs/architecture.md: draws the module imports of cuda-stream/src
 (`crate::`, `super::` and `self::` paths, and paths through the crate root's re-exports; unit
 tests at the end of a file are left out) and fails on a circle of modules or an import from a
-lower layer to a higher one. `--print` also prints the drawing."""
+lower layer to a higher one; and fails when a source file is missing from the layer table
+(each file of a layer's folder named in its row, a file of a subfolder by the subfolder;
+`mod.rs` is the folder itself). `--print` also prints the drawing."""
 import re,os,sys,collections
 root=os.path.join(os.path.dirname(os.path.abspath(__file__)),'..','cuda-stream','src')
 PRINT='--print' in sys.argv
@@ -100,5 +102,24 @@ for m,t in upward:
     print(f'check-layers: upward import {m} -> {t}'); failed=True
 for c in sccs:
     print('check-layers: circle of modules: '+' -> '.join(sorted(c))); failed=True
+# Every source file in the layer table: a row is `| # | name | `files` | what it is | may use |`.
+doc=open(os.path.join(root,'..','..','docs','architecture.md')).read()
+rows={m.group(1):m.group(2) for m in re.finditer(r'(?m)^\| (?:\d+|–) \| [^|]+ \| `([^`]+)` \| (.*) \| [^|]* \|$',doc)}
+unlisted=[]
+for dp,dn,fn in os.walk(root):
+    for f in fn:
+        rel=os.path.relpath(os.path.join(dp,f),root)
+        parts=rel.split('/')
+        if not f.endswith('.rs') or rel=='lib.rs':
+            continue
+        if len(parts)==1:
+            if rel not in rows: unlisted.append(rel)
+            continue
+        row=rows.get(parts[0]+'/')
+        named=parts[1] if len(parts)==2 else parts[1]+'/'
+        if row is None or (named!='mod.rs' and f'`{named}' not in row):
+            unlisted.append(rel)
+for rel in sorted(unlisted):
+    print(f'check-layers: cuda-stream/src/{rel} is missing from the layer table of docs/architecture.md'); failed=True
 if failed: sys.exit(1)
-print(f'check-layers: {len(mods)-1} modules, {sum(len(e) for e in edges.values())} imports, no circle, no upward import')
+print(f'check-layers: {len(mods)-1} modules, {sum(len(e) for e in edges.values())} imports, no circle, no upward import, every file in the layer table')

@@ -138,6 +138,12 @@
 //! 7. `graph/`: [`Graph`], [`GraphExec`], [`capture`].
 //! 8. [`completion`]: the reactor and its futures.
 //! 9. `cudarc.rs`: cudarc interop (feature `cudarc`).
+//! 10. [`memory`]: [`DeviceBuffer`] and its views, the order of their uses across streams,
+//!     pinned and registered host memory, pools, stream memory operations
+//!     ([`memory::mem_ops`]).
+//! 11. [`kernel`](mod@kernel): typed launches ([`kernel!`](crate::kernel!)), buffers and views as their
+//!     arguments.
+//! 12. [`profiling`]: the profiler's range, NVTX.
 //!
 //! # Errors
 //! Every CUDA failure is an [`Error::Cuda`] with the API's name and the [`CudaCode`] (name,
