@@ -4,14 +4,26 @@
 
 use super::ledger::{Ledger, On, Span, Ticket};
 use super::{DeviceCopy, checked_range};
+use crate::call::capture_mode::uncapturable_call;
 use crate::call::race::{self, AccessKind, HostAccess};
 use crate::call::sync_debug::{self, SyncKind};
+use crate::device::Device;
 use crate::event::Event;
-use crate::ffi::error::{Error, Result};
+use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
+use crate::sys;
 use std::ops::{Range, RangeBounds};
 use std::ptr::NonNull;
+
+/// A runtime call on page-locked host memory (an allocation or a registration, and their
+/// ends): made with device 0's primary context current, as the runtime would bind it on a
+/// thread with none, and the caller's context restored after; in the Relaxed capture mode, so
+/// no capture in progress (this thread's own included) forbids it or is invalidated by it.
+pub(super) fn host_memory_call(api: &'static str, call: impl FnOnce() -> sys::cudaError_t) -> Result<()> {
+    let _current = Device::new(0)?.make_current()?;
+    uncapturable_call(|| check(call(), api))
+}
 
 /// Page-locked host memory that copies to and from device buffers run on asynchronously: a
 /// [`PinnedBuffer`](super::PinnedBuffer) or a [`RegisteredSlice`](super::RegisteredSlice).

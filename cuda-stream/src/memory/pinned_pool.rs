@@ -5,9 +5,8 @@
 //! pool when it drops (after its copies, as any pinned buffer), and the next buffer of the
 //! same size class takes it again (PyTorch's `CachingHostAllocator`).
 
-use crate::call::capture_mode::uncapturable_call;
-use crate::device::Device;
-use crate::ffi::error::{Error, Result, check};
+use super::page_locked::host_memory_call;
+use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::collections::BTreeMap;
@@ -140,28 +139,17 @@ impl Drop for Blocks {
 /// `bytes` of page-locked memory, portable to every device.
 pub(super) fn allocate(bytes: usize) -> Result<Block> {
     refuse_inside_host_fn()?;
-    // The runtime would bind device 0's primary context on a thread without one: make it
-    // current for the call, and restore what was there.
-    let _current = Device::new(0)?.make_current()?;
     let mut ptr: *mut c_void = std::ptr::null_mut();
-    // No capture in progress (this thread's own included) forbids it, or is invalidated.
-    uncapturable_call(|| {
-        // SAFETY: a valid out-pointer; bytes > 0; a valid flag.
-        check(unsafe { sys::cudaHostAlloc(&mut ptr, bytes, sys::cudaHostAllocPortable) }, "cudaHostAlloc")
-    })?;
+    // SAFETY: a valid out-pointer; bytes > 0; a valid flag.
+    host_memory_call("cudaHostAlloc", || unsafe { sys::cudaHostAlloc(&mut ptr, bytes, sys::cudaHostAllocPortable) })?;
     let ptr = NonNull::new(ptr).ok_or(Error::Size("CUDA returned no address"))?;
     Ok(Block { ptr, bytes })
 }
 
 /// Frees a block (`cudaFreeHost`) no copy uses any more.
 pub(super) fn free(block: Block) -> Result<()> {
-    // The runtime would bind device 0's primary context on a thread without one.
-    let _current = Device::new(0)?.make_current()?;
-    // No capture in progress (this thread's own included) forbids it, or is invalidated.
-    uncapturable_call(|| {
-        // SAFETY: memory `allocate` made, which nothing uses any more (the caller's promise).
-        check(unsafe { sys::cudaFreeHost(block.ptr.as_ptr()) }, "cudaFreeHost")
-    })
+    // SAFETY: memory `allocate` made, which nothing uses any more (the caller's promise).
+    host_memory_call("cudaFreeHost", || unsafe { sys::cudaFreeHost(block.ptr.as_ptr()) })
 }
 
 impl std::fmt::Debug for PinnedPool {

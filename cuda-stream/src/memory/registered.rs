@@ -6,11 +6,9 @@
 //! (`cudaHostUnregister`) before the slice is the caller's again.
 
 use super::DeviceCopy;
-use super::page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut, page_locked_holder, sealed};
-use crate::call::capture_mode::uncapturable_call;
+use super::page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut, host_memory_call, page_locked_holder, sealed};
 use crate::call::sync_debug;
-use crate::device::Device;
-use crate::ffi::error::{Error, Result, check};
+use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::marker::PhantomData;
@@ -67,16 +65,10 @@ pub fn register_host<T: DeviceCopy, R>(
     refuse_inside_host_fn()?;
     let bytes = size_of_val(memory);
     let ptr = NonNull::from(&mut *memory).cast::<T>();
-    // The runtime would bind device 0's primary context on a thread without one.
-    let _current = Device::new(0)?.make_current()?;
-    // No capture in progress (this thread's own included) forbids it, or is invalidated.
-    uncapturable_call(|| {
-        // SAFETY: `bytes` bytes of memory the caller lends for this call, which outlives the
-        // registration (unregistered below before returning, also on a panic).
-        check(
-            unsafe { sys::cudaHostRegister(ptr.as_ptr().cast(), bytes, sys::cudaHostRegisterPortable) },
-            "cudaHostRegister",
-        )
+    // SAFETY: `bytes` bytes of memory the caller lends for this call, which outlives the
+    // registration (unregistered below before returning, also on a panic).
+    host_memory_call("cudaHostRegister", || unsafe {
+        sys::cudaHostRegister(ptr.as_ptr().cast(), bytes, sys::cudaHostRegisterPortable)
     })?;
     let slice = RegisteredSlice { memory: PageLocked::new(ptr, memory.len(), "RegisteredSlice"), _scope: PhantomData };
     let mut registration = Registration { slice, ended: false };
@@ -108,11 +100,8 @@ impl<T: DeviceCopy> Registration<'_, T> {
             std::process::abort();
         }
         let address = memory.as_mut_ptr();
-        let _current = Device::new(0)?.make_current()?;
-        uncapturable_call(|| {
-            // SAFETY: memory registered by `register_host`; no copy uses it any more.
-            check(unsafe { sys::cudaHostUnregister(address.cast()) }, "cudaHostUnregister")
-        })
+        // SAFETY: memory registered by `register_host`; no copy uses it any more.
+        host_memory_call("cudaHostUnregister", || unsafe { sys::cudaHostUnregister(address.cast()) })
     }
 }
 
