@@ -327,33 +327,23 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// [`Error::Size`] unless the lengths match, or for a pinned buffer an earlier copy of
     /// which could not be tracked; the errors of [`DeviceBuffer::use_on`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let elements = source.elements(Token(()));
-        same_length(self.len, elements.len())?;
-        self.copy_range_from_pinned(&stream.as_stream(), 0, source.page_locked(Token(())), elements)
+        self.copy_pinned(&stream.as_stream(), 0, self.len, source, true)
     }
 
-    /// Elements `elements` of `source` copied into the elements from `start` on, on `stream`,
-    /// asynchronously. The caller checked the ranges.
-    pub(super) fn copy_range_from_pinned(
+    /// A copy between the `len` elements from `start` on (the caller checked them) and
+    /// `pinned` (all of it, or its part), into the device (`into_device`) or out of it,
+    /// asynchronously: [`Error::Size`] unless `pinned` has `len` elements.
+    pub(super) fn copy_pinned(
         &self,
         stream: &StreamRef,
         start: usize,
-        source: &mut PageLocked<T>,
-        elements: Range<usize>,
+        len: usize,
+        pinned: &mut impl PageLockedMemory<T>,
+        into_device: bool,
     ) -> Result<()> {
-        self.pinned_copy(stream, source, elements, start, true)
-    }
-
-    /// The elements from `start` on, as many as `elements` covers, copied into those elements
-    /// of `destination` on `stream`, asynchronously. The caller checked the ranges.
-    pub(super) fn copy_range_to_pinned(
-        &self,
-        stream: &StreamRef,
-        start: usize,
-        destination: &mut PageLocked<T>,
-        elements: Range<usize>,
-    ) -> Result<()> {
-        self.pinned_copy(stream, destination, elements, start, false)
+        let elements = pinned.elements(Token(()));
+        same_length(len, elements.len())?;
+        self.pinned_copy(stream, pinned.page_locked(Token(())), elements, start, into_device)
     }
 
     /// Copies the buffer into `destination` (pinned host memory) on `stream`, asynchronously:
@@ -362,9 +352,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// # Errors
     /// As [`DeviceBuffer::copy_from_pinned`].
     pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let elements = destination.elements(Token(()));
-        same_length(elements.len(), self.len)?;
-        self.copy_range_to_pinned(&stream.as_stream(), 0, destination.page_locked(Token(())), elements)
+        self.copy_pinned(&stream.as_stream(), 0, self.len, destination, false)
     }
 
     /// Copies another device buffer into this one on `stream`, asynchronously, ordered with

@@ -13,7 +13,6 @@
 
 use super::buffer::DeviceBuffer;
 use super::page_locked::PageLockedMemory;
-use super::page_locked::sealed::Token;
 use super::{DeviceCopy, checked_range, same_length};
 use crate::call::race::Access;
 use crate::ffi::error::{Error, Result};
@@ -162,10 +161,7 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
     /// # Errors
     /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_to_pinned`].
     pub fn copy_to_pinned(&self, stream: impl AsStream, destination: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let elements = destination.elements(Token(()));
-        same_length(elements.len(), self.len())?;
-        let destination = destination.page_locked(Token(()));
-        self.buffer.copy_range_to_pinned(&stream.as_stream(), self.range.start, destination, elements)
+        self.buffer.copy_pinned(&stream.as_stream(), self.range.start, self.len(), destination, false)
     }
 
     /// Runs `launch` with `stream` and the view's device address, ordered as a read of the
@@ -224,10 +220,7 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
     /// # Errors
     /// [`Error::Size`] unless the lengths match; as [`DeviceBuffer::copy_from_pinned`].
     pub fn copy_from_pinned(&mut self, stream: impl AsStream, source: &mut impl PageLockedMemory<T>) -> Result<()> {
-        let elements = source.elements(Token(()));
-        same_length(self.len(), elements.len())?;
-        let source = source.page_locked(Token(()));
-        self.shared.buffer.copy_range_from_pinned(&stream.as_stream(), self.range.start, source, elements)
+        self.shared.buffer.copy_pinned(&stream.as_stream(), self.range.start, self.len(), source, true)
     }
 
     /// Copies `source` (a view of this or another buffer, of the same length, on this or a
