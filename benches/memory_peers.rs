@@ -5,11 +5,16 @@
 //! caller), where cudarc has the row. PyTorch's side is `scripts/bench-torch-memory.py`; a
 //! process's first enqueue of each kind is `benches/first_use.rs` (a fresh process each).
 //!
-//! Rows: alloc+free; a use on a second stream (repeated: what a stream that uses a buffer
-//! again pays); two readers on two streams; N pinned copies in flight (1, 16, 256) from one
+//! Rows: alloc+free; a write and a read on a second stream (repeated: what a stream that uses
+//! a buffer again pays; cudarc's `device_ptr_mut` and `device_ptr`); two readers on two streams; N pinned copies in flight (1, 16, 256) from one
 //! pinned buffer into N views, then a wait; a chunked pipeline (16 chunks of 4 MiB over 4
 //! streams: a copy in, a kernel, a copy back), end to end. Each side is timed in turn, the
-//! first side rotating, 7 repetitions; medians and spreads.
+//! first side rotating, 7 repetitions; medians and spreads. The raw side is timed twice where it
+//! can be, through the runtime and through the driver's entry points (what cudarc calls).
+//!
+//! For a profiler: `MEMORY_PEERS_ONLY=text` runs only the rows whose name contains `text`,
+//! `MEMORY_PEERS_SIDE=name` only the side of that name (the table then shows it alone), and
+//! `MEMORY_PEERS_SCALE=n` makes each row's iterations `n` times as many.
 //!
 //! Run: `cargo bench --bench memory_peers` (a GPU required; prints a table and writes JSON to
 //! `$BENCH_OUT/bench-memory-peers.json`).
@@ -17,10 +22,11 @@
 use cuda_stream::{DeviceBuffer, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamOptions, sys};
 use cuda_stream_tests::Stats;
 use cuda_stream_tests::bench::{cs_floor, time, write_json};
-use cudarc::driver::{CudaContext, DevicePtr};
+use cudarc::driver::{CudaContext, DevicePtr, DevicePtrMut};
 use std::hint::black_box;
 
 unsafe extern "C" {
+    fn cs_floor_driver(op: i32, iters: i32, a: sys::cudaStream_t, b: sys::cudaStream_t, e: sys::cudaEvent_t) -> f64;
     fn cs_floor_memory(
         op: i32,
         iters: i32,
@@ -38,6 +44,7 @@ cuda_stream::kernel! {
 }
 
 /// `cs_floor`'s operations used here (`enum FloorOp` of `kernels/bench_floor.cu`).
+const FLOOR_RECORD: i32 = 7;
 const FLOOR_RECORD_WAIT: i32 = 8;
 const FLOOR_ALLOC_FREE: i32 = 16;
 
@@ -59,14 +66,17 @@ const REPETITIONS: usize = 7;
 
 type Measure<'a> = Box<dyn FnMut(usize) -> f64 + 'a>;
 
-/// One row: its sides (raw C++, cudarc with tracking on and off, this crate), any missing.
+/// One row: its sides (raw C++ through the runtime and through the driver, cudarc with
+/// tracking on and off, this crate), any missing.
 struct Row<'a> {
     name: String,
     iters: usize,
-    sides: [Option<Measure<'a>>; 4],
+    sides: [Option<Measure<'a>>; 5],
 }
 
-const SIDES: [&str; 4] = ["C++", "cudarc", "cudarc untracked", "cuda-stream"];
+const SIDES: [&str; 5] = ["C++", "C++ driver", "cudarc", "cudarc untracked", "cuda-stream"];
+/// The index of this crate's side.
+const OURS: usize = 4;
 
 fn main() {
     let Some(device) = cuda_stream::testing::device_or_skip("memory_peers") else { return };
@@ -87,6 +97,15 @@ fn main() {
             let ns = unsafe { cs_floor(op, iters as i32, raw_streams[0], raw_streams[1], raw_event, 0) };
             assert!(ns >= 0.0, "the C++ floor failed");
             ns
+        })
+    };
+    // The same loop through the driver's entry points, `times` per operation of the row.
+    let driver_floor = |op: i32, times: f64| -> Measure<'_> {
+        Box::new(move |iters| {
+            // SAFETY: live streams and event.
+            let ns = unsafe { cs_floor_driver(op, iters as i32, raw_streams[0], raw_streams[1], raw_event) };
+            assert!(ns >= 0.0, "the C++ driver floor failed");
+            ns * times
         })
     };
     let memory_floor = |op: MemoryFloor, count: usize, bytes: usize| -> Measure<'_> {
@@ -111,6 +130,7 @@ fn main() {
 
     // This crate's memory for the rows.
     let mut used_elsewhere = DeviceBuffer::<u8, _>::zeroed(home, ALLOC_BYTES).unwrap();
+    let read_once = DeviceBuffer::<u8, _>::zeroed(home, ALLOC_BYTES).unwrap();
     let read_twice = DeviceBuffer::<u8, _>::zeroed(home, ALLOC_BYTES).unwrap();
     let counts = [1usize, 16, 256];
     let mut in_flight: Vec<(DeviceBuffer<u8, &Stream>, PinnedBuffer<u8>)> = counts
@@ -123,8 +143,10 @@ fn main() {
     let mut pipeline = DeviceBuffer::<u8, _>::zeroed(home, PIPELINE_CHUNK_BYTES * PIPELINE_CHUNKS).unwrap();
     let mut pipeline_host: Vec<PinnedBuffer<u8>> =
         (0..PIPELINE_CHUNKS).map(|_| PinnedBuffer::zeroed(PIPELINE_CHUNK_BYTES).unwrap()).collect();
-    // cudarc's.
+    // cudarc's (one allocation per row: a write borrows its slice mutably).
     // SAFETY: the memory is never read.
+    let mut c_written = unsafe { c_home.alloc::<u8>(ALLOC_BYTES) }.unwrap();
+    // SAFETY: as above.
     let c_used = unsafe { c_home.alloc::<u8>(ALLOC_BYTES) }.unwrap();
     // SAFETY: as above.
     let c_read = unsafe { c_home.alloc::<u8>(ALLOC_BYTES) }.unwrap();
@@ -134,7 +156,9 @@ fn main() {
     let (c_untracked_stream, c_untracked_other) =
         (untracked_context.new_stream().unwrap(), untracked_context.new_stream().unwrap());
     // SAFETY: the memory is never read.
-    let c_untracked = unsafe { c_untracked_stream.alloc::<u8>(ALLOC_BYTES) }.unwrap();
+    let mut c_untracked_written = unsafe { c_untracked_stream.alloc::<u8>(ALLOC_BYTES) }.unwrap();
+    // SAFETY: as above.
+    let c_untracked_used = unsafe { c_untracked_stream.alloc::<u8>(ALLOC_BYTES) }.unwrap();
     context.synchronize().unwrap();
     sync();
 
@@ -144,6 +168,7 @@ fn main() {
             iters: 20_000,
             sides: [
                 Some(floor(FLOOR_ALLOC_FREE)),
+                None,
                 Some(Box::new(|n| {
                     let t = time(n, || {
                         // SAFETY: the memory is never read.
@@ -152,7 +177,14 @@ fn main() {
                     c_home.synchronize().unwrap();
                     t
                 })),
-                None,
+                Some(Box::new(|n| {
+                    let t = time(n, || {
+                        // SAFETY: the memory is never read.
+                        drop(black_box(unsafe { c_untracked_stream.alloc::<u8>(ALLOC_BYTES) }.unwrap()));
+                    });
+                    c_untracked_stream.synchronize().unwrap();
+                    t
+                })),
                 Some(Box::new(|n| {
                     let t = time(n, || drop(black_box(DeviceBuffer::<u8, _>::new(home, ALLOC_BYTES).unwrap())));
                     sync();
@@ -161,10 +193,44 @@ fn main() {
             ],
         },
         Row {
-            name: "use on a 2nd stream, repeated (C++: record+wait)".into(),
+            name: "write on a 2nd stream, repeated (C++: record+wait)".into(),
             iters: 20_000,
             sides: [
                 Some(floor(FLOOR_RECORD_WAIT)),
+                Some(driver_floor(FLOOR_RECORD_WAIT, 1.0)),
+                Some(Box::new(|n| {
+                    let t = time(n, || {
+                        let (address, record) = c_written.device_ptr_mut(&c_other);
+                        black_box(address);
+                        drop(record);
+                    });
+                    context.synchronize().unwrap();
+                    t
+                })),
+                Some(Box::new(|n| {
+                    let t = time(n, || {
+                        let (address, record) = c_untracked_written.device_ptr_mut(&c_untracked_other);
+                        black_box(address);
+                        drop(record);
+                    });
+                    c_untracked_other.synchronize().unwrap();
+                    t
+                })),
+                Some(Box::new(|n| {
+                    let t = time(n, || {
+                        used_elsewhere.use_on(other, |_, ptr| black_box(ptr)).unwrap();
+                    });
+                    sync();
+                    t
+                })),
+            ],
+        },
+        Row {
+            name: "read on a 2nd stream, repeated (C++: record+wait)".into(),
+            iters: 20_000,
+            sides: [
+                Some(floor(FLOOR_RECORD_WAIT)),
+                Some(driver_floor(FLOOR_RECORD_WAIT, 1.0)),
                 Some(Box::new(|n| {
                     let t = time(n, || {
                         let (address, record) = c_used.device_ptr(&c_other);
@@ -174,10 +240,19 @@ fn main() {
                     context.synchronize().unwrap();
                     t
                 })),
-                None,
                 Some(Box::new(|n| {
                     let t = time(n, || {
-                        used_elsewhere.use_on(other, |_, ptr| black_box(ptr)).unwrap();
+                        let (address, record) = c_untracked_used.device_ptr(&c_untracked_other);
+                        black_box(address);
+                        drop(record);
+                    });
+                    c_untracked_other.synchronize().unwrap();
+                    t
+                })),
+                Some(Box::new(|n| {
+                    let view = read_once.slice(..).unwrap();
+                    let t = time(n, || {
+                        view.use_on(other, |_, ptr| black_box(ptr)).unwrap();
                     });
                     sync();
                     t
@@ -189,6 +264,7 @@ fn main() {
             iters: 20_000,
             sides: [
                 Some(memory_floor(MemoryFloor::TwoReaders, 0, 0)),
+                Some(driver_floor(FLOOR_RECORD, 2.0)),
                 Some(Box::new(|n| {
                     let t = time(n, || {
                         for stream in [&c_other, &c_third] {
@@ -221,6 +297,7 @@ fn main() {
                 Some(memory_floor(MemoryFloor::PinnedInFlight, count, PINNED_COPY_BYTES)),
                 None,
                 None,
+                None,
                 Some(Box::new(move |n| {
                     let t = time(n, || {
                         for mut chunk in chunks.chunks_mut(PINNED_COPY_BYTES).unwrap() {
@@ -238,6 +315,7 @@ fn main() {
         iters: 20,
         sides: [
             Some(memory_floor(MemoryFloor::Pipeline, PIPELINE_CHUNKS, PIPELINE_CHUNK_BYTES)),
+            None,
             None,
             None,
             Some(Box::new(|n| {
@@ -258,24 +336,23 @@ fn main() {
             })),
         ],
     });
-    rows[0].sides[2] = Some(Box::new(|n| {
-        let t = time(n, || {
-            // SAFETY: the memory is never read.
-            drop(black_box(unsafe { c_untracked_stream.alloc::<u8>(ALLOC_BYTES) }.unwrap()));
-        });
-        c_untracked_stream.synchronize().unwrap();
-        t
-    }));
-    rows[1].sides[2] = Some(Box::new(|n| {
-        let t = time(n, || {
-            let (address, record) = c_untracked.device_ptr(&c_untracked_other);
-            black_box(address);
-            drop(record);
-        });
-        c_untracked_other.synchronize().unwrap();
-        t
-    }));
-
+    if let Ok(only) = std::env::var("MEMORY_PEERS_ONLY") {
+        rows.retain(|row| row.name.contains(&only));
+    }
+    if let Some(scale) = std::env::var("MEMORY_PEERS_SCALE").ok().and_then(|scale| scale.parse::<usize>().ok()) {
+        for row in &mut rows {
+            row.iters *= scale;
+        }
+    }
+    if let Ok(side) = std::env::var("MEMORY_PEERS_SIDE") {
+        for row in &mut rows {
+            for (name, measure) in SIDES.iter().zip(&mut row.sides) {
+                if *name != side {
+                    *measure = None;
+                }
+            }
+        }
+    }
     println!(
         "device memory on {} beside its peers, {REPETITIONS} repetitions, ns per operation",
         device.name().unwrap()
@@ -284,10 +361,10 @@ fn main() {
     for side in SIDES {
         print!(" {side:>16}");
     }
-    println!(" {:>9}   spread of ours (min..max)", "ours/C++");
+    println!(" {:>9} {:>9}   spread of ours (min..max)", "ours/C++", "ours/drv");
     let mut json = Vec::new();
     for row in &mut rows {
-        let mut samples: [Vec<f64>; 4] = Default::default();
+        let mut samples: [Vec<f64>; 5] = Default::default();
         for side in row.sides.iter_mut().flatten() {
             side(row.iters / 10 + 1);
         }
@@ -304,9 +381,10 @@ fn main() {
         for side in &stats {
             print!(" {:>16}", side.as_ref().map_or("-".to_owned(), |s| format!("{:.0}", s.median)));
         }
-        let ours = stats[3].expect("this crate's side always runs");
-        let ratio = stats[0].as_ref().map_or("-".to_owned(), |raw| format!("{:.3}", ours.median / raw.median));
-        println!(" {ratio:>9}   {:.0}..{:.0}", ours.min, ours.max);
+        let ours = stats[OURS].expect("this crate's side always runs");
+        let ratio =
+            |raw: &Option<Stats>| raw.as_ref().map_or("-".to_owned(), |raw| format!("{:.3}", ours.median / raw.median));
+        println!(" {:>9} {:>9}   {:.0}..{:.0}", ratio(&stats[0]), ratio(&stats[1]), ours.min, ours.max);
         let cells: Vec<String> = SIDES
             .iter()
             .zip(&stats)
