@@ -131,7 +131,9 @@ impl<E> Uses<E> {
             });
             return Ok(());
         }
-        self.shared.store(true, Ordering::Release);
+        if !self.shared.load(Ordering::Relaxed) {
+            self.shared.store(true, Ordering::Release);
+        }
         let noted = state.ledger.note(stream, on, span, ticket);
         if noted.is_err() {
             self.mark_leaked();
@@ -170,6 +172,15 @@ pub(super) struct Touched<'a> {
     pub(super) span: Span,
 }
 
+impl Touched<'_> {
+    /// Where a use on `stream` stands (computed where needed: a copy per buffer would make
+    /// every use move a large array).
+    #[inline(always)]
+    fn on(&self, stream: &StreamRef) -> On {
+        On::stream(stream, stream == self.home)
+    }
+}
+
 /// Runs `enqueue` (work on `stream` that uses the buffers `touched`), ordered after each
 /// buffer's earlier uses and noted for its later ones and its free, also when `enqueue`
 /// panics. No capture of this crate begins or ends meanwhile (as `hold` says): CUDA captures
@@ -187,10 +198,6 @@ pub(super) fn ordered_use<R>(
     if touched.len() > MAX_TOUCHED {
         return Err(Error::Size("one use touches at most 12 buffers and views"));
     }
-    let mut ons = [None; MAX_TOUCHED];
-    for (buffer, on) in touched.iter().zip(ons.iter_mut()) {
-        *on = Some(On::stream(stream, stream == buffer.home));
-    }
     // Another library may capture the per-thread stream at any time: never a fast call then.
     let thread_bound = stream.is_thread_bound() || touched.iter().any(|buffer| buffer.home.is_thread_bound());
     let checks_and_waits = || -> Result<[Ticket; MAX_TOUCHED]> {
@@ -199,12 +206,12 @@ pub(super) fn ordered_use<R>(
             refuse_capture(buffer.home)?;
         }
         let mut tickets = [Ticket::default(); MAX_TOUCHED];
-        for ((buffer, ticket), on) in touched.iter().zip(tickets.iter_mut()).zip(ons.iter().flatten()) {
-            *ticket = buffer.uses.before(buffer.home, stream, *on, &buffer.span)?;
+        for (buffer, ticket) in touched.iter().zip(tickets.iter_mut()) {
+            *ticket = buffer.uses.before(buffer.home, stream, buffer.on(stream), &buffer.span)?;
         }
         Ok(tickets)
     };
-    let uses = |tickets| After { touched, stream, ons, tickets, thread_bound, done: false };
+    let uses = |tickets| After { touched, stream, tickets, thread_bound, done: false };
     match hold {
         Hold::Throughout => without_transitions(thread_bound, || {
             let after = uses(checks_and_waits()?);
@@ -245,7 +252,6 @@ fn without_transitions<R>(thread_bound: bool, call: impl FnOnce() -> R) -> Resul
 struct After<'a, 'b> {
     touched: &'b [Touched<'a>],
     stream: &'a StreamRef,
-    ons: [Option<On>; MAX_TOUCHED],
     tickets: [Ticket; MAX_TOUCHED],
     thread_bound: bool,
     done: bool,
@@ -258,15 +264,15 @@ impl After<'_, '_> {
     }
 
     fn note(&mut self) -> Result<()> {
-        let (touched, stream, ons, tickets) = (self.touched, self.stream, &self.ons, &self.tickets);
+        let (touched, stream, tickets) = (self.touched, self.stream, &self.tickets);
         without_transitions(self.thread_bound, || {
             let mut noted = Ok(());
-            for ((buffer, &ticket), on) in touched.iter().zip(tickets).zip(ons.iter().flatten()) {
+            for (buffer, &ticket) in touched.iter().zip(tickets) {
                 // A capture of the stream begun meanwhile (during a caller's closure) would take
                 // the record: the use is then not noted, and the buffer leaks (and refuses later
                 // uses).
-                let this =
-                    refuse_capture(stream).and_then(|()| buffer.uses.after(stream, *on, buffer.span.clone(), ticket));
+                let this = refuse_capture(stream)
+                    .and_then(|()| buffer.uses.after(stream, buffer.on(stream), buffer.span.clone(), ticket));
                 if this.is_err() {
                     buffer.uses.mark_leaked();
                     noted = noted.and(this);

@@ -310,32 +310,36 @@ impl<E> Ledger<E> {
         forget: impl Fn(&Mark<E>, &Span) -> bool,
     ) -> Result<()> {
         self.tidy::<Q>();
-        // The event of a mark this one makes redundant, recorded again (none is created on the
-        // way to the steady state); put back if the record fails.
-        let device = stream.device();
-        let event =
-            match self.marks.iter().position(|mark| forget(mark, &span) && Q::event_device(&mark.event) == device) {
-                Some(at) => {
-                    let mark = self.marks.remove(at);
-                    if let Err(error) = stream.record(&mark.event) {
-                        self.marks.insert(at, mark);
-                        return Err(error);
-                    }
-                    mark.event
-                }
-                None => {
-                    let event = self.event_for(stream)?;
-                    if let Err(error) = stream.record(&event) {
-                        self.recycle(event);
-                        return Err(error);
-                    }
-                    event
-                }
-            };
-        self.forget_where(|mark| forget(mark, &span));
         let seq = self.next_seq;
+        // The event of a mark this one makes redundant, recorded again (none is created on the
+        // way to the steady state): that mark becomes this one, moved to the end (the newest)
+        // with its fields replaced, in place; nothing changes if the record fails.
+        let device = stream.device();
+        match self.marks.iter().position(|mark| forget(mark, &span) && Q::event_device(&mark.event) == device) {
+            Some(at) => {
+                stream.record(&self.marks[at].event)?;
+                self.marks[at..].rotate_left(1);
+                let newest = self.marks.last_mut().expect("the mark recorded again");
+                newest.seq = seq;
+                newest.on = on.key;
+                newest.home = on.home;
+                newest.span = span.clone();
+                newest.waited = Waited::default();
+            }
+            None => {
+                let event = self.event_for(stream)?;
+                if let Err(error) = stream.record(&event) {
+                    self.recycle(event);
+                    return Err(error);
+                }
+                let mark =
+                    Mark { seq, on: on.key, home: on.home, span: span.clone(), event, waited: Waited::default() };
+                self.marks.push(mark);
+            }
+        }
         self.next_seq += 1;
-        self.marks.push(Mark { seq, on: on.key, home: on.home, span, event, waited: Waited::default() });
+        // The marks it makes redundant, all older than it.
+        self.forget_older_than(self.marks.len() - 1, |mark| forget(mark, &span));
         if self.marks.len() >= LIMIT {
             self.collapse(stream, on)?;
         }
@@ -403,12 +407,19 @@ impl<E> Ledger<E> {
     }
 
     /// Forgets the marks `forget` picks, keeping their events to record again.
-    fn forget_where(&mut self, mut forget: impl FnMut(&Mark<E>) -> bool) {
+    fn forget_where(&mut self, forget: impl FnMut(&Mark<E>) -> bool) {
+        self.forget_older_than(self.marks.len(), forget);
+    }
+
+    /// Forgets the marks before the `end`th that `forget` picks, keeping their events to
+    /// record again.
+    fn forget_older_than(&mut self, mut end: usize, mut forget: impl FnMut(&Mark<E>) -> bool) {
         let mut at = 0;
-        while at < self.marks.len() {
+        while at < end {
             if forget(&self.marks[at]) {
                 let mark = self.marks.remove(at);
                 self.recycle(mark.event);
+                end -= 1;
             } else {
                 at += 1;
             }
