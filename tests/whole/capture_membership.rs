@@ -202,10 +202,18 @@ fn child_joins_racing_checked_calls() {
     // (the API fuzzer's launches on `as_raw()`, which bypassed the crate, crashed libcuda in
     // 22 of 32 processes). A launch onto `x` after it rejoined leaves it unjoined: CUDA's
     // typed refusal at the end.
+    // The launchers pause between launches: three threads launching on one stream as fast as
+    // they can keep libcuda's launch lock taken as readers, and the joining thread's graph
+    // calls (instantiate, launch, destroy: the writer) wait for seconds, in raw CUDA too (a
+    // C++ program, 2026-11-27, H100, CUDA 13.0: three threads launching an empty kernel on
+    // `x` while the main thread captures two host functions on another stream, instantiates,
+    // launches, synchronizes and destroys the graph, never touching `x`: one round in 20 s, in
+    // 3 of 3 runs).
     let launched = AtomicUsize::new(0);
     let (ended, failures) = joins_racing(rounds, &x, |x| {
         cuda_stream_tests::empty(x).expect("a launch is captured or runs, never refused");
         launched.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_micros(20));
     });
     for failure in &failures {
         assert!(
