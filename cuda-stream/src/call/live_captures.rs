@@ -4,7 +4,8 @@
 //! The hot path reads one relaxed atomic, the number of captures in progress; only when it is
 //! not zero does a call take the lock and look at the captures themselves (device, mode, thread).
 //!
-//! The same word has one more bit, [`FOREIGN`]: set for good once a stream or event handle this
+//! The same word has one more bit, `FOREIGN` (the word and its bit are kept in
+//! [`fast_call_core`](super::fast_call_core)): set for good once a stream or event handle this
 //! crate did not create has been wrapped ([`foreign_handle_seen`]). From then on a capture this
 //! crate cannot count may be in progress on any stream: a foreign stream can be captured by its
 //! owner (`torch.cuda.graph`, cudarc), and a stream of ours that waits on it joins that capture.
@@ -13,24 +14,21 @@
 //! whose meaning changes during a capture (records, `wait_stream`, pool returns) skip reading
 //! the stream's capture status.
 
+use super::fast_call_core::{mark_foreign, publish_count};
 use crate::ffi::error::{Error, Result};
 use crate::sys;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// How many captures begun by this crate are in progress (`CAPTURES.len()`, readable without the
-/// lock), and the [`FOREIGN`] bit. The only thing the hot path reads.
-static IN_PROGRESS: AtomicUsize = AtomicUsize::new(0);
-
-/// Set in [`IN_PROGRESS`] once a foreign handle was wrapped: captures this crate does not count
-/// may exist from then on.
-const FOREIGN: usize = 1 << (usize::BITS - 1);
+// The word the hot path reads (`CAPTURES.len()` plus the uncounted joins, readable without the
+// lock, and the foreign-handle bit) is kept in the fast-call core, which the loom model checks.
+pub(crate) use super::fast_call_core::{any, foreign, may_capture};
 
 /// One entry per capture in progress.
 static CAPTURES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
 /// Joins of captures this crate did not count, in progress ([`uncounted_join`]): counted in
-/// [`IN_PROGRESS`] beside the captures, changed under the [`CAPTURES`] lock.
+/// the word that [`may_capture`] reads beside the captures, changed under the [`CAPTURES`] lock.
 static UNCOUNTED_JOINS: AtomicUsize = AtomicUsize::new(0);
 
 /// A capture in progress: where (the device's ordinal: this layer sits below devices), in
@@ -95,12 +93,6 @@ pub(crate) fn is_counted(id: u64) -> bool {
     captures().iter().any(|capture| capture.id == id)
 }
 
-/// Whether a handle this crate did not create was ever wrapped (the [`FOREIGN`] bit): from then
-/// on no call assumes that no capture exists.
-pub(crate) fn foreign() -> bool {
-    IN_PROGRESS.load(Ordering::SeqCst) & FOREIGN != 0
-}
-
 /// Counts a wait that may join a capture this crate did not count (another library's capture
 /// of its thread's per-thread stream, seen through a captured event or that stream) while it
 /// is made: [`may_capture`] is true meanwhile, so no call takes the fast path that assumes no
@@ -124,12 +116,10 @@ impl Drop for UncountedJoin {
 }
 
 /// Stores the count of captures and uncounted joins (under the lock, whose guard `captures`
-/// is), keeping the [`FOREIGN`] bit. SeqCst: a record made after a capture began (in CUDA's
+/// is), keeping the foreign-handle bit. SeqCst: a record made after a capture began (in CUDA's
 /// order) reads the count that includes it (see [`may_capture`]).
 fn publish(captures: &MutexGuard<'static, Vec<Entry>>) {
-    let count = captures.len() + UNCOUNTED_JOINS.load(Ordering::SeqCst);
-    let foreign = IN_PROGRESS.load(Ordering::SeqCst) & FOREIGN;
-    IN_PROGRESS.store(count | foreign, Ordering::SeqCst);
+    publish_count(captures.len() + UNCOUNTED_JOINS.load(Ordering::SeqCst));
 }
 
 /// Marks the process as holding a handle this crate did not create (a borrowed stream or
@@ -139,25 +129,7 @@ fn publish(captures: &MutexGuard<'static, Vec<Entry>>) {
 /// which then waits for the fast calls that read it unset.
 #[inline]
 pub(crate) fn foreign_handle_seen() {
-    if IN_PROGRESS.load(Ordering::Relaxed) & FOREIGN == 0 {
-        let _captures = captures();
-        IN_PROGRESS.fetch_or(FOREIGN, Ordering::SeqCst);
-    }
-}
-
-/// Whether any capture begun by this crate is in progress: one relaxed load. Every refusal
-/// below is asked only when this is true.
-#[inline(always)]
-pub(crate) fn any() -> bool {
-    IN_PROGRESS.load(Ordering::Relaxed) & !FOREIGN != 0
-}
-
-/// Whether any stream may be capturing: a capture of this crate is in progress, or a foreign
-/// handle was seen, whose owner may capture it (see the module docs). One load; while false, no
-/// stream of the process is capturing.
-#[inline(always)]
-pub(crate) fn may_capture() -> bool {
-    IN_PROGRESS.load(Ordering::SeqCst) != 0
+    mark_foreign(captures);
 }
 
 /// Refuses an operation on the legacy stream of the device of ordinal `device` while a capture of that device is in

@@ -4,7 +4,9 @@
 //! capture-transition lock and its nesting holds ([`transitions`]), the capture modes and the thread's capture-interaction mode
 //! ([`capture_mode`]), the reactor's polling passes that a record into a capture waits out
 //! ([`reactor_passes`]), the calling thread's identity ([`thread`]), the counts of live
-//! handles ([`live`]), the fast calls a capture's begin waits for ([`uncaptured_calls`]), and
+//! handles ([`live`]), the fast calls a capture's begin waits for ([`uncaptured_calls`]; their
+//! host-side core, which a loom model checks from the same source, is [`fast_call_core`], over the
+//! std primitives of [`shim`]), and
 //! the sync-debug mode that calls waiting for the device consult
 //! ([`sync_debug`]), and the race detector's model of what is enqueued ([`race`]), whose
 //! modes and scopes are one switch ([`mode_switch`]).
@@ -13,11 +15,13 @@
 //! above asks here and decides.
 
 pub(crate) mod capture_mode;
+pub(crate) mod fast_call_core;
 pub(crate) mod live;
 pub(crate) mod live_captures;
 pub(crate) mod mode_switch;
 pub mod race;
 pub(crate) mod reactor_passes;
+pub(crate) mod shim;
 pub mod sync_debug;
 pub(crate) mod thread;
 pub(crate) mod transitions;

@@ -25,107 +25,15 @@
 //! calls when no begin of this crate announced its capture) and a query never overlap in CUDA,
 //! without the two atomic read-modify-writes of a counted call (see
 //! [`RecordState::marker_call`](crate::event::record_state::RecordState::marker_call)).
+//!
+//! The flags, the waits and the fast path itself are written in
+//! [`fast_call_core`](super::fast_call_core), with no CUDA, so that the loom model
+//! (`cuda-stream/tests/loom_fast_calls.rs`) checks that same source; this module re-exports them.
 
-use super::live_captures::{self, may_capture};
-use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering, compiler_fence, fence};
-use std::sync::{Arc, Mutex, Once, PoisonError};
+use super::live_captures;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The flags of the threads that made a fast call, set while one is in progress.
-static FLAGS: Mutex<Vec<Arc<AtomicBool>>> = Mutex::new(Vec::new());
-
-thread_local! {
-    /// This thread's flag (null until its first fast call, and again once the thread's
-    /// registration is gone): a constant thread-local without a destructor, one load to reach.
-    static FLAG: Cell<*const AtomicBool> = const { Cell::new(std::ptr::null()) };
-    /// What keeps [`FLAG`] alive and registered in [`FLAGS`]; taken out when the thread ends.
-    static REGISTERED: RefCell<Option<Registered>> = const { RefCell::new(None) };
-}
-
-struct Registered(Arc<AtomicBool>);
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        // Later fast calls of this ending thread register nothing: they take the slow path.
-        let _ = FLAG.try_with(|flag| flag.set(std::ptr::null()));
-        let mut flags = FLAGS.lock().unwrap_or_else(PoisonError::into_inner);
-        flags.retain(|flag| !Arc::ptr_eq(flag, &self.0));
-    }
-}
-
-/// This thread's flag, registered on first use; `None` while the thread is being torn down.
-#[inline(always)]
-fn this_threads_flag() -> Option<&'static AtomicBool> {
-    let flag = FLAG.try_with(Cell::get).ok()?;
-    if flag.is_null() {
-        return register();
-    }
-    // SAFETY: `REGISTERED` keeps the flag alive until it drops, and its drop nulls `FLAG`
-    // first; the reference is used within one fast call of this thread.
-    Some(unsafe { &*flag })
-}
-
-#[cold]
-#[inline(never)]
-fn register() -> Option<&'static AtomicBool> {
-    // Decided before this thread's first fast call: the fast path then knows whether it must
-    // fence itself.
-    let _ = asymmetric_fence_available();
-    let flag = Arc::new(AtomicBool::new(false));
-    REGISTERED
-        .try_with(|registered| {
-            FLAGS.lock().unwrap_or_else(PoisonError::into_inner).push(Arc::clone(&flag));
-            *registered.borrow_mut() = Some(Registered(Arc::clone(&flag)));
-        })
-        .ok()?;
-    FLAG.try_with(|cell| cell.set(Arc::as_ptr(&flag))).ok()?;
-    // SAFETY: as in `this_threads_flag`: `REGISTERED` now holds it.
-    Some(unsafe { &*Arc::as_ptr(&flag) })
-}
-
-/// Runs `call` if no capture may be in progress (see [`may_capture`]) and returns its result;
-/// `None`, without running it, when one may. A capture of this crate that is counted meanwhile
-/// does not begin until `call` has returned.
-#[inline(always)]
-pub(crate) fn outside_captures<R>(call: impl FnOnce() -> R) -> Option<R> {
-    // A thread being torn down (its thread-locals gone) takes the slow path.
-    let flag = this_threads_flag()?;
-    if flag.load(Ordering::Relaxed) {
-        // Nested in a fast call of this thread (a record inside a wait): a capture's begin
-        // waits for the outer one, but this thread itself may have changed the premise since
-        // (a foreign handle wrapped): the count is read again, and a caller that finds a
-        // capture possible takes its held path (which takes no lock inside a fast call).
-        return (!may_capture()).then(call);
-    }
-    flag.store(true, Ordering::Relaxed);
-    // Cleared however the call ends (a panic too: a flag left set would hold every capture's
-    // begin for good).
-    let _clear = ClearOnDrop(flag);
-    if ASYMMETRIC.load(Ordering::Relaxed) == YES {
-        // The begin's membarrier orders this store before the load below.
-        compiler_fence(Ordering::SeqCst);
-    } else {
-        fence(Ordering::SeqCst);
-    }
-    if may_capture() { None } else { Some(call()) }
-}
-
-/// Whether this thread is inside a fast call (a closure that one runs).
-pub(crate) fn in_fast_call() -> bool {
-    let flag = FLAG.try_with(Cell::get).unwrap_or(std::ptr::null());
-    // SAFETY: as in `this_threads_flag`: non-null only while `REGISTERED` keeps it alive.
-    !flag.is_null() && unsafe { &*flag }.load(Ordering::Relaxed)
-}
-
-/// Clears a thread's flag when its fast call ends.
-struct ClearOnDrop(&'static AtomicBool);
-
-impl Drop for ClearOnDrop {
-    #[inline(always)]
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
+pub(crate) use super::fast_call_core::{in_fast_call, outside_captures, wait_for_uncaptured_calls};
 
 /// Marks the process as holding a foreign handle ([`live_captures::foreign_handle_seen`]):
 /// from now on a capture this crate cannot count may be in progress, so no call is fast any
@@ -150,76 +58,13 @@ pub(crate) fn foreign_handle_seen() {
     }
 }
 
-/// Waits until every fast call that may have read no capture in progress, or no mark made
-/// before this, has returned. Called by a capture's begin after it was counted, under the
-/// capture-transition lock, and by a record into a capture that no begin of this crate
-/// announced (another library's capture of the per-thread stream) after it marked its event.
-pub(crate) fn wait_for_uncaptured_calls() {
-    if !(asymmetric_fence_available() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
-        // Refused now (it never is once registered, but a forked child, say): later fast calls
-        // fence themselves. One that skipped its fence before this is still a window.
-        ASYMMETRIC.store(NO, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-    }
-    // Not this thread's own flag: a transition refuses to begin inside a fast call, and a record
-    // made inside one (nested in a wait) waits for the other threads' calls only.
-    let own = FLAG.try_with(Cell::get).unwrap_or(std::ptr::null());
-    let flags: Vec<Arc<AtomicBool>> = FLAGS.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    for flag in flags.iter().filter(|flag| !std::ptr::eq(Arc::as_ptr(flag), own)) {
-        while flag.load(Ordering::Acquire) {
-            std::hint::spin_loop();
-            std::thread::yield_now();
-        }
-    }
-}
-
-/// Whether `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` is registered for this process:
-/// [`UNKNOWN`] until the first thread registers its flag, then [`YES`] or [`NO`].
-static ASYMMETRIC: AtomicU8 = AtomicU8::new(UNKNOWN);
-const UNKNOWN: u8 = 0;
-const YES: u8 = 1;
-const NO: u8 = 2;
-
-fn asymmetric_fence_available() -> bool {
-    static REGISTER: Once = Once::new();
-    REGISTER.call_once(|| {
-        let registered = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
-        ASYMMETRIC.store(if registered { YES } else { NO }, Ordering::SeqCst);
-    });
-    ASYMMETRIC.load(Ordering::SeqCst) == YES
-}
-
-const MEMBARRIER_CMD_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 3;
-const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 4;
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-const SYS_MEMBARRIER: std::ffi::c_long = 324;
-#[cfg(all(target_os = "linux", target_arch = "aarch64"))]
-const SYS_MEMBARRIER: std::ffi::c_long = 283;
-
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
-unsafe extern "C" {
-    /// glibc's `syscall`.
-    fn syscall(number: std::ffi::c_long, ...) -> std::ffi::c_long;
-}
-
-/// `membarrier(command, 0)`; whether it succeeded.
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn membarrier(command: std::ffi::c_long) -> bool {
-    // SAFETY: the membarrier system call with a command and zero flags touches no memory of ours.
-    unsafe { syscall(SYS_MEMBARRIER, command, 0 as std::ffi::c_long) == 0 }
-}
-
-/// No `membarrier` known for this target: the fast path fences itself.
-#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
-fn membarrier(_command: std::ffi::c_long) -> bool {
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::live_captures::{self, tests::SERIAL};
+    use crate::call::fast_call_core::registered_threads;
+    use crate::call::live_captures::tests::SERIAL;
     use crate::sys;
+    use std::sync::PoisonError;
     use std::sync::atomic::{AtomicU32, AtomicU64};
 
     /// Two threads make fast calls all along while captures are counted and uncounted: once a
@@ -259,6 +104,9 @@ mod tests {
             while fast.load(Ordering::Relaxed) < 100 {
                 std::thread::yield_now();
             }
+            // A caller that made a fast call is registered while it lives (the other may not
+            // have begun yet; other tests' threads may add theirs).
+            assert!(registered_threads() >= 1);
             for round in 0..2_000 {
                 let entry = live_captures::begun(0, relaxed);
                 wait_for_uncaptured_calls();

@@ -1,0 +1,49 @@
+//! What the fast-call core ([`fast_call_core`](super::fast_call_core)) takes from outside
+//! itself: atomics, the lock, `Arc`, `Once`, thread-locals, statics, the spin wait's hints and
+//! the `membarrier` system call. Here they are std's and the kernel's. The loom model
+//! (`cuda-stream/tests/loom_fast_calls.rs`) compiles the core's same source beside a module of
+//! this name with loom's: its statics live for one execution of the model, and its `membarrier`
+//! is a `SeqCst` fence on the fast side (where the crate's core has a compiler fence).
+//!
+//! Only the core imports this module: the rest of the crate uses std directly.
+
+pub(crate) use std::hint::spin_loop;
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering, compiler_fence, fence};
+pub(crate) use std::sync::{Arc, Mutex, Once, PoisonError};
+pub(crate) use std::thread::yield_now;
+pub(crate) use std::thread_local;
+
+/// Statics of the core, as written: each one of the process. (Under loom each is a lazy static
+/// of one execution of the model.)
+macro_rules! shared_statics {
+    ($($(#[$attr:meta])* static $name:ident: $t:ty = $init:expr;)*) => {
+        $($(#[$attr])* static $name: $t = $init;)*
+    };
+}
+pub(crate) use shared_statics;
+
+pub(crate) const MEMBARRIER_CMD_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 3;
+pub(crate) const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 4;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+const SYS_MEMBARRIER: std::ffi::c_long = 324;
+#[cfg(all(target_os = "linux", target_arch = "aarch64"))]
+const SYS_MEMBARRIER: std::ffi::c_long = 283;
+
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+unsafe extern "C" {
+    /// glibc's `syscall`.
+    fn syscall(number: std::ffi::c_long, ...) -> std::ffi::c_long;
+}
+
+/// `membarrier(command, 0)`; whether it succeeded.
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(crate) fn membarrier(command: std::ffi::c_long) -> bool {
+    // SAFETY: the membarrier system call with a command and zero flags touches no memory of ours.
+    unsafe { syscall(SYS_MEMBARRIER, command, 0 as std::ffi::c_long) == 0 }
+}
+
+/// No `membarrier` known for this target: the fast path fences itself.
+#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+pub(crate) fn membarrier(_command: std::ffi::c_long) -> bool {
+    false
+}

@@ -1,0 +1,414 @@
+//! The fast-call protocol under the loom model checker: the crate's own source of its host-side
+//! core (`src/call/fast_call_core.rs`, included below by `#[path]`, not copied), compiled
+//! against loom's atomics, lock, `Arc`, thread-locals and statics instead of std's (the `shim`
+//! module below stands where `src/call/shim.rs` stands in the crate).
+//!
+//! The property: a fast call that read no capture in progress is never in CUDA while a capture
+//! counted meanwhile begins (nor, with an end, until that capture has ended and been uncounted).
+//! CUDA is one word here ([`Cuda`]) that only read-modify-writes change, so its modification
+//! order is the order in which CUDA sees the calls; they are Relaxed, so the oracle adds no
+//! synchronization that the protocol lacks.
+//!
+//! `membarrier` is modeled as the issue asks: a `SeqCst` fence on the fast side, where the
+//! crate's fast path has a compiler fence (`compiler_fence` below), and one on the begin's side
+//! (the system call is a full barrier on the calling thread too).
+//!
+//! The seeded bugs (a begin that does not wait, a begin that waits before it counts, a fast side
+//! that no barrier reaches) must each be caught: the model is shown to be able to fail.
+
+use loom::model::Builder;
+use std::sync::atomic::{AtomicUsize as Counter, Ordering::Relaxed as Count};
+
+/// The crate's source of the protocol's core, over the `shim` below.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../src/call/fast_call_core.rs"]
+mod fast_call_core;
+
+/// What the core takes from `super::shim`, here loom's (see `src/call/shim.rs` for std's).
+mod shim {
+    use std::cell::Cell;
+
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering, fence};
+    pub(crate) use loom::sync::{Arc, Mutex};
+    pub(crate) use loom::thread::yield_now;
+    pub(crate) use std::sync::PoisonError;
+
+    /// loom's thread-locals, which live for one thread of one execution. Their macro takes no
+    /// `const { .. }` initializer (std's does): the block's contents are handed to it.
+    macro_rules! loom_thread_local {
+        ($($(#[$attr:meta])* static $name:ident: $t:ty = const { $init:expr };)*) => {
+            loom::thread_local! { $($(#[$attr])* static $name: $t = $init;)* }
+        };
+    }
+    pub(crate) use loom_thread_local as thread_local;
+
+    /// A CPU hint only: the model yields in `yield_now`, which the spin wait calls next.
+    pub(crate) fn spin_loop() {}
+
+    /// Each static of the core is a lazy static of one execution of the model.
+    macro_rules! shared_statics {
+        ($($(#[$attr:meta])* static $name:ident: $t:ty = $init:expr;)*) => {
+            loom::lazy_static! { $($(#[$attr])* static ref $name: $t = $init;)* }
+        };
+    }
+    pub(crate) use shared_statics;
+
+    /// `std::sync::Once` over a loom lock.
+    pub(crate) struct Once(Mutex<bool>);
+
+    impl Once {
+        pub(crate) fn new() -> Once {
+            Once(Mutex::new(false))
+        }
+
+        pub(crate) fn call_once(&self, f: impl FnOnce()) {
+            let mut done = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            if !*done {
+                f();
+                *done = true;
+            }
+        }
+    }
+
+    std::thread_local! {
+        /// Whether the begin's `membarrier` reaches the fast side (the seeded bug turns it off).
+        /// loom runs every thread of a model on the test's own thread, so this is the test's.
+        static MEMBARRIER_REACHES_FAST_SIDE: Cell<bool> = const { Cell::new(true) };
+    }
+
+    /// Runs `f` as if `membarrier` were not a barrier on the other threads: the fast side keeps
+    /// only its compiler fence (the seeded bug of `Scenario::fast_side_barrier`).
+    pub(crate) fn without_membarrier<R>(f: impl FnOnce() -> R) -> R {
+        struct Restore;
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                MEMBARRIER_REACHES_FAST_SIDE.with(|reaches| reaches.set(true));
+            }
+        }
+        MEMBARRIER_REACHES_FAST_SIDE.with(|reaches| reaches.set(false));
+        let _restore = Restore;
+        f()
+    }
+
+    /// The fast path's compiler fence, which the begin's `membarrier` turns into a full barrier
+    /// of the fast thread: a `SeqCst` fence there.
+    pub(crate) fn compiler_fence(order: Ordering) {
+        if MEMBARRIER_REACHES_FAST_SIDE.with(Cell::get) {
+            fence(order);
+        }
+    }
+
+    pub(crate) const MEMBARRIER_CMD_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 3;
+    pub(crate) const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 4;
+
+    /// Registration succeeds; the barrier is a `SeqCst` fence on this (the begin's) side, its
+    /// effect on the fast side is in [`compiler_fence`].
+    pub(crate) fn membarrier(command: std::ffi::c_long) -> bool {
+        if command == MEMBARRIER_CMD_PRIVATE_EXPEDITED {
+            fence(Ordering::SeqCst);
+        }
+        true
+    }
+}
+
+use fast_call_core::{outside_captures, publish_count, wait_for_uncaptured_calls};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use loom::sync::{Arc, Mutex};
+
+/// CUDA as the property sees it, twice.
+///
+/// In the order of its calls: one word that only read-modify-writes change, so that its
+/// modification order is the order in which CUDA sees the calls (the low bits count the fast
+/// calls inside CUDA, [`CAPTURING`] is set from a capture's begin to its end). They are Relaxed,
+/// so this oracle adds no synchronization that the protocol lacks; but it sees only the order
+/// in which loom ran the calls, not what the threads know of each other.
+///
+/// In what the begin knows: each fast thread marks its call inside CUDA in a word of its own
+/// (Relaxed stores), and the begin reads them all (Relaxed loads). loom lets such a load return
+/// any store that happens-before does not hide, so a fast call's end that does not happen
+/// before the begin (a clear of the flag without Release, a wait without Acquire) is seen as a
+/// call still inside CUDA.
+///
+/// A call that breaks the property is noted in [`Explored`], not panicked on: a panic where
+/// loom's objects are alive aborts the process (they are dropped outside the model as it
+/// unwinds). The model panics at the start of the next execution instead, where none is.
+struct Cuda {
+    word: AtomicUsize,
+    in_call: Vec<AtomicBool>,
+    explored: std::sync::Arc<Explored>,
+}
+
+const CAPTURING: usize = 1 << (usize::BITS - 1);
+
+impl Cuda {
+    fn new(fast_threads: usize, explored: std::sync::Arc<Explored>) -> Cuda {
+        Cuda {
+            word: AtomicUsize::new(0),
+            in_call: (0..fast_threads).map(|_| AtomicBool::new(false)).collect(),
+            explored,
+        }
+    }
+
+    /// The CUDA call of a fast call of thread `thread`, from its start to its return.
+    fn fast_call(&self, thread: usize) {
+        self.in_call[thread].store(true, Relaxed);
+        let before = self.word.fetch_add(1, Relaxed);
+        if before & CAPTURING != 0 {
+            self.explored.violated("a fast call that read no capture in progress reached CUDA inside a capture");
+        }
+        self.word.fetch_sub(1, Relaxed);
+        self.in_call[thread].store(false, Relaxed);
+    }
+
+    /// `cudaStreamBeginCapture`.
+    fn begin_capture(&self) {
+        let before = self.word.fetch_or(CAPTURING, Relaxed);
+        if before & !CAPTURING != 0 {
+            self.explored.violated("a capture began while a fast call that read no capture in progress was in CUDA");
+        }
+        if self.in_call.iter().any(|in_call| in_call.load(Relaxed)) {
+            self.explored.violated("a capture began where a fast call's return does not happen before it");
+        }
+    }
+
+    /// `cudaStreamEndCapture`.
+    fn end_capture(&self) {
+        self.word.fetch_and(!CAPTURING, Relaxed);
+    }
+}
+
+/// `live_captures`'s list of captures and its lock, down to their number: what `begun` and
+/// `ended` do to the word the fast calls read (they publish the count under the lock).
+struct Captures(Mutex<usize>);
+
+impl Captures {
+    fn begun(&self) {
+        let mut count = self.0.lock().unwrap();
+        *count += 1;
+        publish_count(*count);
+    }
+
+    fn ended(&self) {
+        let mut count = self.0.lock().unwrap();
+        *count -= 1;
+        publish_count(*count);
+    }
+}
+
+/// The begin of a capture, as `StreamRef::start_capture` makes it, or with a seeded bug.
+#[derive(Clone, Copy, Debug)]
+enum Begin {
+    /// Counted, then waits for the fast calls, then begins (the crate's order).
+    Correct,
+    /// Seeded bug: counted, then begins without waiting.
+    SkipsTheWait,
+    /// Seeded bug: waits for the fast calls, then counts and begins.
+    WaitsBeforeCounting,
+}
+
+/// One model: `fast_threads` threads each make `calls` fast calls, while the model's main thread
+/// begins a capture (and ends it, with `end`).
+#[derive(Clone, Copy, Debug)]
+struct Scenario {
+    fast_threads: usize,
+    calls: usize,
+    begin: Begin,
+    end: bool,
+    /// loom's preemption bound; `None` explores every interleaving (up to its partial-order
+    /// reduction).
+    preemption_bound: Option<usize>,
+    /// Whether the begin's `membarrier` reaches the fast side (false: a seeded bug).
+    fast_side_barrier: bool,
+}
+
+/// What a run of the model saw, over all its executions.
+#[derive(Debug, Default)]
+struct Explored {
+    executions: Counter,
+    /// Fast calls that ran their CUDA call, and fast calls that found a capture possible.
+    ran: Counter,
+    refused: Counter,
+    /// Executions that broke the property, and the first: its number and what it broke.
+    violations: Counter,
+    first_violation: std::sync::Mutex<Option<(usize, &'static str)>>,
+}
+
+impl Explored {
+    fn violated(&self, what: &'static str) {
+        self.violations.fetch_add(1, Count);
+        let mut first = self.first_violation.lock().unwrap();
+        first.get_or_insert((self.executions.load(Count), what));
+    }
+}
+
+impl Scenario {
+    /// Runs every execution of the scenario, noting what they saw in `explored`; with `stop`,
+    /// panics at the start of the execution after the first that broke the property.
+    fn explore(self, stop: bool, explored: &std::sync::Arc<Explored>) {
+        let seen = std::sync::Arc::clone(explored);
+        let mut builder = Builder::new();
+        builder.preemption_bound = self.preemption_bound;
+        // The whole tree, always: neither a time limit nor a cap on executions from the
+        // environment cuts a check short.
+        builder.max_duration = None;
+        builder.max_permutations = None;
+        let start = std::time::Instant::now();
+        let run = move || {
+            if stop {
+                if let Some((execution, what)) = *seen.first_violation.lock().unwrap() {
+                    panic!("loom broke the property in execution {execution}: {what}");
+                }
+            }
+            seen.executions.fetch_add(1, Count);
+            let cuda = Arc::new(Cuda::new(self.fast_threads, std::sync::Arc::clone(&seen)));
+            let captures = Captures(Mutex::new(0));
+            let fast: Vec<_> = (0..self.fast_threads)
+                .map(|thread| {
+                    let (cuda, seen) = (Arc::clone(&cuda), std::sync::Arc::clone(&seen));
+                    loom::thread::spawn(move || {
+                        for _ in 0..self.calls {
+                            match outside_captures(|| cuda.fast_call(thread)) {
+                                Some(()) => seen.ran.fetch_add(1, Count),
+                                None => seen.refused.fetch_add(1, Count),
+                            };
+                        }
+                    })
+                })
+                .collect();
+            match self.begin {
+                Begin::Correct => {
+                    captures.begun();
+                    wait_for_uncaptured_calls();
+                }
+                Begin::SkipsTheWait => captures.begun(),
+                Begin::WaitsBeforeCounting => {
+                    wait_for_uncaptured_calls();
+                    captures.begun();
+                }
+            }
+            cuda.begin_capture();
+            if self.end {
+                cuda.end_capture();
+                captures.ended();
+            }
+            for thread in fast {
+                thread.join().unwrap();
+            }
+            // A joined thread drops its thread-locals after its join returns (loom), and the
+            // registration's drop takes the flags' lock, a static that ends with this closure:
+            // the model ends once every thread has left the registry.
+            while fast_call_core::registered_threads() != 0 {
+                loom::thread::yield_now();
+            }
+        };
+        if self.fast_side_barrier {
+            builder.check(run)
+        } else {
+            shim::without_membarrier(|| builder.check(run))
+        }
+        eprintln!(
+            "{self:?}: {} executions in {:.2?}; {} fast calls ran, {} refused; {} broke the property",
+            explored.executions.load(Count),
+            start.elapsed(),
+            explored.ran.load(Count),
+            explored.refused.load(Count),
+            explored.violations.load(Count),
+        );
+    }
+
+    /// Checks the scenario: no execution breaks the property, and both outcomes of a fast call
+    /// (run, refused) occur.
+    fn check(self) {
+        let explored = std::sync::Arc::new(Explored::default());
+        self.explore(false, &explored);
+        assert_eq!(explored.violations.load(Count), 0, "{self:?}: {:?}", explored.first_violation.lock().unwrap());
+        assert!(
+            explored.ran.load(Count) > 0 && explored.refused.load(Count) > 0,
+            "{self:?}: the model reached both outcomes"
+        );
+    }
+
+    /// Checks a scenario with a seeded bug: loom must find an execution that breaks the property
+    /// (and stops there).
+    fn must_fail(self) {
+        let explored = std::sync::Arc::new(Explored::default());
+        let start = std::time::Instant::now();
+        let message = match std::panic::catch_unwind(|| self.explore(true, &explored)) {
+            Ok(()) => panic!("{self:?}: the seeded bug went unseen"),
+            Err(payload) => {
+                payload.downcast_ref::<String>().cloned().unwrap_or_else(|| "(a panic without a message)".to_string())
+            }
+        };
+        assert!(message.starts_with("loom broke the property"), "{self:?} failed otherwise: {message}");
+        eprintln!(
+            "{self:?}: caught after {} executions, {:.2?}: {message}",
+            explored.executions.load(Count),
+            start.elapsed()
+        );
+    }
+}
+
+/// One thread of two fast calls (the first registers its flag, the second reuses it; the thread
+/// leaves the registry as it ends) against a capture's begin and end: every interleaving.
+const ONE_THREAD: Scenario = Scenario {
+    fast_threads: 1,
+    calls: 2,
+    begin: Begin::Correct,
+    end: true,
+    preemption_bound: None,
+    fast_side_barrier: true,
+};
+
+/// Two threads of one fast call each (both register meanwhile) against a begin and an end: the
+/// interleavings of at most 3 preemptions.
+const TWO_THREADS: Scenario = Scenario { fast_threads: 2, calls: 1, preemption_bound: Some(3), ..ONE_THREAD };
+
+/// Two threads of two fast calls each against a begin and an end: at most 3 preemptions.
+const TWO_THREADS_TWO_CALLS: Scenario = Scenario { calls: 2, preemption_bound: Some(3), ..TWO_THREADS };
+
+#[test]
+fn one_thread_s_fast_calls_never_overlap_a_capture_in_any_interleaving() {
+    ONE_THREAD.check();
+}
+
+#[test]
+fn two_threads_fast_calls_never_overlap_a_capture() {
+    TWO_THREADS.check();
+}
+
+#[test]
+fn two_threads_second_fast_calls_never_overlap_a_capture() {
+    TWO_THREADS_TWO_CALLS.check();
+}
+
+/// The scenarios each seeded bug must be caught in: every interleaving of one thread, and two
+/// threads under the bound that the real code passes with.
+const SEEDED_IN: [Scenario; 2] = [ONE_THREAD, TWO_THREADS];
+
+/// Seeded bug: the begin does not wait for the fast calls.
+#[test]
+fn a_begin_that_skips_the_wait_is_caught() {
+    for scenario in SEEDED_IN {
+        Scenario { begin: Begin::SkipsTheWait, ..scenario }.must_fail();
+    }
+}
+
+/// Seeded bug: the begin waits for the fast calls before it is counted, so a call that read the
+/// count before the increment can start after the wait.
+#[test]
+fn a_begin_that_waits_before_it_counts_is_caught() {
+    for scenario in SEEDED_IN {
+        Scenario { begin: Begin::WaitsBeforeCounting, ..scenario }.must_fail();
+    }
+}
+
+/// Seeded bug: the Dekker pair without its barrier on the fast side (the fast path's compiler
+/// fence alone, as if `membarrier` did not reach the fast thread): the flag's store and the
+/// count's load reorder, and loom finds the execution where the begin reads the flag clear and
+/// the fast call reads the count zero.
+#[test]
+fn a_fast_side_that_no_barrier_reaches_is_caught() {
+    for scenario in SEEDED_IN {
+        Scenario { fast_side_barrier: false, ..scenario }.must_fail();
+    }
+}
