@@ -41,6 +41,8 @@ unsafe extern "C" {
 cuda_stream::kernel! {
     /// Adds 1 to each of a chunk's `n` bytes (`kernels/bench_floor.cu`).
     static CHUNK_ADD = fn cs_bench_chunk_add(chunk: *mut u8, n: u64);
+    /// Takes three buffers and touches none (`kernels/bench_floor.cu`).
+    static THREE_BUFFERS = fn cs_bench_three_buffers(a: *const u8, b: *const u8, c: *mut u8);
 }
 
 /// `cs_floor`'s operations used here (`enum FloorOp` of `kernels/bench_floor.cu`).
@@ -54,6 +56,7 @@ enum MemoryFloor {
     TwoReaders = 0,
     PinnedInFlight = 1,
     Pipeline = 2,
+    ThreeBuffers = 3,
 }
 
 const ALLOC_BYTES: usize = 4096;
@@ -132,6 +135,7 @@ fn main() {
     let mut used_elsewhere = DeviceBuffer::<u8, _>::zeroed(home, ALLOC_BYTES).unwrap();
     let read_once = DeviceBuffer::<u8, _>::zeroed(home, ALLOC_BYTES).unwrap();
     let read_twice = DeviceBuffer::<u8, _>::zeroed(home, ALLOC_BYTES).unwrap();
+    let mut three = DeviceBuffer::<u8, _>::zeroed(home, 3 * 1024).unwrap();
     let counts = [1usize, 16, 256];
     let mut in_flight: Vec<(DeviceBuffer<u8, &Stream>, PinnedBuffer<u8>)> = counts
         .iter()
@@ -289,6 +293,27 @@ fn main() {
             ],
         },
     ];
+    rows.push(Row {
+        name: "kernel of 3 buffers on a 2nd stream (C++: launch+record)".into(),
+        iters: 20_000,
+        sides: [
+            Some(memory_floor(MemoryFloor::ThreeBuffers, 0, 0)),
+            None,
+            None,
+            None,
+            Some(Box::new(|n| {
+                let config = LaunchConfig::new(1, 1);
+                let (a, rest) = three.slice_mut(..).unwrap().split_at_mut(1024).unwrap();
+                let (b, mut c) = rest.split_at_mut(1024).unwrap();
+                let t = time(n, || {
+                    // SAFETY: the kernel touches none of its buffers.
+                    unsafe { THREE_BUFFERS.launch(other, &config, (&a, &b, &mut c)) }.unwrap();
+                });
+                sync();
+                t
+            })),
+        ],
+    });
     for (&count, (chunks, pinned)) in counts.iter().zip(&mut in_flight) {
         rows.push(Row {
             name: format!("pinned H2D 4 KiB x {count} in flight, per copy"),

@@ -528,7 +528,14 @@ enum MemoryFloor {
   // `count` chunks of `bytes` over the streams in turn: a copy in from pinned memory, the
   // kernel (`blocks` × 256), a copy back, then a device synchronize. ns per pipeline.
   Pipeline = 2,
+  // A kernel of three buffer arguments (two read, one written) launched on the second stream,
+  // then one event recorded after it (what a hand-written program records for a later use
+  // elsewhere to wait on); a device synchronize at the end. ns per launch.
+  ThreeBuffers = 3,
 };
+
+// Takes three buffers and touches none: a launch's cost with three buffer arguments.
+extern "C" __global__ void cs_bench_three_buffers(const uint8_t* a, const uint8_t* b, uint8_t* c) {}
 
 // Runs `iters` rounds of `op` on `streams` (`nstreams` of them); returns ns per operation as
 // above, or -1 if a CUDA call failed.
@@ -538,7 +545,7 @@ extern "C" double cs_floor_memory(int op, int iters, int count, size_t bytes, in
   auto ok = [&](cudaError_t code) {
     if (code != cudaSuccess) failed = code;
   };
-  size_t total = op == TwoReaders ? 4096 : bytes * (size_t)count;
+  size_t total = op == TwoReaders || op == ThreeBuffers ? 4096 : bytes * (size_t)count;
   void* host = nullptr;
   uint8_t* device = nullptr;
   std::vector<cudaEvent_t> events(2, nullptr);
@@ -560,6 +567,11 @@ extern "C" double cs_floor_memory(int op, int iters, int count, size_t bytes, in
         }
         ok(cudaStreamSynchronize(streams[0]));
         break;
+      case ThreeBuffers:
+        cs_bench_three_buffers<<<1, 1, 0, streams[1]>>>(device, device + 1024, device + 2048);
+        ok(cudaGetLastError());
+        ok(cudaEventRecord(events[0], streams[1]));
+        break;
       case Pipeline:
         for (int k = 0; k < count; ++k) {
           cudaStream_t s = streams[k % nstreams];
@@ -573,7 +585,7 @@ extern "C" double cs_floor_memory(int op, int iters, int count, size_t bytes, in
         break;
     }
   }
-  if (op == TwoReaders) ok(cudaDeviceSynchronize());
+  if (op == TwoReaders || op == ThreeBuffers) ok(cudaDeviceSynchronize());
   auto end = std::chrono::steady_clock::now();
   for (auto event : events) ok(cudaEventDestroy(event));
   ok(cudaFree(device));

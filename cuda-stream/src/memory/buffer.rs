@@ -1,7 +1,7 @@
 //! [`DeviceBuffer`]: device memory allocated and freed in the order of its home stream, used on
 //! other streams only through calls that order the use both ways.
 
-use super::ledger::Span;
+use super::ledger::{SharedEvent, Span, UseEvent};
 use super::page_locked::sealed::Token;
 use super::page_locked::{PageLocked, PageLockedMemory};
 use super::pool::MemPool;
@@ -27,6 +27,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// `len` elements of `T` in device memory, allocated on a stream (its *home*) and freed on it
 /// when dropped, after every use this crate ordered
@@ -232,7 +233,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         // threads' calls, which a pending transition would hold up): a capture that begins on
         // `stream` meanwhile takes your launch, your `unsafe` contract; one that begins on the
         // home stream makes the buffer leak.
-        ordered_use(stream, &[Touched { home: &home, uses: &self.uses, span }], Hold::ChecksAndWaits, || {
+        ordered_use(stream, &[Touched { home: &home, uses: &self.uses, span }], Hold::ChecksAndWaits, |_| {
             Ok(launch(stream, ptr))
         })
     }
@@ -394,7 +395,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             Touched { home: &to_home, uses: &self.uses, span: self.span(start, len, true) },
             Touched { home: &from_home, uses: &source.uses, span: source.span(source_start, len, false) },
         ];
-        ordered_use(stream, &touched, Hold::Throughout, || {
+        ordered_use(stream, &touched, Hold::Throughout, |_| {
             if to_device == from_device {
                 return copy_async(stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
             }
@@ -427,7 +428,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
-        self.ordered(stream, self.span(0, self.len, true), || {
+        self.ordered(stream, self.span(0, self.len, true), |_| {
             let work = Work::named("cudaMemsetAsync").uses(|| vec![self.race_use(AccessKind::Write)]);
             stream.enqueue(work, |_| {
                 // SAFETY: a live allocation of `bytes()` bytes; a live stream of its device, current.
@@ -462,7 +463,12 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// Runs `enqueue` (CUDA work on `stream` that uses the buffer), ordered both ways with the
     /// home stream, with no capture of this crate beginning or ending from the checks to the
     /// last wait: CUDA captures allocations, copies and fills rather than refusing them.
-    fn ordered<R>(&self, stream: &StreamRef, span: Span, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
+    fn ordered<R>(
+        &self,
+        stream: &StreamRef,
+        span: Span,
+        enqueue: impl FnOnce(&mut UseEvent<SharedEvent>) -> Result<R>,
+    ) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let home = self.home()?;
         ordered_use(stream, &[Touched { home: &home, uses: &self.uses, span }], Hold::Throughout, enqueue)
@@ -482,9 +488,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         from: *const c_void,
         kind: sys::cudaMemcpyKind,
     ) -> Result<()> {
-        let done = Event::internal(stream.device())?;
+        let done = Arc::new(Event::internal(stream.device())?);
         let mut recorded = false;
-        let (ordered, enqueued) = self.tracked_copy(stream, span, to, from, kind, |copy| {
+        let (ordered, enqueued) = self.tracked_copy(stream, span, to, from, kind, |copy, after_copy| {
             if live_captures::any() {
                 // This thread's own capture would be invalidated by the wait below.
                 live_captures::refuse_unsafe_call()?;
@@ -495,6 +501,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             // record (the crate's record would take the lock again).
             stream.record_raw(done.as_raw(), 0)?;
             recorded = true;
+            // The buffer's mark shares it.
+            after_copy.event = Some(Arc::clone(&done));
             Ok(())
         });
         if enqueued {
@@ -534,19 +542,22 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         // written where it is read.
         let bytes = elements.start * size_of::<T>()..elements.end * size_of::<T>();
         let host = Span { bytes, writes: !into_device };
-        let (ordered, _) = self.tracked_copy(stream, span, to, from, kind, |copy| {
+        // One event after the copy serves both sides: the pinned side records it, the buffer's
+        // mark shares it.
+        let (ordered, _) = self.tracked_copy(stream, span, to, from, kind, |copy, recorded| {
             let ticket = pinned.order_copy(stream, &host)?;
             copy()?;
-            pinned.copied(stream, host, ticket);
+            recorded.wanted = true;
+            pinned.copied(stream, host, ticket, recorded);
             Ok(())
         });
         ordered
     }
 
     /// `copy_with`, ordered as a use of `span` of the buffer on `stream`, given the copy
-    /// itself to enqueue between what must come before and after it: the ordering's result,
-    /// and whether the copy was enqueued whatever that result (its host memory must outlive
-    /// it).
+    /// itself to enqueue between what must come before and after it, and the slot of an event
+    /// recorded after it that the buffer's mark may share: the ordering's result, and whether
+    /// the copy was enqueued whatever that result (its host memory must outlive it).
     fn tracked_copy(
         &self,
         stream: &StreamRef,
@@ -554,16 +565,19 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         to: *mut c_void,
         from: *const c_void,
         kind: sys::cudaMemcpyKind,
-        copy_with: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<()>,
+        copy_with: impl FnOnce(&mut dyn FnMut() -> Result<()>, &mut UseEvent<SharedEvent>) -> Result<()>,
     ) -> (Result<()>, bool) {
         let bytes = span.bytes.len();
         let mut enqueued = false;
-        let ordered = self.ordered(stream, span, || {
-            copy_with(&mut || {
-                copy_async(stream, to, from, bytes, kind)?;
-                enqueued = true;
-                Ok(())
-            })
+        let ordered = self.ordered(stream, span, |recorded| {
+            copy_with(
+                &mut || {
+                    copy_async(stream, to, from, bytes, kind)?;
+                    enqueued = true;
+                    Ok(())
+                },
+                recorded,
+            )
         });
         (ordered, enqueued)
     }

@@ -45,7 +45,7 @@ pub(crate) fn ordered_launch(
 ) -> Result<()> {
     let touched: Vec<Touched<'_>> =
         args.iter().map(|arg| Touched { home: &arg.home, uses: arg.uses, span: arg.span.clone() }).collect();
-    ordered_use(stream, &touched, Hold::Throughout, enqueue)
+    ordered_use(stream, &touched, Hold::Throughout, |_| enqueue())
 }
 
 impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {

@@ -2,13 +2,12 @@
 //! [`RegisteredSlice`](super::RegisteredSlice)): its copies in flight, and the waits for them
 //! before the host reads, writes or gives the memory back.
 
-use super::ledger::{Ledger, On, Span, Ticket};
+use super::ledger::{Ledger, On, SharedEvent, Span, Ticket, UseEvent};
 use super::{DeviceCopy, checked_range};
 use crate::call::capture_mode::uncapturable_call;
 use crate::call::race::{self, AccessKind, HostAccess};
 use crate::call::sync_debug::{self, SyncKind};
 use crate::device::Device;
-use crate::event::Event;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
@@ -252,11 +251,18 @@ impl<T: DeviceCopy> PageLocked<T> {
         self.in_flight.order_before(stream, On::stream(stream, false), span)
     }
 
-    /// Notes a copy just enqueued on `stream` as in flight (an event recorded after it). If
-    /// that fails, the stream is waited for; if that fails too, the memory is never touched or
-    /// given back again.
-    pub(super) fn copied(&mut self, stream: &StreamRef, span: Span, ticket: Ticket) {
-        if self.in_flight.note(stream, On::stream(stream, false), span, ticket).is_err()
+    /// Notes a copy just enqueued on `stream` as in flight (an event recorded after it:
+    /// `recorded`, or one recorded now and put there for the copy's device buffer). If that
+    /// fails, the stream is waited for; if that fails too, the memory is never touched or given
+    /// back again.
+    pub(super) fn copied(
+        &mut self,
+        stream: &StreamRef,
+        span: Span,
+        ticket: Ticket,
+        recorded: &mut UseEvent<SharedEvent>,
+    ) {
+        if self.in_flight.note(stream, On::stream(stream, false), span, ticket, recorded).is_err()
             && stream.synchronize_checked_earlier().is_err()
         {
             self.leak = true;
@@ -289,7 +295,7 @@ impl<T: DeviceCopy> PageLocked<T> {
         // recorded outside any capture.
         drop(crate::call::transitions::unsafe_call_hold()?);
         sync_debug::before_sync("cudaEventSynchronize (page-locked memory's copies in flight)", SyncKind::PinnedWait)?;
-        self.in_flight.host_waits(span, Event::synchronize_checked_earlier)
+        self.in_flight.host_waits(span, |event| event.synchronize_checked_earlier())
     }
 
     /// Waits for every copy in flight in CUDA's Relaxed capture mode, which no capture of this
@@ -297,7 +303,7 @@ impl<T: DeviceCopy> PageLocked<T> {
     pub(super) fn settle_relaxed(&mut self) -> Result<()> {
         let whole = self.whole(true);
         crate::call::capture_mode::uncapturable_call(|| {
-            self.in_flight.host_waits(&whole, Event::synchronize_checked_earlier)
+            self.in_flight.host_waits(&whole, |event| event.synchronize_checked_earlier())
         })?;
         self.in_flight.clear();
         Ok(())

@@ -1,7 +1,7 @@
 //! [`PinnedBuffer`]: page-locked host memory, which CUDA copies asynchronously, and which
 //! waits for those copies before the host may touch or free it.
 
-use super::ledger::{Span, Ticket};
+use super::ledger::{Span, Ticket, UseEvent};
 use super::page_locked::{PageLocked, PageLockedMemory, PinnedSliceMut, page_locked_holder, sealed};
 use super::pinned_pool::{self, Block, Blocks, PinnedPool};
 use super::uses::refuse_capture;
@@ -178,7 +178,7 @@ impl<T: DeviceCopy> KernelUse<'_, T> {
             self.memory.mark_leaked();
             return Err(error);
         }
-        self.memory.copied(self.stream, span, self.ticket);
+        self.memory.copied(self.stream, span, self.ticket, &mut UseEvent::default());
         Ok(())
     }
 }

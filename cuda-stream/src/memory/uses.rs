@@ -8,10 +8,9 @@
 //! on the home stream then. From the first use elsewhere on, home uses are marked like any
 //! other, so a later use elsewhere waits for exactly the home uses it conflicts with.
 
-use super::ledger::{Ledger, On, Queue, Span, Ticket};
+use super::ledger::{Ledger, On, Queue, Shared, SharedEvent, Span, Ticket, UseEvent};
 use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls::outside_captures;
-use crate::event::Event;
 use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::stream::StreamRef;
@@ -21,10 +20,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// Why a buffer one of whose uses could not be noted refuses every later use.
 const UNTRACKED: &str = "a use of this buffer could not be noted: it is never used again (and leaked)";
 
-/// A buffer's ordering state, with events `E` (the crate's [`Event`]; the ledger's model check
+/// A buffer's ordering state, with events `E` (the crate's events, shared; the ledger's model check
 /// simulates its own).
 #[derive(Debug)]
-pub(super) struct Uses<E = Event> {
+pub(super) struct Uses<E = SharedEvent> {
     /// A use could not be ordered before the free: the drop leaks the memory.
     leak: AtomicBool,
     /// The address was handed out for work on the home stream that the buffer does not see:
@@ -45,7 +44,7 @@ struct State<E> {
     ledger: Ledger<E>,
 }
 
-impl<E> Uses<E> {
+impl<E: Shared> Uses<E> {
     /// The state of a buffer of `bytes` just allocated on its home stream.
     pub(super) fn allocated(bytes: usize) -> Uses<E> {
         let state = State { bytes, home_unmarked: Some(Span::write(0..bytes)), ledger: Ledger::default() };
@@ -121,8 +120,17 @@ impl<E> Uses<E> {
     }
 
     /// After work on `stream` that touched `span`: on the home stream of a buffer used nowhere
-    /// else, notes it unmarked; otherwise marks it with an event recorded after it.
-    pub(super) fn after<Q: Queue<Event = E>>(&self, stream: &Q, on: On, span: Span, ticket: Ticket) -> Result<()> {
+    /// else, notes it unmarked; otherwise marks it with an event recorded after it: `recorded`'s,
+    /// where another buffer of the same use recorded one, else one recorded now (and put in
+    /// `recorded` if the use's other buffers take it).
+    pub(super) fn after<Q: Queue<Event = E>>(
+        &self,
+        stream: &Q,
+        on: On,
+        span: Span,
+        ticket: Ticket,
+        recorded: &mut UseEvent<E>,
+    ) -> Result<()> {
         let mut state = self.state();
         if on.home && !self.shared.load(Ordering::Acquire) {
             state.home_unmarked = Some(match state.home_unmarked.take() {
@@ -134,7 +142,7 @@ impl<E> Uses<E> {
         if !self.shared.load(Ordering::Relaxed) {
             self.shared.store(true, Ordering::Release);
         }
-        let noted = state.ledger.note(stream, on, span, ticket);
+        let noted = state.ledger.note(stream, on, span, ticket, recorded);
         if noted.is_err() {
             self.mark_leaked();
         }
@@ -190,7 +198,7 @@ pub(super) fn ordered_use<R>(
     stream: &StreamRef,
     touched: &[Touched<'_>],
     hold: Hold,
-    enqueue: impl FnOnce() -> Result<R>,
+    enqueue: impl FnOnce(&mut UseEvent<SharedEvent>) -> Result<R>,
 ) -> Result<R> {
     // Refused inside a host function before the lock: a host function blocked behind a
     // waiting writer would hold up the work that the writer's readers wait for.
@@ -211,17 +219,17 @@ pub(super) fn ordered_use<R>(
         }
         Ok(tickets)
     };
-    let uses = |tickets| After { touched, stream, tickets, thread_bound, done: false };
+    let uses = |tickets| After { touched, stream, tickets, recorded: UseEvent::default(), thread_bound, done: false };
     match hold {
         Hold::Throughout => without_transitions(thread_bound, || {
-            let after = uses(checks_and_waits()?);
-            let result = enqueue();
+            let mut after = uses(checks_and_waits()?);
+            let result = enqueue(&mut after.recorded);
             after.finish()?;
             result
         })?,
         Hold::ChecksAndWaits => {
-            let after = uses(without_transitions(thread_bound, checks_and_waits)??);
-            let result = enqueue();
+            let mut after = uses(without_transitions(thread_bound, checks_and_waits)??);
+            let result = enqueue(&mut after.recorded);
             after.finish()?;
             result
         }
@@ -253,6 +261,9 @@ struct After<'a, 'b> {
     touched: &'b [Touched<'a>],
     stream: &'a StreamRef,
     tickets: [Ticket; MAX_TOUCHED],
+    /// An event recorded on `stream` after the use (by the use itself, or by the first
+    /// buffer's note), which the other buffers' marks share.
+    recorded: UseEvent<SharedEvent>,
     thread_bound: bool,
     done: bool,
 }
@@ -264,15 +275,17 @@ impl After<'_, '_> {
     }
 
     fn note(&mut self) -> Result<()> {
-        let (touched, stream, tickets) = (self.touched, self.stream, &self.tickets);
+        let (touched, stream, tickets, recorded) = (self.touched, self.stream, &self.tickets, &mut self.recorded);
         without_transitions(self.thread_bound, || {
             let mut noted = Ok(());
-            for (buffer, &ticket) in touched.iter().zip(tickets) {
+            for (at, (buffer, &ticket)) in touched.iter().zip(tickets).enumerate() {
+                // A buffer that records the use's event hands it on to those after it.
+                recorded.wanted = at + 1 < touched.len();
                 // A capture of the stream begun meanwhile (during a caller's closure) would take
                 // the record: the use is then not noted, and the buffer leaks (and refuses later
                 // uses).
                 let this = refuse_capture(stream)
-                    .and_then(|()| buffer.uses.after(stream, buffer.on(stream), buffer.span.clone(), ticket));
+                    .and_then(|()| buffer.uses.after(stream, buffer.on(stream), buffer.span.clone(), ticket, recorded));
                 if this.is_err() {
                     buffer.uses.mark_leaked();
                     noted = noted.and(this);

@@ -2,7 +2,9 @@
 //! wrote, its stream, and an event recorded after it. A new use waits only for the uses it
 //! conflicts with (a write for every earlier use of its bytes, a read for the earlier writes),
 //! forgets those it makes redundant, and leaves a mark of its own. Events are recycled, never
-//! created per use once a ledger is warm.
+//! created per use once a ledger is warm, and one use of several pieces of memory (a kernel
+//! with several buffers, a copy between a buffer and pinned memory) records one event, which
+//! their ledgers share: an event is recorded again only by the one ledger that holds it.
 //!
 //! Device buffers ([`super::uses`]) and page-locked memory keep one each. The ledger knows a
 //! stream only as a [`Queue`]: the crate's streams and events are one, and `model.rs` checks
@@ -16,6 +18,7 @@ use crate::ffi::driver;
 use crate::ffi::error::Result;
 use crate::stream::StreamRef;
 use std::ops::Range;
+use std::sync::Arc;
 
 #[cfg(test)]
 mod model;
@@ -105,11 +108,39 @@ impl On {
     }
 }
 
+/// An event as ledgers hold it: one use of several pieces of memory shares the event recorded
+/// after it between their ledgers.
+pub(super) trait Shared {
+    /// Another handle on the event.
+    fn share(&self) -> Self;
+
+    /// Whether this handle is the only one on the event: only then may it be recorded again
+    /// (a record would move the point that another ledger's mark waits for).
+    fn sole(&mut self) -> bool;
+}
+
+impl<T> Shared for Arc<T> {
+    fn share(&self) -> Arc<T> {
+        Arc::clone(self)
+    }
+
+    /// One handle left (the ledgers make no `Weak`), and every other handle's drop (after its
+    /// waits) happens before: the drop's release decrement, read here, with an acquire fence.
+    /// Cheaper than `Arc::get_mut`, whose check locks the weak count.
+    fn sole(&mut self) -> bool {
+        let sole = Arc::strong_count(self) == 1;
+        if sole {
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        }
+        sole
+    }
+}
+
 /// A stream as a ledger uses it: its key and device, and records and waits of events of its
 /// device.
 pub(super) trait Queue {
     /// A mark of a point in a stream's work.
-    type Event;
+    type Event: Shared;
 
     fn key(&self) -> StreamKey;
 
@@ -135,8 +166,11 @@ pub(super) trait Queue {
     fn may_query() -> bool;
 }
 
+/// The crate's events in a ledger: shared by the ledgers of one use's memory.
+pub(super) type SharedEvent = Arc<Event>;
+
 impl Queue for StreamRef {
-    type Event = Event;
+    type Event = SharedEvent;
 
     fn key(&self) -> StreamKey {
         StreamKey::of(self)
@@ -146,25 +180,25 @@ impl Queue for StreamRef {
         StreamRef::device(self)
     }
 
-    fn new_event(&self) -> Result<Event> {
-        Event::internal(StreamRef::device(self))
+    fn new_event(&self) -> Result<SharedEvent> {
+        Event::internal(StreamRef::device(self)).map(Arc::new)
     }
 
-    fn event_device(event: &Event) -> Device {
+    fn event_device(event: &SharedEvent) -> Device {
         event.device()
     }
 
-    fn record(&self, event: &Event) -> Result<()> {
+    fn record(&self, event: &SharedEvent) -> Result<()> {
         self.record_raw(event.as_raw(), 0)
     }
 
-    fn wait(&self, event: &Event) -> Result<()> {
+    fn wait(&self, event: &SharedEvent) -> Result<()> {
         self.wait_raw(event.as_raw(), 0)
     }
 
     /// A query, told to the race detector when it saw the work complete: what the caller stops
     /// waiting for is done.
-    fn completed(event: &Event) -> bool {
+    fn completed(event: &SharedEvent) -> bool {
         let snapshot = event.race_snapshot();
         let done = driver::event_query(event.as_raw()) == Ok(true);
         if done {
@@ -187,7 +221,8 @@ struct Mark<E> {
     /// On the memory's home stream.
     home: bool,
     span: Span,
-    /// Recorded after the use; never recorded again while the mark lives.
+    /// Recorded after the use (perhaps shared with other ledgers' marks of the same use);
+    /// never recorded again while the mark lives.
     event: E,
     /// Streams (by CUDA's id) that have waited for `event`.
     waited: Waited,
@@ -213,17 +248,32 @@ impl Waited {
     }
 }
 
+/// The event recorded after one use of several pieces of memory, which their ledgers share.
+#[derive(Debug)]
+pub(super) struct UseEvent<E> {
+    /// Recorded already by another ledger of the use (or by the use itself).
+    pub(super) event: Option<E>,
+    /// Whether a ledger that records one puts it here: another ledger of the use comes after.
+    pub(super) wanted: bool,
+}
+
+impl<E> Default for UseEvent<E> {
+    fn default() -> UseEvent<E> {
+        UseEvent { event: None, wanted: false }
+    }
+}
+
 /// The marks a use was ordered after: those with a lower `seq`. A use noted later forgets only
 /// marks it was ordered after (others were added meanwhile by uses it does not conflict with).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Ticket(u64);
 
-/// The marks of one piece of memory, with events `E` (the crate's [`Event`]).
+/// The marks of one piece of memory, with events `E` (the crate's [`Event`]s, shared).
 #[derive(Debug)]
-pub(super) struct Ledger<E = Event> {
+pub(super) struct Ledger<E = SharedEvent> {
     /// Oldest first.
     marks: Vec<Mark<E>>,
-    /// Events of forgotten marks, to record again.
+    /// Events of forgotten marks that no other ledger holds, to record again.
     spare: Vec<E>,
     next_seq: u64,
     /// How many marks the next pruning waits for.
@@ -246,7 +296,7 @@ impl<E> Default for Ledger<E> {
     }
 }
 
-impl<E> Ledger<E> {
+impl<E: Shared> Ledger<E> {
     /// How many uses may still be running.
     pub(super) fn len(&self) -> usize {
         self.marks.len()
@@ -283,55 +333,85 @@ impl<E> Ledger<E> {
         Ok(Ticket(self.next_seq))
     }
 
-    /// Notes a use of `span` just enqueued on `stream` (ordered by `ticket`): records a mark of
+    /// Notes a use of `span` just enqueued on `stream` (ordered by `ticket`): leaves a mark of
     /// its own after it, then forgets the marks it makes redundant: those it was ordered after
     /// (waited for, or its own stream's) that every use waiting for them must now wait for
-    /// this one instead. On failure nothing is forgotten.
-    pub(super) fn note<Q: Queue<Event = E>>(&mut self, stream: &Q, on: On, span: Span, ticket: Ticket) -> Result<()> {
+    /// this one instead. The mark's event is the one in `recorded`, where another ledger of the
+    /// same use already recorded one after it on `stream`; otherwise it is recorded now, and
+    /// put in `recorded` if the use's other ledgers take it ([`UseEvent::wanted`]). On failure
+    /// nothing is forgotten.
+    pub(super) fn note<Q: Queue<Event = E>>(
+        &mut self,
+        stream: &Q,
+        on: On,
+        span: Span,
+        ticket: Ticket,
+        recorded: &mut UseEvent<E>,
+    ) -> Result<()> {
         let forget = |mark: &Mark<E>, span: &Span| {
             mark.seq < ticket.0 && span.subsumes(&mark.span) && (span.writes || on.owns(mark))
         };
-        self.record_mark(stream, on, span, forget)
+        self.record_mark(stream, on, span, forget, recorded)
     }
 
-    /// Records a mark of `span` on `stream` now, after the work enqueued there so far (which
+    /// Records a mark of `span` on `stream` now, after the work enqueued so far (which
     /// includes that stream's earlier marks: those `span` subsumes are forgotten).
     pub(super) fn mark<Q: Queue<Event = E>>(&mut self, stream: &Q, on: On, span: Span) -> Result<()> {
-        self.record_mark(stream, on, span, |mark, span| on.owns(mark) && span.subsumes(&mark.span))
+        let mut recorded = UseEvent::default();
+        self.record_mark(stream, on, span, |mark, span| on.owns(mark) && span.subsumes(&mark.span), &mut recorded)
     }
 
-    /// Records a mark of `span` on `stream`, then forgets the marks `forget` picks, then keeps
-    /// the ledger bounded.
+    /// Leaves a mark of `span` on `stream` with `recorded`'s event, or one recorded now (then
+    /// shared through `recorded`), then forgets the marks `forget` picks, then keeps the
+    /// ledger bounded.
     fn record_mark<Q: Queue<Event = E>>(
         &mut self,
         stream: &Q,
         on: On,
         span: Span,
         forget: impl Fn(&Mark<E>, &Span) -> bool,
+        recorded: &mut UseEvent<E>,
     ) -> Result<()> {
         self.tidy::<Q>();
         let seq = self.next_seq;
-        // The event of a mark this one makes redundant, recorded again (none is created on the
-        // way to the steady state): that mark becomes this one, moved to the end (the newest)
-        // with its fields replaced, in place; nothing changes if the record fails.
+        // A mark this one makes redundant becomes this one, in place: moved to the end (the
+        // newest), its fields replaced. Its event is recorded again where no event was
+        // recorded for this use yet and no other ledger holds it (none is created on the way
+        // to the steady state); nothing changes if the record fails.
         let device = stream.device();
-        match self.marks.iter().position(|mark| forget(mark, &span) && Q::event_device(&mark.event) == device) {
+        let fresh = recorded.event.is_none();
+        let redundant = self.marks.iter_mut().position(|mark| {
+            forget(mark, &span) && Q::event_device(&mark.event) == device && (!fresh || mark.event.sole())
+        });
+        match redundant {
             Some(at) => {
-                stream.record(&self.marks[at].event)?;
+                if fresh {
+                    stream.record(&self.marks[at].event)?;
+                }
                 self.marks[at..].rotate_left(1);
-                let newest = self.marks.last_mut().expect("the mark recorded again");
+                let newest = self.marks.last_mut().expect("the mark made this use's");
                 newest.seq = seq;
                 newest.on = on.key;
                 newest.home = on.home;
                 newest.span = span.clone();
                 newest.waited = Waited::default();
+                if let Some(event) = &recorded.event {
+                    let replaced = std::mem::replace(&mut newest.event, event.share());
+                    self.recycle(replaced);
+                }
             }
             None => {
-                let event = self.event_for(stream)?;
-                if let Err(error) = stream.record(&event) {
-                    self.recycle(event);
-                    return Err(error);
-                }
+                let event = match &recorded.event {
+                    Some(event) => event.share(),
+                    None => {
+                        let event = self.event_for(stream)?;
+                        if let Err(error) = stream.record(&event) {
+                            self.recycle(event);
+                            return Err(error);
+                        }
+                        event
+                    }
+                };
                 let mark =
                     Mark { seq, on: on.key, home: on.home, span: span.clone(), event, waited: Waited::default() };
                 self.marks.push(mark);
@@ -342,6 +422,11 @@ impl<E> Ledger<E> {
         self.forget_older_than(self.marks.len() - 1, |mark| forget(mark, &span));
         if self.marks.len() >= LIMIT {
             self.collapse(stream, on)?;
+        }
+        // The use's other ledgers share the newest mark's event (a collapse's, if one came:
+        // it too is recorded after the use).
+        if fresh && recorded.wanted {
+            recorded.event = self.marks.last().map(|mark| mark.event.share());
         }
         Ok(())
     }
@@ -435,10 +520,11 @@ impl<E> Ledger<E> {
         }
     }
 
-    /// Keeps `event` to record again (no mark names it any more: a record now changes no wait
-    /// already enqueued, which took the record before it).
-    fn recycle(&mut self, event: E) {
-        if self.spare.len() < SPARE {
+    /// Keeps `event` to record again, if no other ledger holds it (no mark names it any more:
+    /// a record now changes no wait already enqueued, which took the record before it); lets
+    /// it go otherwise.
+    fn recycle(&mut self, mut event: E) {
+        if self.spare.len() < SPARE && event.sole() {
             self.spare.push(event);
         }
     }
