@@ -3,6 +3,8 @@
 // Layer 4 of docs/architecture.md, events. May use: ffi, call, device.
 
 mod record_state;
+mod record_state_core;
+mod shim;
 
 pub(crate) use self::record_state::{RecordState, WAITED_EVENT};
 
