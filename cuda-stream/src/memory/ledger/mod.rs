@@ -18,7 +18,7 @@ use crate::ffi::driver;
 use crate::ffi::error::Result;
 use crate::stream::StreamRef;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 #[cfg(test)]
 mod model;
@@ -30,10 +30,15 @@ const MERGE_AT: usize = 64;
 /// How many marks a ledger keeps at most: then a use waits for all of them and its mark
 /// replaces them ([`Ledger::collapse`]).
 const LIMIT: usize = 96;
-/// How many recycled events a ledger keeps: as many as it may hold marks, so that a ledger
-/// that collapses (uses on streams of uncertain identity) records its events again instead of
-/// creating one per use.
-const SPARE: usize = LIMIT;
+/// How many events that no ledger holds the process keeps to record again ([`KEPT`]): more than
+/// a collapsing ledger (uses on streams of uncertain identity) lets go at once, so that it
+/// records events again instead of creating one per use.
+const KEPT_AT_MOST: usize = 4 * LIMIT;
+
+/// Events that no ledger holds any more, of any device, to record again: one ledger lets go of
+/// what another records (a use of several buffers shares one event, and the ledger that records
+/// the next one is not always the one that held it last).
+static KEPT: Mutex<Vec<SharedEvent>> = Mutex::new(Vec::new());
 
 /// The bytes a use touches, and whether it writes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,18 +115,32 @@ impl On {
 
 /// An event as ledgers hold it: one use of several pieces of memory shares the event recorded
 /// after it between their ledgers.
-pub(super) trait Shared {
+pub(super) trait Shared: Sized {
     /// Another handle on the event.
     fn share(&self) -> Self;
+
+    /// Whether the two are handles on one event.
+    fn same(&self, other: &Self) -> bool;
 
     /// Whether this handle is the only one on the event: only then may it be recorded again
     /// (a record would move the point that another ledger's mark waits for).
     fn sole(&mut self) -> bool;
+
+    /// Keeps the event, which no ledger holds any more (the only handle), for any ledger to
+    /// record again.
+    fn keep(self);
+
+    /// An event of `device` kept to record again, if one is.
+    fn kept(device: Device) -> Option<Self>;
 }
 
-impl<T> Shared for Arc<T> {
-    fn share(&self) -> Arc<T> {
+impl Shared for SharedEvent {
+    fn share(&self) -> SharedEvent {
         Arc::clone(self)
+    }
+
+    fn same(&self, other: &SharedEvent) -> bool {
+        Arc::ptr_eq(self, other)
     }
 
     /// One handle left (the ledgers make no `Weak`), and every other handle's drop (after its
@@ -133,6 +152,23 @@ impl<T> Shared for Arc<T> {
             std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         }
         sole
+    }
+
+    /// Into [`KEPT`], or destroyed (outside its lock) once it holds enough.
+    fn keep(self) {
+        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() < KEPT_AT_MOST {
+            kept.push(self);
+            return;
+        }
+        drop(kept);
+        drop(self);
+    }
+
+    fn kept(device: Device) -> Option<SharedEvent> {
+        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = kept.iter().position(|event| event.device() == device)?;
+        Some(kept.swap_remove(at))
     }
 }
 
@@ -273,8 +309,6 @@ pub(super) struct Ticket(u64);
 pub(super) struct Ledger<E = SharedEvent> {
     /// Oldest first.
     marks: Vec<Mark<E>>,
-    /// Events of forgotten marks that no other ledger holds, to record again.
-    spare: Vec<E>,
     next_seq: u64,
     /// How many marks the next pruning waits for.
     prune_at: usize,
@@ -287,7 +321,6 @@ impl<E> Default for Ledger<E> {
     fn default() -> Ledger<E> {
         Ledger {
             marks: Vec::new(),
-            spare: Vec::new(),
             next_seq: 0,
             prune_at: 0,
             #[cfg(test)]
@@ -351,6 +384,17 @@ impl<E: Shared> Ledger<E> {
         let forget = |mark: &Mark<E>, span: &Span| {
             mark.seq < ticket.0 && span.subsumes(&mark.span) && (span.writes || on.owns(mark))
         };
+        // A shared event was recorded when the use's first ledger noted it. A use of this
+        // memory on the same stream noted here since (another thread's, between this use's
+        // notes) may have been enqueued and recorded after that record: as this stream's newest
+        // mark, the shared event would stand for that use in a merge, and be waited for in its
+        // place. This ledger records its own then.
+        let overtaken = recorded.event.as_ref().is_some_and(|shared| {
+            self.marks.iter().any(|mark| mark.seq >= ticket.0 && on.owns(mark) && !mark.event.same(shared))
+        });
+        if overtaken {
+            return self.record_mark(stream, on, span, forget, &mut UseEvent::default());
+        }
         self.record_mark(stream, on, span, forget, recorded)
     }
 
@@ -511,11 +555,10 @@ impl<E: Shared> Ledger<E> {
         }
     }
 
-    /// A recycled event of `stream`'s device, or a new one.
+    /// A kept event of `stream`'s device (see [`Shared::keep`]), or a new one.
     fn event_for<Q: Queue<Event = E>>(&mut self, stream: &Q) -> Result<E> {
-        let device = stream.device();
-        match self.spare.iter().position(|event| Q::event_device(event) == device) {
-            Some(at) => Ok(self.spare.swap_remove(at)),
+        match E::kept(stream.device()) {
+            Some(event) => Ok(event),
             None => stream.new_event(),
         }
     }
@@ -524,8 +567,8 @@ impl<E: Shared> Ledger<E> {
     /// a record now changes no wait already enqueued, which took the record before it); lets
     /// it go otherwise.
     fn recycle(&mut self, mut event: E) {
-        if self.spare.len() < SPARE && event.sole() {
-            self.spare.push(event);
+        if event.sole() {
+            event.keep();
         }
     }
 

@@ -54,6 +54,8 @@ struct Sim {
 
 thread_local! {
     static SIM: RefCell<Sim> = RefCell::new(Sim::default());
+    /// The simulated events that no ledger holds, kept to record again (the process's pool).
+    static KEPT: RefCell<Vec<SimShared>> = const { RefCell::new(Vec::new()) };
     /// How many times the schedules' ledgers collapsed.
     static COLLAPSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
@@ -97,8 +99,24 @@ impl Shared for SimShared {
         SimShared(Rc::clone(&self.0))
     }
 
+    fn same(&self, other: &SimShared) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+
     fn sole(&mut self) -> bool {
         sim(|sim| sim.shared_counts_as_sole) || Rc::get_mut(&mut self.0).is_some()
+    }
+
+    fn keep(self) {
+        KEPT.with(|kept| kept.borrow_mut().push(self));
+    }
+
+    fn kept(device: Device) -> Option<SimShared> {
+        KEPT.with(|kept| {
+            let mut kept = kept.borrow_mut();
+            let at = kept.iter().position(|event| event.0.device == device)?;
+            Some(kept.swap_remove(at))
+        })
     }
 }
 impl Queue for SimStream {
@@ -288,6 +306,8 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
     // Raw home work in a third of the schedules: once the address is handed out, every use
     // elsewhere waits for all the home stream's work, which hides the unmarked home uses.
     let raw_home_work = seed % 3 == 0;
+    // Events kept from another schedule name its simulation's events.
+    KEPT.with(|kept| kept.borrow_mut().clear());
     sim(|sim| {
         *sim = Sim {
             fail_record_at: plan.failing_record,
@@ -499,6 +519,7 @@ fn a_ledger_that_records_shared_events_again_is_caught() {
 /// allowed, keep the ledger bounded.
 #[test]
 fn reads_on_a_stream_of_uncertain_identity_keep_the_ledger_bounded() {
+    KEPT.with(|kept| kept.borrow_mut().clear());
     sim(|sim| {
         *sim = Sim::default();
         sim.streams = vec![Vec::new(); 2];
