@@ -580,6 +580,44 @@ fn calls_forbidden_during_this_threads_capture_leave_it_intact() {
     }
 }
 
+/// An event whose last record went into a capture, dropped on one thread while another thread
+/// ends that capture: the destroy and the end never overlap in CUDA (`cuEventDestroy` racing
+/// the capture's end crashed libcuda in the API fuzzer's join race). The captures' graphs
+/// replay their host functions, so each capture stayed valid.
+#[test]
+fn captured_events_dropped_while_their_captures_end_never_crash() {
+    let device = gpu_or_skip!();
+    let origin = stream(device);
+    let rounds = cuda_stream_tests::scaled(2000, 100);
+    let (send, receive) = std::sync::mpsc::channel::<Event>();
+    let runs = Arc::new(AtomicUsize::new(0));
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            for event in receive {
+                drop(event);
+            }
+        });
+        for _ in 0..rounds {
+            let mut capture = origin.begin_capture(capture::ThreadLocal).unwrap();
+            let counter = Arc::clone(&runs);
+            capture
+                .launch_host_fn(&origin, move || {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                })
+                .unwrap();
+            let event = origin.record_event().expect("a record into the capture");
+            send.send(event).expect("the dropping thread lives");
+            let graph = capture.end().expect("the capture survived the drop");
+            let exec = graph.instantiate().unwrap();
+            exec.launch(&*origin).unwrap();
+            origin.synchronize().unwrap();
+        }
+        drop(send);
+    });
+    origin.synchronize().unwrap();
+    assert_eq!(runs.load(Ordering::Relaxed), rounds, "every graph replayed its host function");
+}
+
 #[test]
 fn two_wrappers_of_one_stream_hash_alike() {
     let device = gpu_or_skip!();

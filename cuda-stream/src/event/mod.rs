@@ -468,9 +468,17 @@ impl Drop for Event {
             // destroys nothing).
             race::update(|model| model.forget_event(self.raw as usize));
             let raw = self.raw as usize;
+            // An event whose last record went (or may have gone) into a capture is destroyed
+            // where no capture transition of this crate overlaps it: a destroy racing the end of
+            // that capture on another thread crashed libcuda (cuEventDestroy, CUDA 13.0; the API
+            // fuzzer's join race, on two H200s and on an H100, 2026-11-27). The state is final:
+            // the drop holds the only handle. Events of the crate's bookkeeping (a buffer's
+            // ledger, under its lock) are never recorded into a capture, and take nothing.
+            let captured = self.records.is_captured();
             // Errors cannot be reported from drop and leave nothing behind. Inside a host
             // function the destroy is made outside it.
             crate::ffi::inside_host_fn::call_outside_host_fn(move || {
+                let _transitions = captured.then(crate::call::transitions::no_capture_transitions);
                 // SAFETY: we own the handle and nothing uses it after this.
                 let _ = unsafe { crate::ffi::driver::event_destroy(raw as sys::cudaEvent_t) };
             });
