@@ -19,6 +19,7 @@ pub(crate) mod fast_call_core;
 pub(crate) mod live;
 pub(crate) mod live_captures;
 pub(crate) mod mode_switch;
+pub(crate) mod mode_switch_core;
 pub mod race;
 pub(crate) mod reactor_passes;
 pub(crate) mod shim;

@@ -1,16 +1,19 @@
-//! What the fast-call core ([`fast_call_core`](super::fast_call_core)) takes from outside
-//! itself: atomics, the lock, `Arc`, `Once`, thread-locals, statics, the spin wait's hints and
-//! the `membarrier` system call. Here they are std's and the kernel's. The loom model
-//! (`cuda-stream/tests/loom_fast_calls.rs`) compiles the core's same source beside a module of
-//! this name with loom's: its statics live for one execution of the model, and its `membarrier`
-//! is a `SeqCst` fence on the fast side (where the crate's core has a compiler fence).
+//! What the fast-call core ([`fast_call_core`](super::fast_call_core)) and the mode switch's
+//! core ([`mode_switch_core`](super::mode_switch_core)) take from outside themselves: atomics,
+//! the lock, `Arc`, `Once`, thread-locals and their keys, statics, `const` constructors, the spin
+//! wait's hints and the `membarrier` system call. Here they are std's and the kernel's. The loom
+//! models (`cuda-stream/tests/loom_fast_calls.rs`, `loom_mode_switch.rs`) compile a core's same
+//! source beside a module of this name with loom's: its statics live for one execution of the
+//! model, its constructors are not `const` (loom's atomics are built at run time), and its
+//! `membarrier` is a `SeqCst` fence on the fast side (where the crate's core has a compiler
+//! fence).
 //!
-//! Only the core imports this module: the rest of the crate uses std directly.
+//! Only the cores import this module: the rest of the crate uses std directly.
 
 pub(crate) use std::hint::spin_loop;
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering, compiler_fence, fence};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
 pub(crate) use std::sync::{Arc, Mutex, Once, PoisonError};
-pub(crate) use std::thread::yield_now;
+pub(crate) use std::thread::{LocalKey, yield_now};
 pub(crate) use std::thread_local;
 
 /// Statics of the core, as written: each one of the process. (Under loom each is a lazy static
@@ -21,6 +24,15 @@ macro_rules! shared_statics {
     };
 }
 pub(crate) use shared_statics;
+
+/// A constructor of a core, as written: `const`, so that its value can be a static. (Under loom,
+/// whose atomics and locks are built at run time, the `const` is dropped.)
+macro_rules! const_in_the_crate {
+    ($(#[$attr:meta])* $vis:vis const fn $($rest:tt)*) => {
+        $(#[$attr])* $vis const fn $($rest)*
+    };
+}
+pub(crate) use const_in_the_crate;
 
 pub(crate) const MEMBARRIER_CMD_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 3;
 pub(crate) const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 4;
