@@ -55,6 +55,7 @@ int cs_floor_first_use(int n, double* step_cpu_ns) {
 }
 void cs_bench_increment(void) {}
 void cs_bench_chunk_add(void) {}
+void cs_bench_three_buffers(void) {}
 double cs_floor_memory(int op, int iters, int count, size_t bytes, int blocks, const cudaStream_t* streams,
                        int nstreams) {
   (void)op; (void)iters; (void)count; (void)bytes; (void)blocks; (void)streams; (void)nstreams;
