@@ -16,8 +16,13 @@
 //! The seeded bugs (a begin that does not wait, a begin that waits before it counts, a fast side
 //! that no barrier reaches) must each be caught: the model is shown to be able to fail.
 
-use loom::model::Builder;
+use loom_support::Exploration;
 use std::sync::atomic::{AtomicUsize as Counter, Ordering::Relaxed as Count};
+
+mod loom_support;
+
+/// The property checked, the only one (its number in [`Exploration`]).
+const PROPERTY: usize = 0;
 
 /// The crate's source of the protocol's core, over the `shim` below.
 #[allow(dead_code, unreachable_pub)]
@@ -154,7 +159,8 @@ impl Cuda {
         self.in_call[thread].store(true, Relaxed);
         let before = self.word.fetch_add(1, Relaxed);
         if before & CAPTURING != 0 {
-            self.explored.violated("a fast call that read no capture in progress reached CUDA inside a capture");
+            self.explored
+                .violated(PROPERTY, "a fast call that read no capture in progress reached CUDA inside a capture");
         }
         self.word.fetch_sub(1, Relaxed);
         self.in_call[thread].store(false, Relaxed);
@@ -164,10 +170,11 @@ impl Cuda {
     fn begin_capture(&self) {
         let before = self.word.fetch_or(CAPTURING, Relaxed);
         if before & !CAPTURING != 0 {
-            self.explored.violated("a capture began while a fast call that read no capture in progress was in CUDA");
+            self.explored
+                .violated(PROPERTY, "a capture began while a fast call that read no capture in progress was in CUDA");
         }
         if self.in_call.iter().any(|in_call| in_call.load(Relaxed)) {
-            self.explored.violated("a capture began where a fast call's return does not happen before it");
+            self.explored.violated(PROPERTY, "a capture began where a fast call's return does not happen before it");
         }
     }
 
@@ -224,20 +231,18 @@ struct Scenario {
 /// What a run of the model saw, over all its executions.
 #[derive(Debug, Default)]
 struct Explored {
-    executions: Counter,
     /// Fast calls that ran their CUDA call, and fast calls that found a capture possible.
     ran: Counter,
     refused: Counter,
-    /// Executions that broke the property, and the first: its number and what it broke.
-    violations: Counter,
-    first_violation: std::sync::Mutex<Option<(usize, &'static str)>>,
+    /// The executions, and those that broke the property.
+    run: Exploration,
 }
 
-impl Explored {
-    fn violated(&self, what: &'static str) {
-        self.violations.fetch_add(1, Count);
-        let mut first = self.first_violation.lock().unwrap();
-        first.get_or_insert((self.executions.load(Count), what));
+impl std::ops::Deref for Explored {
+    type Target = Exploration;
+
+    fn deref(&self) -> &Exploration {
+        &self.run
     }
 }
 
@@ -246,20 +251,10 @@ impl Scenario {
     /// panics at the start of the execution after the first that broke the property.
     fn explore(self, stop: bool, explored: &std::sync::Arc<Explored>) {
         let seen = std::sync::Arc::clone(explored);
-        let mut builder = Builder::new();
-        builder.preemption_bound = self.preemption_bound;
-        // The whole tree, always: neither a time limit nor a cap on executions from the
-        // environment cuts a check short.
-        builder.max_duration = None;
-        builder.max_permutations = None;
+        let builder = loom_support::builder(self.preemption_bound);
         let start = std::time::Instant::now();
         let run = move || {
-            if stop {
-                if let Some((execution, what)) = *seen.first_violation.lock().unwrap() {
-                    panic!("loom broke the property in execution {execution}: {what}");
-                }
-            }
-            seen.executions.fetch_add(1, Count);
+            seen.begin(stop.then_some(PROPERTY));
             let cuda = Arc::new(Cuda::new(self.fast_threads, std::sync::Arc::clone(&seen)));
             let captures = Captures(Mutex::new(0));
             let fast: Vec<_> = (0..self.fast_threads)
@@ -308,11 +303,11 @@ impl Scenario {
         }
         eprintln!(
             "{self:?}: {} executions in {:.2?}; {} fast calls ran, {} refused; {} broke the property",
-            explored.executions.load(Count),
+            explored.executions(),
             start.elapsed(),
             explored.ran.load(Count),
             explored.refused.load(Count),
-            explored.violations.load(Count),
+            explored.violations(),
         );
     }
 
@@ -321,7 +316,7 @@ impl Scenario {
     fn check(self) {
         let explored = std::sync::Arc::new(Explored::default());
         self.explore(false, &explored);
-        assert_eq!(explored.violations.load(Count), 0, "{self:?}: {:?}", explored.first_violation.lock().unwrap());
+        explored.assert_unbroken(&self);
         assert!(
             explored.ran.load(Count) > 0 && explored.refused.load(Count) > 0,
             "{self:?}: the model reached both outcomes"
@@ -332,19 +327,7 @@ impl Scenario {
     /// (and stops there).
     fn must_fail(self) {
         let explored = std::sync::Arc::new(Explored::default());
-        let start = std::time::Instant::now();
-        let message = match std::panic::catch_unwind(|| self.explore(true, &explored)) {
-            Ok(()) => panic!("{self:?}: the seeded bug went unseen"),
-            Err(payload) => {
-                payload.downcast_ref::<String>().cloned().unwrap_or_else(|| "(a panic without a message)".to_string())
-            }
-        };
-        assert!(message.starts_with("loom broke the property"), "{self:?} failed otherwise: {message}");
-        eprintln!(
-            "{self:?}: caught after {} executions, {:.2?}: {message}",
-            explored.executions.load(Count),
-            start.elapsed()
-        );
+        loom_support::must_break(&self, PROPERTY, &explored, || self.explore(true, &explored));
     }
 }
 

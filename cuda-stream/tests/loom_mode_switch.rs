@@ -27,9 +27,11 @@
 //! The seeded bugs (the period read before the mode, the word changed in two steps, a hook that
 //! forgets whatever history it finds) must each be caught: the model is shown to be able to fail.
 
-use loom::model::Builder;
+use loom_support::Exploration;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicUsize as Counter, Ordering::Relaxed as Count};
+
+mod loom_support;
 
 /// The crate's source of the mode switch's core, over the `shim` below.
 #[allow(dead_code, unreachable_pub)]
@@ -278,19 +280,18 @@ struct Scenario {
 /// What a run of the model saw, over all its executions.
 #[derive(Debug, Default)]
 struct Explored {
-    executions: Counter,
     records: Counter,
     records_kept_at_the_end: Counter,
     records_forgotten: Counter,
-    violations: Counter,
-    first_violations: std::sync::Mutex<[Option<(usize, String)>; 5]>,
+    /// The executions, and those that broke a property.
+    run: Exploration,
 }
 
-impl Explored {
-    fn violated(&self, property: usize, what: String) {
-        self.violations.fetch_add(1, Count);
-        let mut first = self.first_violations.lock().unwrap();
-        first[property].get_or_insert((self.executions.load(Count), what));
+impl std::ops::Deref for Explored {
+    type Target = Exploration;
+
+    fn deref(&self) -> &Exploration {
+        &self.run
     }
 }
 
@@ -404,10 +405,7 @@ impl Scenario {
         shim::change_in_two_steps(self.bug == Bug::TwoSteps);
         let _ = shim::take_word_broken();
         let seen = std::sync::Arc::clone(explored);
-        let mut builder = Builder::new();
-        builder.preemption_bound = self.preemption_bound;
-        builder.max_duration = None;
-        builder.max_permutations = None;
+        let builder = loom_support::builder(self.preemption_bound);
         let start = std::time::Instant::now();
         let note_word = |explored: &Explored| {
             if let Some((value, period)) = shim::take_word_broken() {
@@ -417,12 +415,7 @@ impl Scenario {
         };
         builder.check(move || {
             note_word(&seen);
-            if let Some(property) = stop {
-                if let Some((execution, what)) = seen.first_violations.lock().unwrap()[property].clone() {
-                    panic!("loom broke property {property} in execution {execution}: {what}");
-                }
-            }
-            seen.executions.fetch_add(1, Count);
+            seen.begin(stop);
             let items = std::sync::Arc::new(std::sync::Mutex::new(Items::default()));
             if self.start != Level::Off {
                 SWITCH.set_process_mode(self.start);
@@ -452,44 +445,28 @@ impl Scenario {
         note_word(explored);
         eprintln!(
             "{self:?}: {} executions in {:.2?}; {} records, {} kept at the end, {} forgotten; {} broke a property",
-            explored.executions.load(Count),
+            explored.executions(),
             start.elapsed(),
             explored.records.load(Count),
             explored.records_kept_at_the_end.load(Count),
             explored.records_forgotten.load(Count),
-            explored.violations.load(Count),
+            explored.violations(),
         );
         if let Some(property) = stop {
-            if let Some((execution, what)) = explored.first_violations.lock().unwrap()[property].clone() {
-                panic!("loom broke property {property} in execution {execution}: {what}");
-            }
+            explored.stop_if_broken(property);
         }
     }
 
     fn check(self) -> std::sync::Arc<Explored> {
         let explored = std::sync::Arc::new(Explored::default());
         self.explore(None, &explored);
-        assert_eq!(explored.violations.load(Count), 0, "{self:?}: {:?}", explored.first_violations.lock().unwrap());
+        explored.assert_unbroken(&self);
         explored
     }
 
     fn must_break(self, property: usize) {
         let explored = std::sync::Arc::new(Explored::default());
-        let start = std::time::Instant::now();
-        let message = match std::panic::catch_unwind(|| self.explore(Some(property), &explored)) {
-            Ok(()) => panic!("{self:?}: the seeded bug went unseen"),
-            Err(payload) => {
-                payload.downcast_ref::<String>().cloned().unwrap_or_else(|| "(a panic without a message)".to_string())
-            }
-        };
-        let expected = format!("loom broke property {property} ");
-        assert!(message.starts_with(&expected), "{self:?} failed otherwise: {message}");
-        eprintln!(
-            "{:?}: caught after {} executions, {:.2?}: {message}",
-            self.bug,
-            explored.executions.load(Count),
-            start.elapsed()
-        );
+        loom_support::must_break(&self, property, &explored, || self.explore(Some(property), &explored));
     }
 }
 

@@ -41,8 +41,10 @@
 //! record into a capture abandoned after it was made, records without the turn) must each be
 //! caught: the model is shown to be able to fail.
 
-use loom::model::Builder;
+use loom_support::Exploration;
 use std::sync::atomic::{AtomicUsize as Counter, Ordering::Relaxed as Count};
+
+mod loom_support;
 
 /// The crate's source of the record state's core, over the `shim` below.
 #[allow(dead_code, unreachable_pub)]
@@ -357,24 +359,21 @@ struct Scenario {
 /// What a run of the model saw, over all its executions.
 #[derive(Debug, Default)]
 struct Explored {
-    executions: Counter,
     queries_ran: Counter,
     queries_refused: Counter,
     waits_in_cuda: Counter,
     waits_refused: Counter,
     records_made: Counter,
     records_refused: Counter,
-    /// Executions that broke a property, and the first that broke each (by the property's
-    /// number): the execution's number and what it broke.
-    violations: Counter,
-    first_violations: std::sync::Mutex<[Option<(usize, &'static str)>; 5]>,
+    /// The executions, and those that broke a property.
+    run: Exploration,
 }
 
-impl Explored {
-    fn violated(&self, property: usize, what: &'static str) {
-        self.violations.fetch_add(1, Count);
-        let mut first = self.first_violations.lock().unwrap();
-        first[property].get_or_insert((self.executions.load(Count), what));
+impl std::ops::Deref for Explored {
+    type Target = Exploration;
+
+    fn deref(&self) -> &Exploration {
+        &self.run
     }
 }
 
@@ -464,20 +463,10 @@ impl Scenario {
     /// panics at the start of the execution after the first that broke that property.
     fn explore(self, stop: Option<usize>, explored: &std::sync::Arc<Explored>) {
         let seen = std::sync::Arc::clone(explored);
-        let mut builder = Builder::new();
-        builder.preemption_bound = self.preemption_bound;
-        // The whole tree, always: neither a time limit nor a cap on executions from the
-        // environment cuts a check short.
-        builder.max_duration = None;
-        builder.max_permutations = None;
+        let builder = loom_support::builder(self.preemption_bound);
         let start = std::time::Instant::now();
         builder.check(move || {
-            if let Some(property) = stop {
-                if let Some((execution, what)) = seen.first_violations.lock().unwrap()[property] {
-                    panic!("loom broke property {property} in execution {execution}: {what}");
-                }
-            }
-            seen.executions.fetch_add(1, Count);
+            seen.begin(stop);
             let state = Arc::new(match self.start {
                 Start::NeverRecorded => RecordState::never_recorded(),
                 Start::Recorded => RecordState::recorded(),
@@ -509,7 +498,7 @@ impl Scenario {
         eprintln!(
             "{self:?}: {} executions in {:.2?}; queries {} ran, {} refused; waits {} in CUDA, {} refused; records into \
              a capture {} made, {} refused; {} broke a property",
-            explored.executions.load(Count),
+            explored.executions(),
             start.elapsed(),
             explored.queries_ran.load(Count),
             explored.queries_refused.load(Count),
@@ -517,7 +506,7 @@ impl Scenario {
             explored.waits_refused.load(Count),
             explored.records_made.load(Count),
             explored.records_refused.load(Count),
-            explored.violations.load(Count),
+            explored.violations(),
         );
     }
 
@@ -525,7 +514,7 @@ impl Scenario {
     fn check(self) -> std::sync::Arc<Explored> {
         let explored = std::sync::Arc::new(Explored::default());
         self.explore(None, &explored);
-        assert_eq!(explored.violations.load(Count), 0, "{self:?}: {:?}", explored.first_violations.lock().unwrap());
+        explored.assert_unbroken(&self);
         explored
     }
 
@@ -533,21 +522,7 @@ impl Scenario {
     /// (and stops there).
     fn must_break(self, property: usize) {
         let explored = std::sync::Arc::new(Explored::default());
-        let start = std::time::Instant::now();
-        let message = match std::panic::catch_unwind(|| self.explore(Some(property), &explored)) {
-            Ok(()) => panic!("{self:?}: the seeded bug went unseen"),
-            Err(payload) => {
-                payload.downcast_ref::<String>().cloned().unwrap_or_else(|| "(a panic without a message)".to_string())
-            }
-        };
-        let expected = format!("loom broke property {property} ");
-        assert!(message.starts_with(&expected), "{self:?} failed otherwise: {message}");
-        eprintln!(
-            "{:?}: caught after {} executions, {:.2?}: {message}",
-            self.bug,
-            explored.executions.load(Count),
-            start.elapsed()
-        );
+        loom_support::must_break(&self, property, &explored, || self.explore(Some(property), &explored));
     }
 }
 
