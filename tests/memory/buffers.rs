@@ -784,6 +784,68 @@ fn readers_on_two_streams_overlap_and_a_writer_waits_for_both() {
     }
 }
 
+/// A read on a stream of this crate records nothing; the write after it records that stream's
+/// tail. These are the ways the stream can change in between, each followed by a write of the
+/// buffer on another stream (`w`). The write must start after the read's 100 ms kernel ended
+/// (the read's stream is dropped, destroyed, given up with `into_raw`, begins a capture, or
+/// joins one); a write that was refused would fail the test too.
+#[test]
+fn a_write_after_a_read_waits_for_it_whatever_the_readers_stream_did_meanwhile() {
+    let device = gpu_or_skip!();
+    let home = stream(device);
+    let cases = ["dropped", "destroyed", "into_raw", "begins a capture", "joins a capture", "read again 100 times"];
+    for case in cases {
+        let (reader, w) = (stream(device), stream(device));
+        let mut buffer = DeviceBuffer::from_slice(&home, &vec![PATTERN; N]).unwrap();
+        let log = TagLog::new(4).unwrap();
+        let view = buffer.slice(..).unwrap();
+        view.use_on(&reader, |on, _| cuda_stream_tests::tag(on, &log, 1, Duration::from_millis(100))).unwrap().unwrap();
+        let write = |buffer: &mut DeviceBuffer<u32, _>| {
+            buffer.use_on(&w, |on, _| cuda_stream_tests::tag(on, &log, 2, Duration::ZERO)).unwrap().unwrap();
+        };
+        match case {
+            "dropped" => {
+                drop(reader);
+                write(&mut buffer);
+            }
+            "destroyed" => {
+                reader.destroy().unwrap();
+                write(&mut buffer);
+            }
+            "into_raw" => {
+                let raw = reader.into_raw();
+                write(&mut buffer);
+                // SAFETY: the handle `into_raw` gave up, destroyed once; pending work completes.
+                cuda_stream::check(unsafe { sys::cudaStreamDestroy(raw) }, "cudaStreamDestroy").unwrap();
+            }
+            "begins a capture" => {
+                let capture = reader.begin_capture(capture::ThreadLocal).unwrap();
+                write(&mut buffer);
+                drop(capture.end().unwrap());
+            }
+            "joins a capture" => {
+                let origin = stream(device);
+                let capture = origin.begin_capture(capture::ThreadLocal).unwrap();
+                reader.wait_stream(&origin).unwrap();
+                write(&mut buffer);
+                origin.wait_stream(&reader).unwrap();
+                drop(capture.end().unwrap());
+            }
+            _ => {
+                for _ in 0..100 {
+                    view.use_on(&reader, |_, ptr| std::hint::black_box(ptr)).unwrap();
+                }
+                write(&mut buffer);
+            }
+        }
+        w.synchronize().unwrap();
+        home.synchronize().unwrap();
+        let spans = spans(&log);
+        let (read, written) = (spans[&1], spans[&2]);
+        assert!(written.0 >= read.1, "{case}: the write waited for the read: {spans:?}");
+    }
+}
+
 /// Disjoint exclusive views on two streams run at once, also when one of the streams is the
 /// buffer's home (whose own work before the views, the allocation and a fill, is all the other
 /// waits for); a write of the whole buffer waits for both.
