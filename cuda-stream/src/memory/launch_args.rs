@@ -5,7 +5,7 @@
 use super::DeviceCopy;
 use super::buffer::DeviceBuffer;
 use super::ledger::Span;
-use super::uses::{Hold, Touched, Uses, ordered_use};
+use super::uses::{Hold, Touches, Uses, ordered_use};
 use super::view::{DeviceSlice, DeviceSliceMut};
 use crate::call::race::{Access, AccessKind};
 use crate::ffi::error::Result;
@@ -43,9 +43,24 @@ pub(crate) fn ordered_launch(
     args: &[ArgUse<'_>],
     enqueue: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    let touched: Vec<Touched<'_>> =
-        args.iter().map(|arg| Touched { home: &arg.home, uses: arg.uses, span: arg.span.clone() }).collect();
-    ordered_use(stream, &touched, Hold::Throughout, |_| enqueue())
+    ordered_use(stream, args, Hold::Throughout, |_| enqueue())
+}
+
+impl Touches for ArgUse<'_> {
+    #[inline(always)]
+    fn home(&self) -> &StreamRef {
+        &self.home
+    }
+
+    #[inline(always)]
+    fn uses(&self) -> &Uses {
+        self.uses
+    }
+
+    #[inline(always)]
+    fn span(&self) -> &Span {
+        &self.span
+    }
 }
 
 impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {

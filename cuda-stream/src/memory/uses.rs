@@ -180,12 +180,35 @@ pub(super) struct Touched<'a> {
     pub(super) span: Span,
 }
 
-impl Touched<'_> {
+/// What a use touches of one buffer, as [`ordered_use`] reads it: a [`Touched`], or a launch
+/// argument's use (`launch_args.rs`), which need not be copied into one.
+pub(super) trait Touches {
+    fn home(&self) -> &StreamRef;
+    fn uses(&self) -> &Uses;
+    fn span(&self) -> &Span;
+
     /// Where a use on `stream` stands (computed where needed: a copy per buffer would make
     /// every use move a large array).
     #[inline(always)]
     fn on(&self, stream: &StreamRef) -> On {
-        On::stream(stream, stream == self.home)
+        On::stream(stream, stream == self.home())
+    }
+}
+
+impl Touches for Touched<'_> {
+    #[inline(always)]
+    fn home(&self) -> &StreamRef {
+        self.home
+    }
+
+    #[inline(always)]
+    fn uses(&self) -> &Uses {
+        self.uses
+    }
+
+    #[inline(always)]
+    fn span(&self) -> &Span {
+        &self.span
     }
 }
 
@@ -194,9 +217,9 @@ impl Touched<'_> {
 /// panics. No capture of this crate begins or ends meanwhile (as `hold` says): CUDA captures
 /// allocations, copies and fills rather than refusing them, and this crate's refusals come
 /// first. A use that cannot be noted afterwards marks its buffer leaked.
-pub(super) fn ordered_use<R>(
+pub(super) fn ordered_use<R, T: Touches>(
     stream: &StreamRef,
-    touched: &[Touched<'_>],
+    touched: &[T],
     hold: Hold,
     enqueue: impl FnOnce(&mut UseEvent<SharedEvent>) -> Result<R>,
 ) -> Result<R> {
@@ -207,15 +230,15 @@ pub(super) fn ordered_use<R>(
         return Err(Error::Size("one use touches at most 12 buffers and views"));
     }
     // Another library may capture the per-thread stream at any time: never a fast call then.
-    let thread_bound = stream.is_thread_bound() || touched.iter().any(|buffer| buffer.home.is_thread_bound());
+    let thread_bound = stream.is_thread_bound() || touched.iter().any(|buffer| buffer.home().is_thread_bound());
     let checks_and_waits = || -> Result<[Ticket; MAX_TOUCHED]> {
         refuse_capture(stream)?;
         for buffer in touched {
-            refuse_capture(buffer.home)?;
+            refuse_capture(buffer.home())?;
         }
         let mut tickets = [Ticket::default(); MAX_TOUCHED];
         for (buffer, ticket) in touched.iter().zip(tickets.iter_mut()) {
-            *ticket = buffer.uses.before(buffer.home, stream, buffer.on(stream), &buffer.span)?;
+            *ticket = buffer.uses().before(buffer.home(), stream, buffer.on(stream), buffer.span())?;
         }
         Ok(tickets)
     };
@@ -257,8 +280,8 @@ fn without_transitions<R>(thread_bound: bool, call: impl FnOnce() -> R) -> Resul
 
 /// The notes after a use: at `finish`, or, if that is never reached (a panic), when dropped,
 /// with no capture transition overlapping them.
-struct After<'a, 'b> {
-    touched: &'b [Touched<'a>],
+struct After<'a, 'b, T: Touches> {
+    touched: &'b [T],
     stream: &'a StreamRef,
     tickets: [Ticket; MAX_TOUCHED],
     /// An event recorded on `stream` after the use (by the use itself, or by the first
@@ -268,7 +291,7 @@ struct After<'a, 'b> {
     done: bool,
 }
 
-impl After<'_, '_> {
+impl<T: Touches> After<'_, '_, T> {
     fn finish(mut self) -> Result<()> {
         self.done = true;
         self.note()
@@ -284,10 +307,11 @@ impl After<'_, '_> {
                 // A capture of the stream begun meanwhile (during a caller's closure) would take
                 // the record: the use is then not noted, and the buffer leaks (and refuses later
                 // uses).
-                let this = refuse_capture(stream)
-                    .and_then(|()| buffer.uses.after(stream, buffer.on(stream), buffer.span.clone(), ticket, recorded));
+                let this = refuse_capture(stream).and_then(|()| {
+                    buffer.uses().after(stream, buffer.on(stream), buffer.span().clone(), ticket, recorded)
+                });
                 if this.is_err() {
-                    buffer.uses.mark_leaked();
+                    buffer.uses().mark_leaked();
                     noted = noted.and(this);
                 }
             }
@@ -296,7 +320,7 @@ impl After<'_, '_> {
     }
 }
 
-impl Drop for After<'_, '_> {
+impl<T: Touches> Drop for After<'_, '_, T> {
     fn drop(&mut self) {
         if !self.done {
             let _ = self.note();

@@ -260,10 +260,7 @@ impl StreamRef {
     /// capture it.
     #[inline]
     pub(crate) fn tail(&self) -> Option<std::sync::Arc<tail::StreamTail>> {
-        let tail = self.tail_ref()?;
-        if tail.lent() {
-            return None;
-        }
+        self.pending_tail()?;
         // SAFETY: `self.tail` came from `Arc::into_raw`, and the `Stream` that owns its strong
         // count keeps it until the stream ends, which `&self` (borrowed from that stream)
         // outlives; the count taken here is the new `Arc`'s.
@@ -273,6 +270,13 @@ impl StreamRef {
         })
     }
 
+    /// This stream's tail, if uses may pend there (see [`StreamRef::tail`]), without a count.
+    #[inline]
+    pub(crate) fn pending_tail(&self) -> Option<&tail::StreamTail> {
+        self.tail_ref().filter(|tail| !tail.lent())
+    }
+
+    #[inline]
     fn tail_ref(&self) -> Option<&tail::StreamTail> {
         // SAFETY: as in `tail`: non-null only while the owning `Stream` holds its count.
         (!self.tail.is_null()).then(|| unsafe { &*self.tail })

@@ -231,6 +231,12 @@ pub(super) trait Queue {
     /// Makes later work here wait for `event`'s last record.
     fn wait(&self, event: &Self::Event) -> Result<()>;
 
+    /// Whether the marks of this stream's uses wait unrecorded at its tail.
+    fn pends(&self) -> bool;
+
+    /// Whether `tail` is this stream's, and its uses' marks wait there.
+    fn pends_at(&self, tail: &<Self::Event as Shared>::Tail) -> bool;
+
     /// This stream's tail, where the marks of its uses wait unrecorded; `None` where they are
     /// recorded at once.
     fn tail(&self) -> Option<<Self::Event as Shared>::Tail>;
@@ -272,6 +278,14 @@ impl Queue for StreamRef {
 
     fn wait(&self, event: &SharedEvent) -> Result<()> {
         self.wait_raw(event.as_raw(), 0)
+    }
+
+    fn pends(&self) -> bool {
+        self.pending_tail().is_some()
+    }
+
+    fn pends_at(&self, tail: &Arc<StreamTail>) -> bool {
+        self.pending_tail().is_some_and(|own| std::ptr::eq(own, Arc::as_ptr(tail)))
     }
 
     fn tail(&self) -> Option<Arc<StreamTail>> {
@@ -472,30 +486,40 @@ impl<E: Shared> Ledger<E> {
         if overtaken {
             return self.record_mark(stream, on, span, forget, &mut UseEvent::default());
         }
-        if recorded.event.is_none() {
-            if let Some(tail) = stream.tail() {
-                return self.pend_mark(stream, tail, on, span, forget);
-            }
+        if recorded.event.is_none() && stream.pends() {
+            return self.pend_mark(stream, on, span, forget, recorded);
         }
         self.record_mark(stream, on, span, forget, recorded)
     }
 
-    /// Leaves a mark of `span` that notes `tail`'s point now (after the use, which was
-    /// enqueued before), records nothing, then forgets the marks `forget` picks (a redundant one
-    /// becomes this one, in place), then keeps the ledger bounded.
+    /// Leaves a mark of `span` that notes the point of `stream`'s tail now (after the use, which
+    /// was enqueued before), records nothing, then forgets the marks `forget` picks (a redundant
+    /// one becomes this one, in place: a mark pending at the same tail only takes the new point),
+    /// then keeps the ledger bounded. Records, as [`Ledger::note`] does without a tail, where
+    /// the stream no longer pends (its handle was lent meanwhile).
     fn pend_mark<Q: Queue<Event = E>>(
         &mut self,
         stream: &Q,
-        tail: E::Tail,
         on: On,
         span: Span,
         forget: impl Fn(&Mark<E>, &Span) -> bool,
+        recorded: &mut UseEvent<E>,
     ) -> Result<()> {
         self.tidy::<Q>();
-        let at = tail.point();
         let seq = self.next_seq;
-        let point = Point::Pending { tail, at };
-        match self.marks.iter().position(|mark| forget(mark, &span)) {
+        let found = self.marks.iter().position(|mark| forget(mark, &span));
+        let same_tail = found.is_some_and(|at| match &self.marks[at].point {
+            Point::Pending { tail, .. } => stream.pends_at(tail),
+            Point::Recorded(_) => false,
+        });
+        let new_tail = match same_tail {
+            true => None,
+            false => match stream.tail() {
+                Some(tail) => Some(tail),
+                None => return self.record_mark(stream, on, span, forget, recorded),
+            },
+        };
+        match found {
             Some(found) => {
                 self.marks[found..].rotate_left(1);
                 let newest = self.marks.last_mut().expect("the mark made this use's");
@@ -504,10 +528,20 @@ impl<E: Shared> Ledger<E> {
                 newest.home = on.home;
                 newest.span = span.clone();
                 newest.waited = Waited::default();
-                let replaced = std::mem::replace(&mut newest.point, point);
-                self.recycle(replaced);
+                match (&mut newest.point, new_tail) {
+                    (Point::Pending { tail, at }, None) => *at = tail.point(),
+                    (point, new_tail) => {
+                        let tail = new_tail.expect("a tail unless the mark's own");
+                        let at = tail.point();
+                        let replaced = std::mem::replace(point, Point::Pending { tail, at });
+                        self.recycle(replaced);
+                    }
+                }
             }
             None => {
+                let tail = new_tail.expect("a tail unless the mark's own");
+                let at = tail.point();
+                let point = Point::Pending { tail, at };
                 let mark =
                     Mark { seq, on: on.key, home: on.home, span: span.clone(), point, waited: Waited::default() };
                 self.marks.push(mark);

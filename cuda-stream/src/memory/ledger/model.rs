@@ -239,6 +239,14 @@ impl Queue for SimStream {
         Ok(())
     }
 
+    fn pends(&self) -> bool {
+        self.tail.is_some()
+    }
+
+    fn pends_at(&self, tail: &SimTail) -> bool {
+        self.tail.as_ref().is_some_and(|own| Rc::ptr_eq(&own.0, &tail.0))
+    }
+
     fn tail(&self) -> Option<SimTail> {
         self.tail.clone()
     }
