@@ -86,9 +86,7 @@ impl StreamRef {
     pub unsafe fn to_cudarc(&self, context: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
         let theirs = primary_device_of(context)?;
         same_device("a stream is lent to cudarc with its own device's context", self.device(), theirs)?;
-        // cudarc code may now capture it, outside this crate's sight: the uses of memory noted
-        // at its tail are recorded now, and from now on at once.
-        self.lend_tail()?;
+        // cudarc code may now capture it, outside this crate's sight.
         crate::call::uncaptured_calls::foreign_handle_seen();
         // SAFETY: the handle belongs to `context`'s device and its primary context (checked);
         // the caller keeps it alive and ordered (this function's contract).

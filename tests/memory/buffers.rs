@@ -784,11 +784,10 @@ fn readers_on_two_streams_overlap_and_a_writer_waits_for_both() {
     }
 }
 
-/// A read on a stream of this crate records nothing; the write after it records that stream's
-/// tail. These are the ways the stream can change in between, each followed by a write of the
-/// buffer on another stream (`w`). The write must start after the read's 100 ms kernel ended
-/// (the read's stream is dropped, destroyed, given up with `into_raw`, begins a capture, or
-/// joins one); a write that was refused would fail the test too.
+/// A write on another stream (`w`) after a read waits for the read's 100 ms kernel, whatever the
+/// reader's stream did in between: it was dropped, destroyed, given up with `into_raw`, began a
+/// capture or joined one, or read the buffer 100 times more; a write that was refused fails the
+/// test too. (A mark recorded lazily, at the write, would have to survive each of these.)
 #[test]
 fn a_write_after_a_read_waits_for_it_whatever_the_readers_stream_did_meanwhile() {
     let device = gpu_or_skip!();
@@ -844,6 +843,34 @@ fn a_write_after_a_read_waits_for_it_whatever_the_readers_stream_did_meanwhile()
         let (read, written) = (spans[&1], spans[&2]);
         assert!(written.0 >= read.1, "{case}: the write waited for the read: {spans:?}");
     }
+}
+
+/// A write waits for the earlier read of its bytes, and for nothing the reader's stream did
+/// after it: the read (20 ms) is followed on its stream by a 300 ms kernel on another buffer, and
+/// the write of the first buffer on a third stream starts before that kernel ends. (A mark
+/// recorded when the write comes, not right after the read, would hold the write behind the
+/// unrelated kernel: double buffering would lose its overlap.)
+#[test]
+fn a_write_waits_for_the_read_and_not_for_the_readers_later_work() {
+    let device = gpu_or_skip!();
+    if !cuda_stream_tests::concurrency_visible() {
+        return;
+    }
+    let (home, reader, w) = (stream(device), stream(device), stream(device));
+    let mut x = DeviceBuffer::from_slice(&home, &vec![PATTERN; N]).unwrap();
+    let mut y = DeviceBuffer::from_slice(&home, &vec![PATTERN; N]).unwrap();
+    let log = TagLog::new(4).unwrap();
+    let read = x.slice(..).unwrap();
+    read.use_on(&reader, |on, _| cuda_stream_tests::tag(on, &log, 1, Duration::from_millis(20))).unwrap().unwrap();
+    y.use_on(&reader, |on, _| cuda_stream_tests::tag(on, &log, 2, Duration::from_millis(300))).unwrap().unwrap();
+    x.use_on(&w, |on, _| cuda_stream_tests::tag(on, &log, 3, Duration::ZERO)).unwrap().unwrap();
+    for s in [&reader, &w] {
+        s.synchronize().unwrap();
+    }
+    let spans = spans(&log);
+    let (read, unrelated, written) = (spans[&1], spans[&2], spans[&3]);
+    assert!(written.0 >= read.1, "the write waited for the read: {spans:?}");
+    assert!(written.0 < unrelated.1, "the write did not wait for the reader's unrelated kernel: {spans:?}");
 }
 
 /// Disjoint exclusive views on two streams run at once, also when one of the streams is the

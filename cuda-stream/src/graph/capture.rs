@@ -418,9 +418,6 @@ impl StreamRef {
         if self.may_be_capturing()? {
             return Err(Error::CaptureMisuse("the stream is already part of a capture"));
         }
-        // Uses of memory noted at this stream's tail are recorded before the capture would take
-        // the record.
-        self.settle_tail()?;
         // Counted before CUDA begins it: a call that CUDA orders after the begin (a record that
         // goes into the capture) then sees the count (`live_captures::may_capture`).
         let mut counted = live_captures::begun(self.device().ordinal(), M::RAW);

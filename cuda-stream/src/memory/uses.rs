@@ -23,7 +23,7 @@ const UNTRACKED: &str = "a use of this buffer could not be noted: it is never us
 /// A buffer's ordering state, with events `E` (the crate's events, shared; the ledger's model check
 /// simulates its own).
 #[derive(Debug)]
-pub(super) struct Uses<E: Shared = SharedEvent> {
+pub(super) struct Uses<E = SharedEvent> {
     /// A use could not be ordered before the free: the drop leaks the memory.
     leak: AtomicBool,
     /// The address was handed out for work on the home stream that the buffer does not see:
@@ -36,7 +36,7 @@ pub(super) struct Uses<E: Shared = SharedEvent> {
 }
 
 #[derive(Debug)]
-struct State<E: Shared> {
+struct State<E> {
     /// The bytes the whole buffer covers.
     bytes: usize,
     /// What the home stream's uses not yet marked touched (the allocation first).

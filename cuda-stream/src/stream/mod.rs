@@ -24,7 +24,6 @@ pub(crate) mod partition;
 pub(crate) mod pool;
 mod race_check;
 pub(crate) mod record;
-pub(crate) mod tail;
 
 pub use self::as_stream::AsStream;
 
@@ -170,10 +169,6 @@ pub struct StreamRef {
     /// on (null for every other stream): one reference, owned by the [`Stream`] and let go by
     /// its drop; every view of it only looks (see [`partition::PartitionRef`]).
     partition: partition::PartitionRef,
-    /// The [`StreamTail`](tail::StreamTail) of a stream this crate created (null for every other
-    /// stream): one strong count, owned by the [`Stream`] and let go when it ends; every view of
-    /// it only looks.
-    tail: *const tail::StreamTail,
 }
 
 // SAFETY: a cudaStream_t is a handle the CUDA runtime lets any thread use; the thread-bound
@@ -200,7 +195,6 @@ impl StreamRef {
             non_blocking,
             priority: None,
             partition: partition::PartitionRef::NONE,
-            tail: std::ptr::null(),
         }
     }
 
@@ -253,53 +247,6 @@ impl StreamRef {
     /// CUDA call.
     pub(crate) fn known_id(&self) -> Option<u64> {
         self.id
-    }
-
-    /// This stream's tail, where uses of memory note their points instead of recording
-    /// (see [`tail`]): for a stream this crate created and did not lend to a library that may
-    /// capture it.
-    #[inline]
-    pub(crate) fn tail(&self) -> Option<std::sync::Arc<tail::StreamTail>> {
-        self.pending_tail()?;
-        // SAFETY: `self.tail` came from `Arc::into_raw`, and the `Stream` that owns its strong
-        // count keeps it until the stream ends, which `&self` (borrowed from that stream)
-        // outlives; the count taken here is the new `Arc`'s.
-        Some(unsafe {
-            std::sync::Arc::increment_strong_count(self.tail);
-            std::sync::Arc::from_raw(self.tail)
-        })
-    }
-
-    /// This stream's tail, if uses may pend there (see [`StreamRef::tail`]), without a count.
-    #[inline]
-    pub(crate) fn pending_tail(&self) -> Option<&tail::StreamTail> {
-        self.tail_ref().filter(|tail| !tail.lent())
-    }
-
-    #[inline]
-    fn tail_ref(&self) -> Option<&tail::StreamTail> {
-        // SAFETY: as in `tail`: non-null only while the owning `Stream` holds its count.
-        (!self.tail.is_null()).then(|| unsafe { &*self.tail })
-    }
-
-    /// Records this stream's tail where a use noted a point since its last record: before the
-    /// stream becomes part of a capture (a begin, a join), so that no use waits there for a
-    /// record that a capture would take.
-    ///
-    /// # Errors
-    /// As [`tail::StreamTail::settle`].
-    pub(crate) fn settle_tail(&self) -> Result<()> {
-        self.tail_ref().map_or(Ok(()), tail::StreamTail::settle)
-    }
-
-    /// The handle goes to a library that may capture the stream: its tail is recorded, and its
-    /// uses record at once from now on.
-    ///
-    /// # Errors
-    /// As [`tail::StreamTail::settle`].
-    #[cfg(feature = "cudarc")]
-    pub(crate) fn lend_tail(&self) -> Result<()> {
-        self.tail_ref().map_or(Ok(()), tail::StreamTail::lend)
     }
 
     fn read_id(&self) -> Result<u64> {
@@ -584,23 +531,7 @@ impl Stream {
         stream.stream.id = Some(stream.read_id()?);
         stream.stream.non_blocking = Some(options.non_blocking);
         stream.stream.priority = Some(driver::stream_priority(raw)?);
-        stream.give_tail();
         Ok(stream)
-    }
-
-    /// Gives a stream this crate created (its fields all set) its tail (see [`tail`]).
-    pub(crate) fn give_tail(&mut self) {
-        let tail = std::sync::Arc::new(tail::StreamTail::new(self.stream.view()));
-        self.stream.tail = std::sync::Arc::into_raw(tail);
-    }
-
-    /// The tail's strong count, taken out of the stream as it ends: closed by the caller before
-    /// the handle is destroyed or given up.
-    fn take_tail(&mut self) -> Option<std::sync::Arc<tail::StreamTail>> {
-        let raw = std::mem::replace(&mut self.stream.tail, std::ptr::null());
-        // SAFETY: the stream's own count, from `Arc::into_raw` in `give_tail`, taken once (the
-        // field is null from now on).
-        (!raw.is_null()).then(|| unsafe { std::sync::Arc::from_raw(raw) })
     }
 
     /// Takes ownership of a stream handle: dropping the `Stream` destroys it. Checks that the
@@ -634,12 +565,7 @@ impl Stream {
     /// process.
     pub fn into_raw(self) -> sys::cudaStream_t {
         live::stream_released();
-        let mut this = ManuallyDrop::new(self);
-        // The uses noted at its tail are recorded while the handle is still this crate's.
-        if let Some(tail) = this.take_tail() {
-            tail.close();
-        }
-        this.stream.raw
+        ManuallyDrop::new(self).stream.raw
     }
 
     /// Destroys the stream and reports what dropping it would hide: errors of earlier
@@ -658,19 +584,15 @@ impl Stream {
         let mut this = ManuallyDrop::new(self);
         live::stream_released();
         let raw = this.stream.raw as usize;
-        let tail = this.take_tail();
         // Let go of after the stream is destroyed.
         // SAFETY: this stream's own reference, let go once: `this` is never dropped.
         let partition = unsafe { this.stream.partition.release() };
         if refuse_inside_host_fn().is_err() {
             crate::ffi::inside_host_fn::call_outside_host_fn(move || {
-                close_and_destroy(tail, raw);
+                destroy_stream(raw);
                 drop(partition);
             });
             return Err(Error::InsideHostFn);
-        }
-        if let Some(tail) = tail {
-            tail.close();
         }
         let pending = match this.query() {
             Err(Error::CaptureMisuse(_)) => Ok(()),
@@ -681,14 +603,6 @@ impl Stream {
         drop(partition);
         pending.and(destroyed)
     }
-}
-
-/// Closes the stream's tail (its last record) and destroys the handle.
-fn close_and_destroy(tail: Option<std::sync::Arc<tail::StreamTail>>, raw: usize) {
-    if let Some(tail) = tail {
-        tail.close();
-    }
-    destroy_stream(raw);
 }
 
 fn destroy_stream(raw: usize) {
@@ -717,9 +631,8 @@ impl Drop for Stream {
         // A partition's green context outlives its stream.
         // SAFETY: this stream's own reference, let go once, by its drop.
         let partition = unsafe { self.stream.partition.release() };
-        let tail = self.take_tail();
         crate::ffi::inside_host_fn::call_outside_host_fn(move || {
-            close_and_destroy(tail, raw);
+            destroy_stream(raw);
             drop(partition);
         });
     }

@@ -216,7 +216,6 @@ impl SmPartition {
         stream.stream.id = Some(stream.read_id()?);
         stream.stream.non_blocking = Some(true);
         stream.stream.priority = Some(driver::stream_priority(raw)?);
-        stream.give_tail();
         Ok(stream)
     }
 }

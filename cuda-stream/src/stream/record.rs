@@ -221,13 +221,6 @@ impl StreamRef {
         self.enqueue(record_work(event), |via| self.record_via(via, event, flags))
     }
 
-    /// Records `event` here for this stream's tail ([`super::tail`]): refused, before CUDA, on
-    /// a capturing stream, where a capture would take it.
-    pub(crate) fn record_uncaptured(&self, event: sys::cudaEvent_t) -> Result<()> {
-        let work = record_work(event).refused_in_capture(super::tail::TAIL_IN_CAPTURE);
-        self.enqueue(work, |via| self.record_via(via, event, 0))
-    }
-
     /// The record itself, through `via`.
     #[inline(always)]
     fn record_via(&self, via: Via, event: sys::cudaEvent_t, flags: c_uint) -> Result<()> {
@@ -300,9 +293,6 @@ impl StreamRef {
         // reaches the join's bookkeeping.
         let _entered = self.enter()?;
         let transition = crate::call::transitions::capture_transition()?;
-        // Uses of memory noted at this stream's tail are recorded while it is in no capture:
-        // the wait may make it join one, which would take a later record.
-        self.settle_tail()?;
         // Until a foreign handle was seen, a capture this crate did not count (another library's
         // capture of its thread's per-thread stream) may be joined here: the wait is counted
         // while it is made, after the fast calls that assumed no capture have returned, as a

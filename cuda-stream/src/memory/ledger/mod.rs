@@ -6,11 +6,6 @@
 //! with several buffers, a copy between a buffer and pinned memory) records one event, which
 //! their ledgers share: an event is recorded again only by the one ledger that holds it.
 //!
-//! On a stream with a tail ([`Tail`]: the crate's own streams), a use records nothing: its mark
-//! notes the tail's point, and the tail's event is recorded on that stream only when something
-//! must wait for the use (a conflicting use elsewhere, a host access, the free), covering every
-//! use of that stream noted before. A repeated use of a stream costs no record.
-//!
 //! Device buffers ([`super::uses`]) and page-locked memory keep one each. The ledger knows a
 //! stream only as a [`Queue`]: the crate's streams and events are one, and `model.rs` checks
 //! the ordering with a simulated one over many random schedules, without a GPU.
@@ -22,7 +17,6 @@ use crate::event::Event;
 use crate::ffi::driver;
 use crate::ffi::error::Result;
 use crate::stream::StreamRef;
-use crate::stream::tail::StreamTail;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -114,7 +108,7 @@ impl On {
     }
 
     /// Whether `mark`'s use is ordered before this one by the stream alone.
-    fn owns<E: Shared>(&self, mark: &Mark<E>) -> bool {
+    fn owns<E>(&self, mark: &Mark<E>) -> bool {
         (self.home && mark.home) || mark.on.certainly_same(&self.key)
     }
 }
@@ -122,9 +116,6 @@ impl On {
 /// An event as ledgers hold it: one use of several pieces of memory shares the event recorded
 /// after it between their ledgers.
 pub(super) trait Shared: Sized {
-    /// Where a mark of a use with events of this kind may wait to be recorded.
-    type Tail: Tail<Event = Self> + std::fmt::Debug;
-
     /// Another handle on the event.
     fn share(&self) -> Self;
 
@@ -144,8 +135,6 @@ pub(super) trait Shared: Sized {
 }
 
 impl Shared for SharedEvent {
-    type Tail = Arc<StreamTail>;
-
     fn share(&self) -> SharedEvent {
         Arc::clone(self)
     }
@@ -183,33 +172,6 @@ impl Shared for SharedEvent {
     }
 }
 
-/// A stream's tail, as ledgers use it: a point in the stream's work that a mark notes without
-/// recording anything, and an event recorded there, after every use noted before, once
-/// something must wait for them.
-pub(super) trait Tail: Sized {
-    type Event;
-
-    /// The point that a use enqueued on the stream before this call is noted at.
-    fn point(&self) -> u64;
-
-    /// An event whose last record comes after every use noted at `point` or before: recorded
-    /// on the stream now if no record since does. Another handle on it, which is recorded again
-    /// at later flushes (only ever later in the stream's order: a wait for it waits for more).
-    fn flush(&self, point: u64) -> Result<Self::Event>;
-}
-
-impl Tail for Arc<StreamTail> {
-    type Event = SharedEvent;
-
-    fn point(&self) -> u64 {
-        StreamTail::point(self)
-    }
-
-    fn flush(&self, point: u64) -> Result<SharedEvent> {
-        StreamTail::flush(self, point)
-    }
-}
-
 /// A stream as a ledger uses it: its key and device, and records and waits of events of its
 /// device.
 pub(super) trait Queue {
@@ -230,16 +192,6 @@ pub(super) trait Queue {
 
     /// Makes later work here wait for `event`'s last record.
     fn wait(&self, event: &Self::Event) -> Result<()>;
-
-    /// Whether the marks of this stream's uses wait unrecorded at its tail.
-    fn pends(&self) -> bool;
-
-    /// Whether `tail` is this stream's, and its uses' marks wait there.
-    fn pends_at(&self, tail: &<Self::Event as Shared>::Tail) -> bool;
-
-    /// This stream's tail, where the marks of its uses wait unrecorded; `None` where they are
-    /// recorded at once.
-    fn tail(&self) -> Option<<Self::Event as Shared>::Tail>;
 
     /// Whether the work before `event`'s last record has completed; asked only while
     /// [`Queue::may_query`].
@@ -280,18 +232,6 @@ impl Queue for StreamRef {
         self.wait_raw(event.as_raw(), 0)
     }
 
-    fn pends(&self) -> bool {
-        self.pending_tail().is_some()
-    }
-
-    fn pends_at(&self, tail: &Arc<StreamTail>) -> bool {
-        self.pending_tail().is_some_and(|own| std::ptr::eq(own, Arc::as_ptr(tail)))
-    }
-
-    fn tail(&self) -> Option<Arc<StreamTail>> {
-        StreamRef::tail(self)
-    }
-
     /// A query, told to the race detector when it saw the work complete: what the caller stops
     /// waiting for is done.
     fn completed(event: &SharedEvent) -> bool {
@@ -310,48 +250,18 @@ impl Queue for StreamRef {
 
 /// A use that may still be running.
 #[derive(Debug)]
-struct Mark<E: Shared> {
+struct Mark<E> {
     /// Its place in the ledger's order (see [`Ticket`]).
     seq: u64,
     on: StreamKey,
     /// On the memory's home stream.
     home: bool,
     span: Span,
-    /// After the use: an event recorded after it, or its stream's tail.
-    point: Point<E>,
-    /// Streams (by CUDA's id) that have waited for `point`.
+    /// Recorded after the use (perhaps shared with other ledgers' marks of the same use);
+    /// never recorded again while the mark lives.
+    event: E,
+    /// Streams (by CUDA's id) that have waited for `event`.
     waited: Waited,
-}
-
-/// Where a mark's use ends, for what must wait for it.
-#[derive(Debug)]
-enum Point<E: Shared> {
-    /// An event recorded after the use (perhaps shared with other ledgers' marks of the same
-    /// use, or its stream's tail event once flushed); never recorded again by a ledger while
-    /// the mark lives.
-    Recorded(E),
-    /// Not recorded yet: the use was noted at `at` of its stream's `tail`.
-    Pending { tail: E::Tail, at: u64 },
-}
-
-impl<E: Shared> Point<E> {
-    /// The event to wait for, recorded now on the use's stream if the mark is pending.
-    fn recorded(&mut self) -> Result<&E> {
-        if let Point::Pending { tail, at } = self {
-            *self = Point::Recorded(tail.flush(*at)?);
-        }
-        match self {
-            Point::Recorded(event) => Ok(event),
-            Point::Pending { .. } => unreachable!("recorded above"),
-        }
-    }
-
-    fn event(&self) -> Option<&E> {
-        match self {
-            Point::Recorded(event) => Some(event),
-            Point::Pending { .. } => None,
-        }
-    }
 }
 
 /// A few stream ids, for waits not to be made twice.
@@ -396,7 +306,7 @@ pub(super) struct Ticket(u64);
 
 /// The marks of one piece of memory, with events `E` (the crate's [`Event`]s, shared).
 #[derive(Debug)]
-pub(super) struct Ledger<E: Shared = SharedEvent> {
+pub(super) struct Ledger<E = SharedEvent> {
     /// Oldest first.
     marks: Vec<Mark<E>>,
     next_seq: u64,
@@ -407,7 +317,7 @@ pub(super) struct Ledger<E: Shared = SharedEvent> {
     collapses: usize,
 }
 
-impl<E: Shared> Default for Ledger<E> {
+impl<E> Default for Ledger<E> {
     fn default() -> Ledger<E> {
         Ledger {
             marks: Vec::new(),
@@ -443,12 +353,14 @@ impl<E: Shared> Ledger<E> {
             if on.owns(mark) || !span.conflicts(&mark.span) {
                 continue;
             }
-            if on.key.id.is_some_and(|id| mark.waited.contains(id)) {
-                continue;
-            }
-            stream.wait(mark.point.recorded()?)?;
             if let Some(id) = on.key.id {
+                if mark.waited.contains(id) {
+                    continue;
+                }
+                stream.wait(&mark.event)?;
                 mark.waited.insert(id);
+            } else {
+                stream.wait(&mark.event)?;
             }
         }
         Ok(Ticket(self.next_seq))
@@ -458,10 +370,9 @@ impl<E: Shared> Ledger<E> {
     /// its own after it, then forgets the marks it makes redundant: those it was ordered after
     /// (waited for, or its own stream's) that every use waiting for them must now wait for
     /// this one instead. The mark's event is the one in `recorded`, where another ledger of the
-    /// same use already recorded one after it on `stream`; otherwise, on a stream with a tail,
-    /// the mark notes the tail's point (nothing is recorded); otherwise an event is recorded now,
-    /// and put in `recorded` if the use's other ledgers take it ([`UseEvent::wanted`]). On
-    /// failure nothing is forgotten.
+    /// same use already recorded one after it on `stream`; otherwise it is recorded now, and
+    /// put in `recorded` if the use's other ledgers take it ([`UseEvent::wanted`]). On failure
+    /// nothing is forgotten.
     pub(super) fn note<Q: Queue<Event = E>>(
         &mut self,
         stream: &Q,
@@ -479,80 +390,12 @@ impl<E: Shared> Ledger<E> {
         // mark, the shared event would stand for that use in a merge, and be waited for in its
         // place. This ledger records its own then.
         let overtaken = recorded.event.as_ref().is_some_and(|shared| {
-            self.marks.iter().any(|mark| {
-                mark.seq >= ticket.0 && on.owns(mark) && !mark.point.event().is_some_and(|event| event.same(shared))
-            })
+            self.marks.iter().any(|mark| mark.seq >= ticket.0 && on.owns(mark) && !mark.event.same(shared))
         });
         if overtaken {
             return self.record_mark(stream, on, span, forget, &mut UseEvent::default());
         }
-        if recorded.event.is_none() && stream.pends() {
-            return self.pend_mark(stream, on, span, forget, recorded);
-        }
         self.record_mark(stream, on, span, forget, recorded)
-    }
-
-    /// Leaves a mark of `span` that notes the point of `stream`'s tail now (after the use, which
-    /// was enqueued before), records nothing, then forgets the marks `forget` picks (a redundant
-    /// one becomes this one, in place: a mark pending at the same tail only takes the new point),
-    /// then keeps the ledger bounded. Records, as [`Ledger::note`] does without a tail, where
-    /// the stream no longer pends (its handle was lent meanwhile).
-    fn pend_mark<Q: Queue<Event = E>>(
-        &mut self,
-        stream: &Q,
-        on: On,
-        span: Span,
-        forget: impl Fn(&Mark<E>, &Span) -> bool,
-        recorded: &mut UseEvent<E>,
-    ) -> Result<()> {
-        self.tidy::<Q>();
-        let seq = self.next_seq;
-        let found = self.marks.iter().position(|mark| forget(mark, &span));
-        let same_tail = found.is_some_and(|at| match &self.marks[at].point {
-            Point::Pending { tail, .. } => stream.pends_at(tail),
-            Point::Recorded(_) => false,
-        });
-        let new_tail = match same_tail {
-            true => None,
-            false => match stream.tail() {
-                Some(tail) => Some(tail),
-                None => return self.record_mark(stream, on, span, forget, recorded),
-            },
-        };
-        match found {
-            Some(found) => {
-                self.marks[found..].rotate_left(1);
-                let newest = self.marks.last_mut().expect("the mark made this use's");
-                newest.seq = seq;
-                newest.on = on.key;
-                newest.home = on.home;
-                newest.span = span.clone();
-                newest.waited = Waited::default();
-                match (&mut newest.point, new_tail) {
-                    (Point::Pending { tail, at }, None) => *at = tail.point(),
-                    (point, new_tail) => {
-                        let tail = new_tail.expect("a tail unless the mark's own");
-                        let at = tail.point();
-                        let replaced = std::mem::replace(point, Point::Pending { tail, at });
-                        self.recycle(replaced);
-                    }
-                }
-            }
-            None => {
-                let tail = new_tail.expect("a tail unless the mark's own");
-                let at = tail.point();
-                let point = Point::Pending { tail, at };
-                let mark =
-                    Mark { seq, on: on.key, home: on.home, span: span.clone(), point, waited: Waited::default() };
-                self.marks.push(mark);
-            }
-        }
-        self.next_seq += 1;
-        self.forget_older_than(self.marks.len() - 1, |mark| forget(mark, &span));
-        if self.marks.len() >= LIMIT {
-            self.collapse(stream, on)?;
-        }
-        Ok(())
     }
 
     /// Records a mark of `span` on `stream` now, after the work enqueued so far (which
@@ -582,18 +425,12 @@ impl<E: Shared> Ledger<E> {
         let device = stream.device();
         let fresh = recorded.event.is_none();
         let redundant = self.marks.iter_mut().position(|mark| {
-            forget(mark, &span)
-                && match &mut mark.point {
-                    Point::Recorded(event) => Q::event_device(event) == device && (!fresh || event.sole()),
-                    Point::Pending { .. } => !fresh,
-                }
+            forget(mark, &span) && Q::event_device(&mark.event) == device && (!fresh || mark.event.sole())
         });
         match redundant {
             Some(at) => {
                 if fresh {
-                    if let Point::Recorded(event) = &self.marks[at].point {
-                        stream.record(event)?;
-                    }
+                    stream.record(&self.marks[at].event)?;
                 }
                 self.marks[at..].rotate_left(1);
                 let newest = self.marks.last_mut().expect("the mark made this use's");
@@ -603,7 +440,7 @@ impl<E: Shared> Ledger<E> {
                 newest.span = span.clone();
                 newest.waited = Waited::default();
                 if let Some(event) = &recorded.event {
-                    let replaced = std::mem::replace(&mut newest.point, Point::Recorded(event.share()));
+                    let replaced = std::mem::replace(&mut newest.event, event.share());
                     self.recycle(replaced);
                 }
             }
@@ -613,15 +450,14 @@ impl<E: Shared> Ledger<E> {
                     None => {
                         let event = self.event_for(stream)?;
                         if let Err(error) = stream.record(&event) {
-                            self.recycle(Point::Recorded(event));
+                            self.recycle(event);
                             return Err(error);
                         }
                         event
                     }
                 };
-                let point = Point::Recorded(event);
                 let mark =
-                    Mark { seq, on: on.key, home: on.home, span: span.clone(), point, waited: Waited::default() };
+                    Mark { seq, on: on.key, home: on.home, span: span.clone(), event, waited: Waited::default() };
                 self.marks.push(mark);
             }
         }
@@ -634,7 +470,7 @@ impl<E: Shared> Ledger<E> {
         // The use's other ledgers share the newest mark's event (a collapse's, if one came:
         // it too is recorded after the use).
         if fresh && recorded.wanted {
-            recorded.event = self.marks.last().and_then(|mark| mark.point.event()).map(Shared::share);
+            recorded.event = self.marks.last().map(|mark| mark.event.share());
         }
         Ok(())
     }
@@ -643,14 +479,14 @@ impl<E: Shared> Ledger<E> {
     /// over all their bytes: the bound of a ledger whose marks neither complete nor merge
     /// (streams of unknown identity, a GPU far behind).
     fn collapse<Q: Queue<Event = E>>(&mut self, stream: &Q, on: On) -> Result<()> {
-        for at in 0..self.marks.len() {
-            if !on.owns(&self.marks[at]) {
-                stream.wait(self.marks[at].point.recorded()?)?;
+        for mark in &self.marks {
+            if !on.owns(mark) {
+                stream.wait(&mark.event)?;
             }
         }
         let event = self.event_for(stream)?;
         if let Err(error) = stream.record(&event) {
-            self.recycle(Point::Recorded(event));
+            self.recycle(event);
             return Err(error);
         }
         let span =
@@ -662,38 +498,39 @@ impl<E: Shared> Ledger<E> {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let point = Point::Recorded(event);
-        self.marks.push(Mark { seq, on: on.key, home: on.home, span, point, waited: Waited::default() });
+        self.marks.push(Mark { seq, on: on.key, home: on.home, span, event, waited: Waited::default() });
         Ok(())
     }
 
     /// Makes `stream` wait for every mark but the home stream's (before the memory is freed
     /// there). On failure, the marks not yet waited for are kept.
     pub(super) fn home_waits_for_all<Q: Queue<Event = E>>(&mut self, stream: &Q) -> Result<()> {
-        while let Some(mark) = self.marks.last_mut() {
+        while let Some(mark) = self.marks.last() {
             if !mark.home {
-                stream.wait(mark.point.recorded()?)?;
+                stream.wait(&mark.event)?;
             }
             let mark = self.marks.pop().expect("the last mark");
-            self.recycle(mark.point);
+            self.recycle(mark.event);
         }
         self.prune_at = 0;
         Ok(())
     }
 
     /// Blocks until the uses that a host access of `span` conflicts with have completed (the
-    /// newest first), each through `synchronize` (a pending mark's tail recorded first).
-    pub(super) fn host_waits(&self, span: &Span, mut synchronize: impl FnMut(&E) -> Result<()>) -> Result<()> {
-        self.marks.iter().rev().filter(|mark| span.conflicts(&mark.span)).try_for_each(|mark| match &mark.point {
-            Point::Recorded(event) => synchronize(event),
-            Point::Pending { tail, at } => synchronize(&tail.flush(*at)?),
-        })
+    /// newest first), each through `synchronize`.
+    pub(super) fn host_waits(&self, span: &Span, synchronize: impl FnMut(&E) -> Result<()>) -> Result<()> {
+        self.marks
+            .iter()
+            .rev()
+            .filter(|mark| span.conflicts(&mark.span))
+            .map(|mark| &mark.event)
+            .try_for_each(synchronize)
     }
 
     /// Forgets every mark (their uses have completed).
     pub(super) fn clear(&mut self) {
         for mark in std::mem::take(&mut self.marks) {
-            self.recycle(mark.point);
+            self.recycle(mark.event);
         }
         self.prune_at = 0;
     }
@@ -710,7 +547,7 @@ impl<E: Shared> Ledger<E> {
         while at < end {
             if forget(&self.marks[at]) {
                 let mark = self.marks.remove(at);
-                self.recycle(mark.point);
+                self.recycle(mark.event);
                 end -= 1;
             } else {
                 at += 1;
@@ -726,14 +563,12 @@ impl<E: Shared> Ledger<E> {
         }
     }
 
-    /// Keeps a forgotten mark's event to record again, if no other ledger holds it (no mark
-    /// names it any more: a record now changes no wait already enqueued, which took the record
-    /// before it); lets it go otherwise.
-    fn recycle(&mut self, point: Point<E>) {
-        if let Point::Recorded(mut event) = point {
-            if event.sole() {
-                event.keep();
-            }
+    /// Keeps `event` to record again, if no other ledger holds it (no mark names it any more:
+    /// a record now changes no wait already enqueued, which took the record before it); lets
+    /// it go otherwise.
+    fn recycle(&mut self, mut event: E) {
+        if event.sole() {
+            event.keep();
         }
     }
 
@@ -746,7 +581,7 @@ impl<E: Shared> Ledger<E> {
         // Queries only while no stream of the process can be capturing (a query would break a
         // capture of this thread's).
         if Q::may_query() {
-            self.forget_where(|mark| mark.point.event().is_some_and(Q::completed));
+            self.forget_where(|mark| Q::completed(&mark.event));
         }
         if self.marks.len() >= MERGE_AT {
             self.merge_per_stream();
@@ -770,7 +605,7 @@ impl<E: Shared> Ledger<E> {
                 Some(newer) => {
                     newer.span = newer.span.merged(&mark.span);
                     newer.waited = Waited::default();
-                    self.recycle(mark.point);
+                    self.recycle(mark.event);
                 }
                 None => merged.push(mark),
             }

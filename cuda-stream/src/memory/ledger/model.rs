@@ -8,10 +8,9 @@
 //! ordered before the later one and before the free. A simulation whose waits do nothing must
 //! fail the same check: the model can fail. Two buffers whose ledgers share the event of a use
 //! of both are checked the same way, with each use's notes interleaved with other uses' (as two
-//! threads' are). Where a plan says so, streams 1 and 3 (when they have an id) have tails: their
-//! uses' marks wait unrecorded until something must wait for them.
+//! threads' are).
 
-use super::{LIMIT, On, Queue, Shared, Span, StreamKey, Tail, Ticket, UseEvent};
+use super::{LIMIT, On, Queue, Shared, Span, StreamKey, Ticket, UseEvent};
 use crate::device::Device;
 use crate::ffi::error::{Error, Result};
 use crate::memory::uses::Uses;
@@ -53,9 +52,6 @@ struct Sim {
     waits_do_nothing: bool,
     /// A broken ledger: events that other marks share count as sole (recorded again).
     shared_counts_as_sole: bool,
-    /// A broken tail: a record made at a use's own epoch (before its enqueue) counts as covering
-    /// it.
-    tail_covers_early: bool,
 }
 
 thread_local! {
@@ -88,63 +84,6 @@ struct SimStream {
     id: Option<u64>,
     /// One of CUDA's default streams (its identity is certain).
     builtin: bool,
-    /// Where its uses' marks wait unrecorded.
-    tail: Option<SimTail>,
-}
-
-/// A simulated stream's tail: an event recorded on the stream when a mark pending there is
-/// waited for, covering every use noted at an earlier epoch.
-#[derive(Debug, Clone)]
-struct SimTail(Rc<TailOf>);
-
-#[derive(Debug)]
-struct TailOf {
-    stream: usize,
-    device: Device,
-    event: RefCell<Option<SimShared>>,
-    epoch: std::cell::Cell<u64>,
-    recorded_through: std::cell::Cell<u64>,
-}
-
-impl SimTail {
-    fn of(stream: usize, device: Device) -> SimTail {
-        SimTail(Rc::new(TailOf {
-            stream,
-            device,
-            event: RefCell::new(None),
-            epoch: std::cell::Cell::new(0),
-            recorded_through: std::cell::Cell::new(0),
-        }))
-    }
-}
-
-impl Tail for SimTail {
-    type Event = SimShared;
-
-    fn point(&self) -> u64 {
-        self.0.epoch.get()
-    }
-
-    fn flush(&self, point: u64) -> Result<SimShared> {
-        let tail = &self.0;
-        let early = sim(|sim| sim.tail_covers_early);
-        let covered = tail.recorded_through.get() > point || (early && tail.recorded_through.get() == point);
-        if let Some(event) = tail.event.borrow().as_ref().filter(|_| covered) {
-            return Ok(event.share());
-        }
-        let stream =
-            SimStream { index: tail.stream, handle: 0, device: tail.device, id: None, builtin: false, tail: None };
-        let event = match tail.event.borrow().as_ref() {
-            Some(event) => event.share(),
-            None => stream.new_event()?,
-        };
-        *tail.event.borrow_mut() = Some(event.share());
-        let epoch = tail.epoch.get() + 1;
-        tail.epoch.set(epoch);
-        stream.record(&event)?;
-        tail.recorded_through.set(epoch);
-        Ok(event)
-    }
 }
 
 #[derive(Debug)]
@@ -158,8 +97,6 @@ struct SimEvent {
 struct SimShared(Rc<SimEvent>);
 
 impl Shared for SimShared {
-    type Tail = SimTail;
-
     fn share(&self) -> SimShared {
         SimShared(Rc::clone(&self.0))
     }
@@ -237,18 +174,6 @@ impl Queue for SimStream {
             push(self.index, Op::Wait(last));
         }
         Ok(())
-    }
-
-    fn pends(&self) -> bool {
-        self.tail.is_some()
-    }
-
-    fn pends_at(&self, tail: &SimTail) -> bool {
-        self.tail.as_ref().is_some_and(|own| Rc::ptr_eq(&own.0, &tail.0))
-    }
-
-    fn tail(&self) -> Option<SimTail> {
-        self.tail.clone()
     }
 
     fn completed(event: &SimShared) -> bool {
@@ -357,10 +282,6 @@ struct Plan {
     shared_counts_as_sole: bool,
     /// Out of 3, how many streams have no known id (1 unless told).
     uncertain: u64,
-    /// Streams 1 and 3, where they have an id, have tails.
-    tails: bool,
-    /// A broken tail (see [`Sim::tail_covers_early`]).
-    tail_covers_early: bool,
 }
 
 impl Plan {
@@ -371,16 +292,16 @@ impl Plan {
 
 /// From two to five simulated streams, each without a known id at odds of `uncertain` in 3.
 /// Streams 0 and 1, and 2 and 3, share a device and a handle: a handle reused, told apart only
-/// by ids (or by nothing). Stream 4, where there is one, is a default stream. With `tails`,
-/// streams 1 and 3 with an id have tails (as the crate's own streams do).
-fn random_streams(rng: &mut Rng, uncertain: u64, tails: bool) -> Vec<SimStream> {
+/// by ids (or by nothing). Stream 4, where there is one, is a default stream.
+fn random_streams(rng: &mut Rng, uncertain: u64) -> Vec<SimStream> {
     let count = 2 + rng.below(4) as usize;
     (0..count)
-        .map(|index| {
-            let device = Device::from_ordinal((index / 2 % 2) as i32);
-            let id = (index != 4 && rng.below(3) >= uncertain).then_some(100 + index as u64);
-            let tail = (tails && index % 2 == 1 && id.is_some()).then(|| SimTail::of(index, device));
-            SimStream { index, handle: if index == 4 { 99 } else { index / 2 }, device, id, builtin: index == 4, tail }
+        .map(|index| SimStream {
+            index,
+            handle: if index == 4 { 99 } else { index / 2 },
+            device: Device::from_ordinal((index / 2 % 2) as i32),
+            id: (index != 4 && rng.below(3) >= uncertain).then_some(100 + index as u64),
+            builtin: index == 4,
         })
         .collect()
 }
@@ -389,14 +310,7 @@ fn random_streams(rng: &mut Rng, uncertain: u64, tails: bool) -> Vec<SimStream> 
 fn streams_of_one_device(count: usize) -> Vec<SimStream> {
     let device = Device::from_ordinal(0);
     (0..count)
-        .map(|index| SimStream {
-            index,
-            handle: index,
-            device,
-            id: Some(100 + index as u64),
-            builtin: false,
-            tail: None,
-        })
+        .map(|index| SimStream { index, handle: index, device, id: Some(100 + index as u64), builtin: false })
         .collect()
 }
 
@@ -425,7 +339,7 @@ fn happens_before() -> impl Fn(At, At) -> bool {
 /// The schedule of `seed`; the most marks the ledger held, or the first pair left unordered.
 fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let streams = random_streams(&mut rng, plan.uncertain, plan.tails);
+    let streams = random_streams(&mut rng, plan.uncertain);
     let count = streams.len();
     // Raw home work in a third of the schedules: once the address is handed out, every use
     // elsewhere waits for all the home stream's work, which hides the unmarked home uses.
@@ -437,7 +351,6 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
             fail_wait_at: plan.failing_wait,
             waits_do_nothing: plan.waits_do_nothing,
             shared_counts_as_sole: plan.shared_counts_as_sole,
-            tail_covers_early: plan.tail_covers_early,
             ..Sim::default()
         },
     );
@@ -629,77 +542,6 @@ fn a_ledger_that_records_shared_events_again_is_caught() {
     assert!(caught >= 10, "only {caught} of 300 schedules caught the shared events recorded again");
 }
 
-/// Streams with tails: their uses' marks wait unrecorded, and are recorded when a conflicting
-/// use elsewhere, or the free, waits for them; every conflicting pair is still ordered.
-#[test]
-fn uses_at_tails_are_ordered_before_every_conflicting_use_and_the_free() {
-    let plan = Plan { tails: true, ..Plan::steps(200) };
-    let mut most_marks = 0;
-    for seed in 1..=if cfg!(miri) { 2 } else { 3000 } {
-        most_marks = most_marks.max(schedule(seed, plan).unwrap_or_else(|pair| panic!("seed {seed}: {pair}")));
-    }
-    assert!(most_marks < LIMIT, "the ledger stayed bounded: {most_marks} marks at most");
-}
-
-/// With tails, through merges (no query ever allowed) and collapses (streams of no known id),
-/// and with a record or a wait that fails (a tail's record included), the order holds.
-#[test]
-fn uses_at_tails_keep_the_order_through_merges_collapses_and_failures() {
-    for seed in 1..=200 {
-        let merges = Plan { tails: true, no_queries: true, ..Plan::steps(1500) };
-        schedule(seed, merges).unwrap_or_else(|pair| panic!("seed {seed}, merges: {pair}"));
-        let collapses = Plan { tails: true, no_queries: true, uncertain: 2, ..Plan::steps(1500) };
-        schedule(seed, collapses).unwrap_or_else(|pair| panic!("seed {seed}, collapses: {pair}"));
-    }
-    for seed in 1..=1500 {
-        let at = Some(1 + (seed % 20) as usize);
-        let record = Plan { tails: true, failing_record: at, ..Plan::steps(200) };
-        schedule(seed, record).unwrap_or_else(|pair| panic!("seed {seed}, record {at:?} failed: {pair}"));
-        let wait = Plan { tails: true, failing_wait: at, ..Plan::steps(200) };
-        schedule(seed, wait).unwrap_or_else(|pair| panic!("seed {seed}, wait {at:?} failed: {pair}"));
-    }
-}
-
-/// The model can fail: a tail that counts a record made at a use's own epoch (before the use
-/// was enqueued) as covering it leaves some pair unordered.
-#[test]
-fn a_tail_that_counts_an_earlier_record_as_covering_a_use_is_caught() {
-    let plan = Plan { tails: true, tail_covers_early: true, ..Plan::steps(400) };
-    let caught = (1..=300).filter(|&seed| schedule(seed, plan).is_err()).count();
-    assert!(caught >= 10, "only {caught} of 300 schedules caught the early cover");
-}
-
-/// A stream that reads a buffer again and again records nothing: one record of its tail, when a
-/// write elsewhere comes, covers all of its reads, and the write is ordered after the last.
-#[test]
-fn repeated_reads_at_a_tail_record_once_when_a_write_comes() {
-    start(3, Sim::default());
-    let mut streams = streams_of_one_device(3);
-    streams[1].tail = Some(SimTail::of(1, streams[1].device));
-    let (home, reader, writer) = (&streams[0], &streams[1], &streams[2]);
-    let uses = Uses::<SimShared>::allocated(BYTES);
-    push(0, Op::Use);
-    let read = Span { bytes: 0..BYTES, writes: false };
-    let on_reader = On { key: reader.key(), home: false };
-    let mut last_read = None;
-    for _ in 0..1000 {
-        let ticket = uses.before(home, reader, on_reader, &read).unwrap();
-        last_read = Some(push(1, Op::Use));
-        uses.after(reader, on_reader, read.clone(), ticket, &mut UseEvent::default()).unwrap();
-    }
-    // The first read waited for the allocation (one record on the home stream).
-    let records = sim(|sim| sim.records);
-    assert_eq!(records, 1, "1,000 reads at a tail made {records} records");
-    let on_writer = On { key: writer.key(), home: false };
-    let write = Span::write(0..BYTES);
-    let ticket = uses.before(home, writer, on_writer, &write).unwrap();
-    let written = push(2, Op::Use);
-    uses.after(writer, on_writer, write, ticket, &mut UseEvent::default()).unwrap();
-    let records = sim(|sim| sim.records);
-    assert_eq!(records, 3, "the write recorded the reader's tail once and its own mark: {records} records");
-    assert!(happens_before()(last_read.unwrap(), written), "the last read is not ordered before the write");
-}
-
 /// Reads on a stream of no known id (a borrowed or foreign stream), while queries are not
 /// allowed, keep the ledger bounded.
 #[test]
@@ -707,8 +549,8 @@ fn reads_on_a_stream_of_uncertain_identity_keep_the_ledger_bounded() {
     start(2, Sim::default());
     let device = Device::from_ordinal(0);
     let (home, reader) = (
-        SimStream { index: 0, handle: 0, device, id: Some(1), builtin: false, tail: None },
-        SimStream { index: 1, handle: 1, device, id: None, builtin: false, tail: None },
+        SimStream { index: 0, handle: 0, device, id: Some(1), builtin: false },
+        SimStream { index: 1, handle: 1, device, id: None, builtin: false },
     );
     let uses = Uses::<SimShared>::allocated(BYTES);
     let on = On { key: reader.key(), home: false };
@@ -758,8 +600,6 @@ struct TwoBufferPlan {
     failing_wait: Option<usize>,
     /// A broken ledger: shared events recorded again.
     shared_counts_as_sole: bool,
-    /// Streams 1 and 3, where they have an id, have tails.
-    tails: bool,
 }
 
 impl TwoBufferPlan {
@@ -777,7 +617,7 @@ fn two_buffer_schedule(seed: u64, plan: TwoBufferPlan) -> Result<usize, String> 
     /// Each buffer's home stream.
     const HOMES: [usize; 2] = [0, 1];
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let streams = random_streams(&mut rng, plan.uncertain, plan.tails);
+    let streams = random_streams(&mut rng, plan.uncertain);
     let count = streams.len();
     start(
         count,
@@ -1027,22 +867,6 @@ fn two_buffers_sharing_events_keep_the_order_through_a_failed_record_or_wait() {
         two_buffer_schedule(seed, record).unwrap_or_else(|pair| panic!("seed {seed}, record {at:?} failed: {pair}"));
         let wait = TwoBufferPlan { failing_wait: at, ..TwoBufferPlan::steps(200) };
         two_buffer_schedule(seed, wait).unwrap_or_else(|pair| panic!("seed {seed}, wait {at:?} failed: {pair}"));
-    }
-}
-
-/// Two buffers on streams with tails: their uses' marks wait unrecorded, also between one use's
-/// notes, and every conflicting pair of either buffer's uses is still ordered, through merges
-/// and failures.
-#[test]
-fn two_buffers_with_uses_at_tails_order_every_conflicting_pair() {
-    for seed in 1..=1000 {
-        let plan = TwoBufferPlan { tails: true, ..TwoBufferPlan::steps(200) };
-        two_buffer_schedule(seed, plan).unwrap_or_else(|pair| panic!("seed {seed}: {pair}"));
-        let merges = TwoBufferPlan { tails: true, no_queries: true, mostly_reads: true, ..TwoBufferPlan::steps(800) };
-        two_buffer_schedule(seed, merges).unwrap_or_else(|pair| panic!("seed {seed}, merges: {pair}"));
-        let at = Some(1 + (seed % 20) as usize);
-        let record = TwoBufferPlan { tails: true, failing_record: at, ..TwoBufferPlan::steps(200) };
-        two_buffer_schedule(seed, record).unwrap_or_else(|pair| panic!("seed {seed}, record {at:?} failed: {pair}"));
     }
 }
 
