@@ -129,6 +129,14 @@ impl<M: Mode, T: 'static> ModeSwitch<M, T> {
         self.state.load(Ordering::Relaxed) & ON_BITS != 0
     }
 
+    /// The on-period now, if the mode may be on anywhere (see [`ModeSwitch::is_on_anywhere`]
+    /// and [`ModeSwitch::on_period`]), from one load of the state: what is recorded for that
+    /// period while it is on belongs to it, never to a later one.
+    pub(crate) fn on_now(&self) -> Option<u64> {
+        let state = self.state.load(Ordering::Acquire);
+        (state & ON_BITS != 0).then_some(state >> 32)
+    }
+
     /// How many times the mode went off everywhere so far: what was observed while it was on
     /// belongs to one value of it (a history kept across a time off would miss what happened
     /// meanwhile). Read with the state's other bits in one load.

@@ -191,15 +191,18 @@ fn model() -> MutexGuard<'static, Option<Model>> {
     MODEL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The model of the detector's current on-period: a model of an earlier one (the detector
-/// went off everywhere since) is replaced by an empty one.
-fn live_model() -> ModelGuard {
+/// The model of the detector's current on-period, read under the model's lock: a model of an
+/// earlier one (the detector went off everywhere since) is replaced by an empty one. `None`
+/// once the detector is off everywhere: a thread that found it on and then took the lock after
+/// it went off records nothing (a model made then would belong to the next on-period, and
+/// carry this record into it).
+fn live_model() -> Option<ModelGuard> {
     let mut guard = model();
-    let period = SWITCH.on_period();
+    let period = SWITCH.on_now()?;
     if guard.as_ref().is_none_or(|model| model.on_period() != period) {
         *guard = Some(Model::new(period));
     }
-    ModelGuard(guard)
+    Some(ModelGuard(guard))
 }
 
 /// Prints and keeps `races` where this thread's mode reports them.
@@ -280,7 +283,7 @@ pub(crate) fn snapshot(read: impl FnOnce(&mut Model) -> clock::Clock) -> Option<
     if !tracking() {
         return None;
     }
-    let mut model = live_model();
+    let mut model = live_model()?;
     let generation = model.generation();
     Some(Snapshot { generation, clock: read(&mut model) })
 }
@@ -345,7 +348,9 @@ fn commit(checked: Unrecorded) {
 pub(crate) fn check(stream: StreamKey, step: Step, uses: Vec<Use>, operation: String) -> Result<Checked> {
     let mode = this_threads_mode();
     let origin = Arc::new(if uses.is_empty() { Origin::unseen(operation) } else { Origin::here(operation) });
-    let mut pending = live_model().check(&stream, step, &uses, &origin);
+    let Some(mut model) = live_model() else { return Ok(Checked::none()) };
+    let mut pending = model.check(&stream, step, &uses, &origin);
+    drop(model);
     decide(mode, std::mem::take(&mut pending.races))?;
     Ok(Checked { pending: Some(Box::new(Unrecorded(pending, uses, origin, mode))) })
 }
@@ -386,8 +391,8 @@ pub(crate) struct CheckedCollective {
     mode: RaceMode,
     order: CollectiveOrder,
     origin: Arc<Origin>,
-    /// The model the ranks were checked against.
-    generation: u64,
+    /// The model the ranks were checked against (none: the detector was off by then).
+    generation: Option<u64>,
     /// Per rank: its stream, what it knew of before the collective, its check, its uses.
     ranks: Vec<(StreamKey, clock::Clock, Pending, Vec<Use>)>,
 }
@@ -408,8 +413,10 @@ pub(crate) fn check_collective(
 ) -> Result<CheckedCollective> {
     let mode = this_threads_mode();
     let origin = Arc::new(Origin::here(operation));
-    let mut model = live_model();
-    let generation = model.generation();
+    let Some(mut model) = live_model() else {
+        return Ok(CheckedCollective { mode, order, origin, generation: None, ranks: Vec::new() });
+    };
+    let generation = Some(model.generation());
     let mut checked = Vec::with_capacity(ranks.len());
     let mut races = Vec::new();
     for (key, uses) in ranks {
@@ -428,6 +435,7 @@ impl CheckedCollective {
     /// operations other threads recorded since the check are reported.
     pub(crate) fn enqueued(self) {
         let CheckedCollective { mode, order, origin, generation, ranks } = self;
+        let Some(generation) = generation else { return };
         let mut guard = model();
         let Some(model) = guard.as_mut().filter(|model| model.generation() == generation) else { return };
         let moves_data = ranks.iter().any(|(_, _, _, uses)| uses.iter().any(|access| access.bytes > 0));
@@ -475,7 +483,7 @@ pub fn host_access(operation: &str, accesses: &[HostAccess]) -> Result<()> {
     let mode = this_threads_mode();
     let origin = Arc::new(Origin::here(operation));
     let races = {
-        let mut model = live_model();
+        let Some(mut model) = live_model() else { return Ok(()) };
         let races = model.host_check(&uses, &origin);
         if mode != RaceMode::Fail || races.is_empty() {
             model.host_commit(&uses, origin);
@@ -504,7 +512,9 @@ fn decide(mode: RaceMode, races: Vec<RaceReport>) -> Result<()> {
 pub(crate) fn allocated(stream: impl FnOnce() -> StreamKey, allocation: impl FnOnce() -> Use, operation: &str) {
     if tracking() {
         let origin = Arc::new(Origin::here(operation));
-        live_model().allocated(&stream(), allocation(), origin);
+        if let Some(mut model) = live_model() {
+            model.allocated(&stream(), allocation(), origin);
+        }
     }
 }
 
@@ -598,7 +608,9 @@ pub(crate) fn check_replay(stream: StreamKey, accesses: &CapturedAccesses) -> Re
 #[inline(always)]
 pub(crate) fn update(update: impl FnOnce(&mut Model)) {
     if tracking() {
-        update(&mut live_model());
+        if let Some(mut model) = live_model() {
+            update(&mut model);
+        }
     }
 }
 

@@ -225,8 +225,16 @@ fn empty_accesses_are_nothing_and_a_spanning_access_is_in_every_history_it_meets
     assert_eq!(races, [RaceKind::WriteRead], "the spanning write, once");
 }
 
+/// Serializes the tests that open scopes of the process's detector: one of them needs the
+/// detector off everywhere.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn an_off_scope_decides_on_its_thread() {
+    let _serial = serial();
     let _report = super::race_scope(super::RaceMode::Report);
     assert_eq!(super::this_threads_mode(), super::RaceMode::Report);
     {
@@ -256,6 +264,7 @@ fn declared(scope: &super::RaceScope, key: &StreamKey, uses: Vec<Use>) -> Vec<Ra
 #[test]
 fn a_collective_orders_each_rank_after_the_earlier_work_of_the_ranks_it_receives_from() {
     use super::CollectiveOrder::{AllToAll, FromFirstRank, IntoFirstRank};
+    let _serial = serial();
     let scope = super::race_scope(super::RaceMode::Report);
     for (test, order) in [(1, AllToAll), (2, FromFirstRank), (3, IntoFirstRank)] {
         let (a, b, c) = (own_stream(test, 1), own_stream(test, 2), own_stream(test, 3));
@@ -286,6 +295,7 @@ fn a_collective_orders_each_rank_after_the_earlier_work_of_the_ranks_it_receives
 
 #[test]
 fn a_collective_that_was_not_enqueued_or_moves_no_bytes_orders_nothing() {
+    let _serial = serial();
     let scope = super::race_scope(super::RaceMode::Report);
     let (a, b) = (own_stream(4, 1), own_stream(4, 2));
     let at = |offset: u64, kind: AccessKind| own_memory(4, offset, kind);
@@ -302,6 +312,7 @@ fn a_collective_that_was_not_enqueued_or_moves_no_bytes_orders_nothing() {
 
 #[test]
 fn under_fail_a_collective_with_a_racing_rank_is_refused_whole() {
+    let _serial = serial();
     let _fail = super::race_scope(super::RaceMode::Fail);
     let (producer, a, b) = (own_stream(5, 1), own_stream(5, 2), own_stream(5, 3));
     let at = |offset: u64, kind: AccessKind| own_memory(5, offset, kind);
@@ -322,4 +333,24 @@ fn under_fail_a_collective_with_a_racing_rank_is_refused_whole() {
     }
     // Nothing of it was recorded, rank a's part neither: the producer may write rank a's output.
     super::check(producer, Step::Work, vec![at(output_a, AccessKind::Write)], "after".into()).unwrap().enqueued();
+}
+
+/// A check that reaches the model once the detector is off everywhere (its thread found it on,
+/// then took the model's lock after the last scope closed) records nothing: no model of the
+/// next on-period is made for it, which would start that period with a stale write and report
+/// races that are not.
+#[test]
+fn a_check_made_after_the_detector_went_off_leaves_nothing_to_the_next_period() {
+    let _serial = serial();
+    let (a, b) = (own_stream(6, 1), own_stream(6, 2));
+    let at = |kind: AccessKind| own_memory(6, 0, kind);
+    {
+        let scope = super::race_scope(super::RaceMode::Report);
+        assert!(declared(&scope, &a, vec![at(AccessKind::Write)]).is_empty());
+    }
+    // Off everywhere now (the serial lock keeps every other scope of this binary closed).
+    assert!(!super::tracking());
+    super::check(a.clone(), Step::Work, vec![at(AccessKind::Write)], "late".into()).unwrap().enqueued();
+    let scope = super::race_scope(super::RaceMode::Report);
+    assert!(declared(&scope, &b, vec![at(AccessKind::Read)]).is_empty(), "the last period's write was kept");
 }
