@@ -576,8 +576,8 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// launcher ([`StreamRef::launch`]), where an end would wait for the launch itself: the
     /// capture then stays open in CUDA and counted, as a leaked one (the same for a drop there).
     pub fn end(mut self) -> Result<Graph> {
-        let race_accesses = race::take_captured(self.id);
-        match self.finish() {
+        let (ended, race_accesses) = self.finish();
+        match ended {
             Ended::Graph(graph) => graph.map(|graph| graph.with_race_accesses(race_accesses)),
             // Captures into a borrowed graph are never handed out as a `Capture`.
             Ended::Borrowed(_) => Err(Error::CaptureMisuse("this capture wrote into a graph it does not own")),
@@ -585,11 +585,14 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         }
     }
 
-    /// Ends the capture in CUDA and uncounts it, exactly once (`end`, or else the drop). When
-    /// the stream cannot be used here (inside a host function, or inside a call that holds the
-    /// enqueue path's hold: a raw launcher), CUDA's capture stays open: it stays counted, as a
-    /// leaked capture does, and a graph it captures into is leaked with it.
-    pub(super) fn finish(&mut self) -> Ended {
+    /// Ends the capture in CUDA and uncounts it, exactly once (`end`, or else the drop), and
+    /// returns the accesses declared to the race detector in it: taken once CUDA's end has
+    /// returned under the transition, so that none another thread declared meanwhile (under
+    /// the hold, before the end) is lost. When the stream cannot be used here (inside a host
+    /// function, or inside a call that holds the enqueue path's hold: a raw launcher), CUDA's
+    /// capture stays open: it stays counted, as a leaked capture does, and a graph it captures
+    /// into is leaked with it.
+    pub(super) fn finish(&mut self) -> (Ended, Option<std::sync::Arc<race::CapturedAccesses>>) {
         self.ended = true;
         let into = self.into.take();
         // Neither inside a host function nor inside a call that holds the transition lock can
@@ -599,16 +602,16 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
             Ok(entered) => entered,
             Err(error) => {
                 std::mem::forget(into);
-                return Ended::StillOpen(error);
+                return (Ended::StillOpen(error), None);
             }
         };
         let ended = end_capture(self.stream, into, transition);
         drop(current);
-        live_captures::ended(self.counted);
         // Accesses declared into a capture whose graph does not keep them (a capture dropped,
-        // or one that failed) are not replayed: forgotten with it.
-        drop(race::take_captured(self.id));
-        ended
+        // or one that failed) are not replayed: the caller forgets them.
+        let accesses = race::take_captured(self.id);
+        live_captures::ended(self.counted);
+        (ended, accesses)
     }
 
     /// Whether `end` or the drop has run (see [`Capture::finish`]).

@@ -584,8 +584,8 @@ impl<'a, M: CaptureMode> BuilderCapture<'a, M> {
     /// Ends the capture in CUDA (see [`Capture::finish`]) and notes how it went in the graph;
     /// `dropped` says why the body is incomplete even if the capture ends.
     fn finish(&mut self, dropped: Option<&'static str>) -> Result<()> {
-        let race_accesses = race::take_captured(self.capture.id());
-        let ended = match self.capture.finish() {
+        let (ended, race_accesses) = self.capture.finish();
+        let ended = match ended {
             Ended::Borrowed(ended) => ended,
             // It stays open in CUDA: the level stays listed as capturing.
             Ended::StillOpen(error) => return Err(error),
