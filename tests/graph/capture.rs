@@ -1,6 +1,6 @@
 //! Graph capture on a GPU.
 
-use cuda_stream::{BuiltinStream, CaptureStatus, Error, Stream, StreamOptions, capture};
+use cuda_stream::{BuiltinStream, CaptureStatus, Error, Event, EventFlags, Stream, StreamOptions, capture, sys};
 use cuda_stream_tests::{TagLog, gpu_or_skip, poll_until};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -147,4 +147,61 @@ fn forked_stream_dropped_child() {
     assert_eq!(main.capture_status().unwrap(), CaptureStatus::None, "the capture is over either way");
     main.synchronize().unwrap();
     assert_eq!(log.count(), 0, "captured work never ran");
+}
+
+/// Two threads, each inside a raw launcher's closure, record an event on their own per-thread
+/// stream while another library (raw FFI here, as cudarc's safe `begin_capture` would) captures
+/// it. Such a record waits for the other threads' fast calls, and a launcher's closure is one:
+/// the two would wait for each other forever. Each record is refused instead, and nothing hangs
+/// (in a child process, so that a hang fails this test and not the binary).
+#[test]
+fn records_into_foreign_captures_inside_raw_launchers_are_refused_not_deadlocked() {
+    let _device = gpu_or_skip!();
+    cuda_stream_tests::child_test_prints("foreign_capture_records_in_launchers_child", &["both records refused"]);
+}
+
+#[test]
+#[ignore = "child process of records_into_foreign_captures_inside_raw_launchers_are_refused_not_deadlocked"]
+fn foreign_capture_records_in_launchers_child() {
+    let device = cuda_stream::Device::new(0).unwrap();
+    let barrier = std::sync::Barrier::new(2);
+    let records: Vec<cuda_stream::Result<()>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let per_thread = BuiltinStream::per_thread(device);
+                    let event = Event::new(device, EventFlags::default()).unwrap();
+                    let mode = sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal;
+                    // SAFETY: this thread's per-thread stream, captured here and ended below, as
+                    // another library's capture would be.
+                    let begun = unsafe { sys::cudaStreamBeginCapture(per_thread.as_raw(), mode) };
+                    assert_eq!(begun, sys::cudaError::cudaSuccess);
+                    let mut recorded = None;
+                    per_thread
+                        .launch("record inside a launcher", |_| {
+                            // Both threads inside their launchers' fast calls at once.
+                            barrier.wait();
+                            recorded = Some(per_thread.record(&event));
+                            sys::cudaError::cudaSuccess
+                        })
+                        .unwrap();
+                    let mut graph: sys::cudaGraph_t = std::ptr::null_mut();
+                    // SAFETY: ends the capture begun above; its graph is destroyed once.
+                    unsafe {
+                        assert_eq!(
+                            sys::cudaStreamEndCapture(per_thread.as_raw(), &mut graph),
+                            sys::cudaError::cudaSuccess
+                        );
+                        assert_eq!(sys::cudaGraphDestroy(graph), sys::cudaError::cudaSuccess);
+                    }
+                    recorded.expect("the launcher ran")
+                })
+            })
+            .collect();
+        threads.into_iter().map(|thread| thread.join().unwrap()).collect()
+    });
+    for record in &records {
+        assert!(matches!(record, Err(Error::CaptureMisuse(_))), "refused, not recorded into the capture: {record:?}");
+    }
+    println!("both records refused");
 }

@@ -111,8 +111,14 @@ impl StreamRef {
         }
         // A capture that no begin of this crate announced: another library's, of this thread's
         // per-thread stream (stable during this call: only this thread can begin or end it).
-        // Queries of the event made as fast calls are waited for, as a capture's begin waits.
+        // Queries of the event made as fast calls are waited for, as a capture's begin waits;
+        // never from inside a fast call of this thread (a raw launcher's closure): two threads
+        // doing so would wait for each other's calls forever. Refused there instead.
         if self.is_thread_bound() && !live_captures::may_capture() && self.may_be_capturing() != Ok(false) {
+            if uncaptured_calls::in_fast_call() {
+                event.records().abandon_capture_record(opened);
+                return Err(Error::CaptureMisuse(UNANNOUNCED_CAPTURE_IN_LAUNCHER));
+            }
             uncaptured_calls::wait_for_uncaptured_calls();
         }
         let recorded = self.record_raw(event.as_raw(), 0);
@@ -444,6 +450,11 @@ impl StreamRef {
 fn record_work(event: sys::cudaEvent_t) -> Work<fn() -> Vec<Use>> {
     Work::named("cudaEventRecord").step(Step::Record(event as usize)).through_driver()
 }
+
+/// Why a record into another library's capture of the per-thread stream is refused inside a
+/// raw launcher.
+const UNANNOUNCED_CAPTURE_IN_LAUNCHER: &str = "an event is not recorded on a per-thread stream that another library is \
+     capturing from inside a raw launcher: the record would wait for other threads' calls, which may wait for this one";
 
 /// A wait for `event`, as the one enqueue path takes it.
 #[inline(always)]
