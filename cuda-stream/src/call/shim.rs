@@ -8,11 +8,15 @@
 //! `membarrier` is a `SeqCst` fence on the fast side (where the crate's core has a compiler
 //! fence).
 //!
+//! The capture-transition lock's core ([`transitions_core`](super::transitions_core)) takes its
+//! `RwLock` and its guards from here too; its loom model is `cuda-stream/tests/loom_joins.rs`.
+//!
 //! Only the cores import this module: the rest of the crate uses std directly.
 
 pub(crate) use std::hint::spin_loop;
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
 pub(crate) use std::sync::{Arc, Mutex, Once, PoisonError};
+pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub(crate) use std::thread::{LocalKey, yield_now};
 pub(crate) use std::thread_local;
 
