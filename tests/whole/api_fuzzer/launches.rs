@@ -3,7 +3,8 @@
 
 use super::*;
 use cuda_stream::{
-    BarrierScope, DeviceBuffer, DeviceWords, LaunchConfig, MappedWords, MemOp, MemSyncDomain, SmPartition, WaitValue,
+    Access, BarrierScope, DeviceBuffer, DeviceWords, LaunchConfig, MappedWords, MemOp, MemSyncDomain, SmPartition,
+    WaitValue,
 };
 
 cuda_stream::kernel! {
@@ -67,7 +68,12 @@ impl<'p> World<'p> {
             _ => config.programmatic_dependent(),
         };
         let x_ptr = x.as_ptr();
+        let declare = self.race_checked;
         let launched = y.use_on(on, |on, y| {
+            // Under the race detector the launch declares what it reads and writes: `x` on its
+            // home stream, `y` through `use_on`, both ordered by the crate.
+            let accesses = [Access::read(x_ptr, N), Access::write(y.cast_const(), N)];
+            let config = if declare { config.accesses(&accesses) } else { config };
             // SAFETY: `x` holds N floats homed on `on` (freed there after this launch), `y`
             // holds N floats lent by `use_on` for work enqueued here on `on`.
             unsafe { SAXPY.launch(on, &config, (a, x_ptr, y, N as u32)) }
@@ -252,7 +258,11 @@ impl<'p> World<'p> {
         let graph = Graph::new(self.device);
         note("Graph::new", &graph);
         let Ok(mut graph) = graph else { return };
+        // Under the race detector the kernel nodes declare their writes of the log: the graph
+        // is launched only on the log's home stream, and the log read back there.
+        let log_access = [Access::write(log_ptr.cast_const(), 1 + CAPACITY as usize)];
         let one = LaunchConfig::new(1, 1);
+        let one = if self.race_checked { one.accesses(&log_access) } else { one };
         let built = (|| -> Result<()> {
             let mut root = graph.builder();
             let when = root.condition(Some(value))?;

@@ -27,7 +27,8 @@
 //!   compute-sanitizer, where their launches fault);
 //! * sync-debug scopes (`Report`, `Refuse`) around stream and device synchronizes and pageable
 //!   copies, and race-detector scopes (`Report`) around buffer operations the crate orders
-//!   (`scopes.rs`);
+//!   (`scopes.rs`); and a share of the programs run whole under the race detector, some of
+//!   them with a planted race (see "The race detector over whole programs" below);
 //! * joins from another thread while captures begin and end (`joins.rs`): the main thread
 //!   captures a stream of its own 1 to 3 times (ThreadLocal or Relaxed) and joins back what
 //!   joined, while a spawned thread makes a second stream wait on the captured one (or on an
@@ -98,6 +99,9 @@
 //! * under a `Refuse` sync-debug scope no synchronize or pageable copy succeeds, and under
 //!   `Report` a synchronize that succeeded was reported; in a `Report` race-detector scope,
 //!   buffer operations the crate orders (on any streams of the program) report nothing;
+//! * in a race-checked program the race detector (`RaceMode::Report`, the whole program)
+//!   reports no race among the program's operations, and reports the planted race, once, where
+//!   one was planted;
 //! * in the join race every call (the waits, the captures' begins and ends, the second
 //!   stream's records, launches, allocations, copies and completions) gives `Ok`,
 //!   [`Error::CaptureMisuse`] or one of CUDA's stream-capture errors (900 to 908: a capture
@@ -107,19 +111,75 @@
 //! * afterwards every closure is freed, every completion has resolved, and the live counts of
 //!   streams, events and host closures are back where they started.
 //!
+//! The race detector over whole programs (`scopes.rs`):
+//! * which: the programs whose seed is divisible by `CUDA_STREAM_FUZZ_RACE_EVERY` (default 4,
+//!   a quarter of them), the same programs (the same operations) as without the detector, so
+//!   the run time stays about the same (the detector adds its bookkeeping only); one in four of
+//!   those (the quotient 1 modulo 4: seeds 4, 20, 36, … by default) plants a race.
+//! * how: the process-wide mode ([`set_race_mode`](cuda_stream::set_race_mode)`(Report)`),
+//!   from before the program's first stream to after its leftovers check, not a
+//!   [`race_scope`](cuda_stream::race_scope): a scope belongs to the thread that opened it, and
+//!   a program's operations also run on threads it spawns (the bursts of threads, the join
+//!   race's joiner, the racers at a capture's end, event checks on a spawned thread, buffers
+//!   and pinned buffers dropped elsewhere), which report under the process mode. CUDA's own
+//!   threads make no call of the crate (host functions are refused them). The detector starts
+//!   its history there: nothing the program uses predates it. `RaceScope` operations nest
+//!   their own scope inside.
+//! * what it sees: the buffers' allocations, fills, copies (slices, pinned buffers, each
+//!   other) and frees; the pinned buffers' host accesses; the records, waits, `wait_stream`s,
+//!   forks, synchronizes and queries that saw completion; and, declared in race-checked
+//!   programs only (the others run exactly as before), the raw work the crate orders: the
+//!   untyped fill through `use_on` (`declare_accesses` inside `use_on`, a write of the whole
+//!   buffer), the typed launch (`LaunchConfig::accesses`: `x` read on its home stream, `y`
+//!   written through `use_on`), the conditional graph's kernel nodes (their writes of the log,
+//!   replayed by the graph's one launch, on the log's home stream, where the log is made, read
+//!   back and freed).
+//! * what it does not see, and why that is right: the tag kernels append to one mapped log
+//!   (shared by every program) from every stream, unordered on purpose and atomic: declared,
+//!   they would be reported (true, benign races), so they are never declared; empty and spin
+//!   kernels, host functions and callbacks touch no memory; stream memory operations
+//!   (`MappedWords`, `DeviceWords`) tell the detector nothing (`memory/mem_ops.rs` is none of
+//!   its sources), and each set of words is used on one stream only. Nothing is declared into
+//!   a capture: buffers are refused during captures, no buffer is used during a raw capture,
+//!   typed launches never run in one, so the graphs the program launches on any stream replay
+//!   no access
+//!   (declared, captured accesses would race the buffers' later uses for real: nothing orders
+//!   a graph launched on an arbitrary stream with them). Raw captures and the non-primary
+//!   context touch no memory.
+//! * so no operation is left out of race-checked programs: every access the detector is told
+//!   of is ordered by the crate (a buffer's uses, through its events and home stream) or made
+//!   on one stream; no raw work touches a buffer behind the crate's back (the raw fill runs
+//!   inside `use_on`, the typed launch's `x` is used on its home stream only, the log's
+//!   kernels on its home stream only). A report there is a bug of the crate's ordering or of
+//!   the detector, and fails the program with the reports (both operations, their streams,
+//!   the missing edge) and its seed.
+//! * the planted race (`World::plant_race`), once per planting program, at a random point at
+//!   the top level (no capture in progress): a fresh buffer zeroed on a program home, two
+//!   owned streams of the program outside any capture (fresh ones where fewer) made to wait
+//!   for that home, then a raw `cudaMemsetAsync` of all its bytes on each, each declared first
+//!   with `declare_accesses` (as `tests/call/race_detector.rs` declares its raw kernels), with
+//!   nothing between them: the detector must report exactly one race, `WriteWrite`, from the
+//!   first declared write to the second. The home stream then waits for both (or the device
+//!   synchronizes) and the buffer drops: its free races nothing. The planted writes are told
+//!   apart from the program's operations by their names; every other report fails the program.
+//!
 //! Files: `main.rs` (these docs, knobs, results, the harness, the watchdog, the leftovers
 //! check), `ops.rs` ([`Op`], its weights and the generator), `world.rs` (a program's state and
 //! the dispatch of its operations), then one file per family: `streams.rs` (streams, kernels,
 //! host functions, completions, pool leases, `as_current`), `events.rs` (events, and events
 //! recorded in captures), `captures.rs` (captures, graphs, executables), `foreign.rs` (raw
 //! captures, the non-primary context), `threads.rs`, `memory.rs`, `launches.rs`, `scopes.rs`
-//! and `joins.rs`.
+//! (also the race detector over whole programs, its oracle and the planted race) and
+//! `joins.rs`.
 //!
 //! Knobs:
 //! * `CUDA_STREAM_FUZZ_PROGRAMS`: how many programs; default 1,000, or 50 under
 //!   compute-sanitizer (`CUDA_STREAM_SANITIZER`).
 //! * `CUDA_STREAM_FUZZ_FIRST`: the first seed (default 0): seeds `FIRST..FIRST + N`.
 //! * `CUDA_STREAM_FUZZ_SEED`: run only the program of this seed (a failure names its seed).
+//! * `CUDA_STREAM_FUZZ_RACE_EVERY`: the programs whose seed is divisible by it run under the
+//!   race detector (default 4; 1: all of them; 0: none), one in four of those with a planted
+//!   race.
 //! * `CUDA_STREAM_FUZZ_TRACE=1`: print every operation, every call's outcome and the live counts
 //!   (to stderr, uncaptured): for a failing seed.
 //!
@@ -157,6 +217,7 @@ use captures::*;
 use events::*;
 use memory::*;
 use ops::*;
+use scopes::*;
 use streams::*;
 use world::*;
 
@@ -164,6 +225,10 @@ const PROGRAMS_VAR: &str = "CUDA_STREAM_FUZZ_PROGRAMS";
 const SEED_VAR: &str = "CUDA_STREAM_FUZZ_SEED";
 const FIRST_VAR: &str = "CUDA_STREAM_FUZZ_FIRST";
 const TRACE_VAR: &str = "CUDA_STREAM_FUZZ_TRACE";
+const RACE_EVERY_VAR: &str = "CUDA_STREAM_FUZZ_RACE_EVERY";
+
+/// Programs run under the race detector by default: those whose seed is divisible by this.
+const RACE_EVERY: u64 = 4;
 
 /// Bounds on what one program holds at a time.
 const MAX_STREAMS: usize = 16;
@@ -192,6 +257,11 @@ static REFUSALS_MISSED: AtomicU64 = AtomicU64::new(0);
 static CALLBACK_ERRORS: AtomicU64 = AtomicU64::new(0);
 static ERROR_KINDS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 static TAGS: AtomicU32 = AtomicU32::new(0);
+/// Programs run under the race detector (`RaceMode::Report`), whose reports were checked.
+static RACE_PROGRAMS: AtomicU64 = AtomicU64::new(0);
+/// Planted races declared, and those the detector reported (as it must: else the program fails).
+static PLANTS: AtomicU64 = AtomicU64::new(0);
+static PLANTS_REPORTED: AtomicU64 = AtomicU64::new(0);
 
 // ---------------------------------------------------------------------------------------------
 // Drop flags
@@ -356,9 +426,19 @@ fn guarded(run: &Run, at: usize, f: impl FnOnce()) {
     }
 }
 
-/// Runs the program of `seed` and checks that it left nothing behind.
+/// Runs the program of `seed` and checks that it left nothing behind; under the race detector
+/// for the seeds [`race_check`] picks, with a planted race for some of them.
 fn run_program(device: Device, range: PriorityRange, log: &TagLog, seed: u64, baseline: (isize, isize, isize)) {
     let run = Run { seed, ops: generate(seed) };
+    let race = race_check(seed);
+    // On before anything of the program is made, for all of it and every thread of it; off
+    // (with its history) when this drops, after the reports were checked, or in a panic.
+    let detector = (race != RaceCheck::Off).then(Detector::report);
+    // Its own generator: the program's own operations are those it makes without the detector.
+    let mut plant_rng = Rng::new(seed ^ 0x0091_a47e_d0ac_e000);
+    let plant_at = (race == RaceCheck::Planted).then(|| plant_rng.below(run.ops.len() + 1));
+    let plant_seed = plant_rng.next_u64();
+    let mut plant: Option<Plant> = None;
     let mut rng = Rng::new(seed ^ 0x00ff_5eed_00ff_5eed);
     let options = if coin(&mut rng) { StreamOptions::non_blocking() } else { StreamOptions::default() };
     let pool = StreamPool::new(device, options, 1 + rng.below(3));
@@ -368,8 +448,15 @@ fn run_program(device: Device, range: PriorityRange, log: &TagLog, seed: u64, ba
         Err(error) => panic!("api fuzzer: seed {seed}: a pool without a priority is always made: {error}"),
     };
     let mut world = World::new(device, range, &pool, log);
+    world.race_checked = detector.is_some();
     let mut next = 0;
     while next < run.ops.len() {
+        // The planted race goes before the first operation at the top level (no capture in
+        // progress) from its position on.
+        if plant.is_none() && plant_at.is_some_and(|at| next >= at) {
+            trace(format_args!("planted race, before op #{next}"));
+            guarded(&run, next, || plant = Some(world.plant_race(plant_seed)));
+        }
         let op = run.ops[next];
         if let Op::BeginCapture { .. } = op {
             next = world.capture_block(&run, next);
@@ -379,11 +466,20 @@ fn run_program(device: Device, range: PriorityRange, log: &TagLog, seed: u64, ba
         }
     }
     let end = run.ops.len();
+    if plant.is_none() && plant_at.is_some() {
+        trace(format_args!("planted race, at the end"));
+        guarded(&run, end, || plant = Some(world.plant_race(plant_seed)));
+    }
     let mut leftovers = None;
     guarded(&run, end, || leftovers = Some(world.finish(&mut rng)));
     drop(pool);
     let Some(leftovers) = leftovers else { unreachable!("finish either returns or panics") };
     guarded(&run, end, || check_leftovers(device, &leftovers, baseline));
+    if let Some(detector) = detector {
+        // Every free of the program was made (and checked) by now.
+        guarded(&run, end, || check_race_reports(plant.as_ref()));
+        drop(detector);
+    }
 }
 
 /// After a program: its work is done, every closure freed, every completion resolved, and the
@@ -515,6 +611,18 @@ impl Drop for Watchdog {
 // Tests
 // ---------------------------------------------------------------------------------------------
 
+/// Every how many seeds a program runs under the race detector (`CUDA_STREAM_FUZZ_RACE_EVERY`,
+/// default [`RACE_EVERY`]; 0: none).
+fn race_every() -> u64 {
+    static EVERY: OnceLock<u64> = OnceLock::new();
+    *EVERY.get_or_init(|| match std::env::var(RACE_EVERY_VAR) {
+        Ok(every) => {
+            every.trim().parse().unwrap_or_else(|_| panic!("{RACE_EVERY_VAR} must be an integer, got {every:?}"))
+        }
+        Err(_) => RACE_EVERY,
+    })
+}
+
 fn seeds() -> std::ops::Range<u64> {
     if let Ok(seed) = std::env::var(SEED_VAR) {
         let seed: u64 = seed.trim().parse().unwrap_or_else(|_| panic!("{SEED_VAR} must be an integer, got {seed:?}"));
@@ -569,8 +677,22 @@ fn random_api_programs_return_typed_results_and_leave_nothing_behind() {
         CALLBACK_ERRORS.load(Ordering::SeqCst),
         if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") },
     );
+    let every = race_every();
+    eprintln!(
+        "api fuzzer: race detector: {} programs under RaceMode::Report ({}), no race reported among the \
+         operations the crate ordered; {} planted races, {} reported",
+        RACE_PROGRAMS.load(Ordering::SeqCst),
+        if every == 0 {
+            "none: CUDA_STREAM_FUZZ_RACE_EVERY=0".to_string()
+        } else {
+            format!("seeds divisible by {every}")
+        },
+        PLANTS.load(Ordering::SeqCst),
+        PLANTS_REPORTED.load(Ordering::SeqCst),
+    );
     assert_eq!(VIOLATIONS.load(Ordering::SeqCst), 0, "no host closure may run after it was dropped");
     assert_eq!(CALLS.load(Ordering::SeqCst), OKS.load(Ordering::SeqCst) + ERRORS.load(Ordering::SeqCst));
+    assert_eq!(PLANTS.load(Ordering::SeqCst), PLANTS_REPORTED.load(Ordering::SeqCst), "every planted race is reported");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! program last wrote to a buffer is tracked, and read back where it is certain.
 
 use super::*;
-use cuda_stream::{DeviceBuffer, MemPool, PinnedBuffer};
+use cuda_stream::{Access, DeviceBuffer, MemPool, PinnedBuffer};
 
 /// Bounds on what one program holds at a time.
 const MAX_BUFFERS: usize = 8;
@@ -205,6 +205,7 @@ impl<'p> World<'p> {
         let origin = active.map(|active| active.origin);
         let capturing = active.is_some();
         let watched = watch(active, self.quiet());
+        let declare = self.race_checked;
         let Some((index, stream)) = buffer_use(self.mem.buffers.len(), &self.slots, b, s, origin) else {
             return skip();
         };
@@ -250,8 +251,15 @@ impl<'p> World<'p> {
             }
             4 => {
                 let buf = &mut mem.buffers[index];
-                let bytes = buf.buffer.len() * size_of::<u32>();
-                let result = buf.buffer.use_on(stream, |on, ptr| raw_fill(on, ptr, bytes, tag)).and_then(|done| done);
+                let (len, bytes) = (buf.buffer.len(), buf.buffer.len() * size_of::<u32>());
+                let fill = |on: &StreamRef, ptr: *mut u32| {
+                    // Under the race detector the raw fill is declared: `use_on` orders it.
+                    if declare {
+                        on.declare_accesses("use_on: cudaMemsetAsync (raw)", &[Access::write(ptr.cast_const(), len)])?;
+                    }
+                    raw_fill(on, ptr, bytes, tag)
+                };
+                let result = buf.buffer.use_on(stream, fill).and_then(|done| done);
                 note_intact(watched, "DeviceBuffer::use_on (a fill)", &result);
                 buf.holds = after_write(&result, capturing, Some(tag));
             }

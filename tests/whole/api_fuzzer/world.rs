@@ -79,6 +79,9 @@ pub(crate) struct World<'p> {
     pub(crate) no_partitions: bool,
     /// Streams of the join race left capturing (not expected; as [`Leftovers::stranded`]).
     pub(crate) stranded: usize,
+    /// The program runs under the race detector: the raw work the crate orders declares its
+    /// accesses (`use_on`'s fill, the typed launch, the conditional graph's kernel nodes).
+    pub(crate) race_checked: bool,
 }
 
 impl<'p> World<'p> {
@@ -101,6 +104,7 @@ impl<'p> World<'p> {
             partition_streams: Vec::new(),
             no_partitions: false,
             stranded: 0,
+            race_checked: false,
         };
         for non_blocking in [true, false] {
             let options = if non_blocking { StreamOptions::non_blocking() } else { StreamOptions::default() };
