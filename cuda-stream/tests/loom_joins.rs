@@ -35,10 +35,11 @@
 //!
 //! The seeded bugs (a join that does not take the write side, a check and its call in two
 //! separate holds, a join that does not wait for the fast calls, a join uncounted before the
-//! process is marked foreign) must each be caught: the model is shown to be able to fail.
+//! process is marked foreign, a join beside a foreign mark not yet settled that does not wait)
+//! must each be caught: the model is shown to be able to fail.
 //!
-//! One scenario fails on the crate as it is, and is ignored until it does not: another thread
-//! wraps a foreign handle while `x` joins another library's capture
+//! The last of these is what the crate did until this model found it: another thread wraps a
+//! foreign handle while `x` joins another library's capture
 //! ([`a_join_beside_a_foreign_mark_not_yet_settled_waits_for_the_fast_calls`]).
 
 use loom_support::Exploration;
@@ -276,6 +277,9 @@ enum Bug {
     JoinWithoutWaiting,
     /// The join is uncounted before the process is marked foreign.
     UncountedBeforeMarkedForeign,
+    /// A join that finds the foreign mark set does not wait for the fast calls while the mark
+    /// is not yet settled (the crate before the fix this model found).
+    NoWaitBesideAnUnsettledMark,
 }
 
 /// One model: `checkers` threads each make `calls` checked calls on `x`, while the model's main
@@ -354,6 +358,10 @@ impl Scenario {
             }
             counted
         });
+        // A foreign mark not yet settled: the fast calls that read it unset are waited for.
+        if uncounted.is_none() && self.bug != Bug::NoWaitBesideAnUnsettledMark && !captures.settled.load(Acquire) {
+            wait_for_uncaptured_calls();
+        }
         let was_capturing = uncounted.is_some().then(|| cuda.is_capturing());
         cuda.change_membership(true);
         let foreign_join = was_capturing == Some(false) && self.joined == Joined::Foreign;
@@ -492,13 +500,19 @@ fn two_checkers_calls_never_land_in_another_library_s_capture_that_x_joins() {
 /// join reads the foreign mark set (`live_captures::foreign()`, `stream/record.rs`'s
 /// `join_point`), so it neither counts itself nor waits for the fast calls, while the wrapper
 /// has not yet waited for those that read the mark unset (`SETTLED`): a fast call on `x` that
-/// read no capture possible before the mark is still in CUDA as `x` joins. Fails on the crate
-/// as it is (found in under 8,000 executions); a join that waits for the fast calls while the
-/// mark is not yet settled passes.
+/// read no capture possible before the mark is still in CUDA as `x` joins. That failed on the
+/// crate (found in under 8,000 executions); the join now waits for the fast calls while the
+/// mark is not yet settled (`uncaptured_calls::fast_calls_may_be_in_progress`).
 #[test]
-#[ignore = "a window of the crate's join_point, reported: a join beside a foreign mark not yet settled"]
 fn a_join_beside_a_foreign_mark_not_yet_settled_waits_for_the_fast_calls() {
     Scenario { wrapper: true, calls: 1, preemption_bound: Some(2), ..FOREIGN }.check();
+}
+
+/// Seeded bug (the crate before the fix): the join above without its wait is caught.
+#[test]
+fn a_join_beside_an_unsettled_mark_that_does_not_wait_is_caught() {
+    Scenario { wrapper: true, calls: 1, preemption_bound: Some(2), bug: Bug::NoWaitBesideAnUnsettledMark, ..FOREIGN }
+        .must_fail();
 }
 
 /// Holds nest on a thread, and a transition is refused inside one, or inside a fast call, where

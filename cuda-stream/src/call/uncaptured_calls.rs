@@ -33,6 +33,19 @@
 use super::live_captures;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Set once a wait for the fast calls that began after the foreign mark was visible, outside
+/// any fast call, has returned ([`foreign_handle_seen`]): no fast call that read the mark unset
+/// is in progress any more.
+static SETTLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether fast calls that read no capture possible may still be in progress: while none may
+/// be (new ones begin), and, once the foreign mark is set, until [`SETTLED`]. (A capture of this
+/// crate waits for them at its begin; while one is counted, no new one begins.) A join, or a
+/// record into a capture no begin announced, made meanwhile waits for them.
+pub(crate) fn fast_calls_may_be_in_progress() -> bool {
+    !live_captures::may_capture() || (live_captures::foreign() && !SETTLED.load(Ordering::Acquire))
+}
+
 pub(crate) use super::fast_call_core::{in_fast_call, outside_captures, wait_for_uncaptured_calls};
 
 /// Marks the process as holding a foreign handle ([`live_captures::foreign_handle_seen`]):
@@ -48,9 +61,6 @@ pub(crate) use super::fast_call_core::{in_fast_call, outside_captures, wait_for_
 /// keep out of raw launchers in their contracts.
 #[inline]
 pub(crate) fn foreign_handle_seen() {
-    /// Set once a wait that began after the mark was visible, outside any fast call, has
-    /// returned.
-    static SETTLED: AtomicBool = AtomicBool::new(false);
     live_captures::foreign_handle_seen();
     if !SETTLED.load(Ordering::Acquire) && !in_fast_call() {
         wait_for_uncaptured_calls();

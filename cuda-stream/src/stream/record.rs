@@ -111,10 +111,15 @@ impl StreamRef {
         }
         // A capture that no begin of this crate announced: another library's, of this thread's
         // per-thread stream (stable during this call: only this thread can begin or end it).
-        // Queries of the event made as fast calls are waited for, as a capture's begin waits;
+        // Queries of the event made as fast calls (which may be in progress while no capture is
+        // counted, or while a foreign mark is not yet settled) are waited for, as a capture's
+        // begin waits;
         // never from inside a fast call of this thread (a raw launcher's closure): two threads
         // doing so would wait for each other's calls forever. Refused there instead.
-        if self.is_thread_bound() && !live_captures::may_capture() && self.may_be_capturing() != Ok(false) {
+        if self.is_thread_bound()
+            && uncaptured_calls::fast_calls_may_be_in_progress()
+            && self.may_be_capturing() != Ok(false)
+        {
             if uncaptured_calls::in_fast_call() {
                 event.records().abandon_capture_record(opened);
                 return Err(Error::CaptureMisuse(UNANNOUNCED_CAPTURE_IN_LAUNCHER));
@@ -308,6 +313,12 @@ impl StreamRef {
             uncaptured_calls::wait_for_uncaptured_calls();
             join
         });
+        // Once a foreign handle was seen, the fast calls that read the mark unset may still be
+        // in progress until the thread that set it has waited for them (found by
+        // tests/loom_joins.rs): the join waits for them too.
+        if uncounted.is_none() && uncaptured_calls::fast_calls_may_be_in_progress() {
+            uncaptured_calls::wait_for_uncaptured_calls();
+        }
         // Whether this wait is what makes the stream join (read only where it matters; never
         // on the legacy stream, which joins no capture and whose status read fails, and may
         // disturb, while another stream captures in Global mode).
