@@ -61,67 +61,9 @@ mod fast_call_core;
 mod transitions_core;
 
 /// What the cores take from `super::shim`, here loom's (see `src/call/shim.rs` for std's).
-mod shim {
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering, fence};
-    pub(crate) use loom::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-    pub(crate) use loom::thread::yield_now;
-    pub(crate) use std::sync::PoisonError;
-
-    /// loom's thread-locals, which live for one thread of one execution. Their macro takes no
-    /// `const { .. }` initializer (std's does): the block's contents are handed to it.
-    macro_rules! loom_thread_local {
-        ($($(#[$attr:meta])* static $name:ident: $t:ty = const { $init:expr };)*) => {
-            loom::thread_local! { $($(#[$attr])* static $name: $t = $init;)* }
-        };
-    }
-    pub(crate) use loom_thread_local as thread_local;
-
-    /// A CPU hint only: the model yields in `yield_now`, which the spin wait calls next.
-    pub(crate) fn spin_loop() {}
-
-    /// Each static of the cores is a lazy static of one execution of the model.
-    macro_rules! shared_statics {
-        ($($(#[$attr:meta])* static $name:ident: $t:ty = $init:expr;)*) => {
-            loom::lazy_static! { $($(#[$attr])* static ref $name: $t = $init;)* }
-        };
-    }
-    pub(crate) use shared_statics;
-
-    /// `std::sync::Once` over a loom lock.
-    pub(crate) struct Once(Mutex<bool>);
-
-    impl Once {
-        pub(crate) fn new() -> Once {
-            Once(Mutex::new(false))
-        }
-
-        pub(crate) fn call_once(&self, f: impl FnOnce()) {
-            let mut done = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            if !*done {
-                f();
-                *done = true;
-            }
-        }
-    }
-
-    /// The fast path's compiler fence, which the waiter's `membarrier` turns into a full barrier
-    /// of the fast thread: a `SeqCst` fence there.
-    pub(crate) fn compiler_fence(order: Ordering) {
-        fence(order);
-    }
-
-    pub(crate) const MEMBARRIER_CMD_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 3;
-    pub(crate) const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: std::ffi::c_long = 1 << 4;
-
-    /// Registration succeeds; the barrier is a `SeqCst` fence on this (the waiter's) side, its
-    /// effect on the fast side is in [`compiler_fence`].
-    pub(crate) fn membarrier(command: std::ffi::c_long) -> bool {
-        if command == MEMBARRIER_CMD_PRIVATE_EXPEDITED {
-            fence(Ordering::SeqCst);
-        }
-        true
-    }
-}
+#[allow(dead_code, unused_imports)]
+#[path = "loom_support/call_shim.rs"]
+mod shim;
 
 use fast_call_core::{foreign, in_fast_call, mark_foreign, outside_captures, publish_count, wait_for_uncaptured_calls};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
