@@ -16,6 +16,17 @@
 //!   device signal each other through it without a trip to the host; the host reads it with a
 //!   copy ([`DeviceWords::to_vec`]).
 //!
+//! # The race detector does not see them
+//! Memory operations tell the [race detector](crate::race) nothing, neither the words they
+//! touch nor the order they make. Their words are how streams and the host signal each other:
+//! a wait on a value and the write that meets it order work at run time, by which write comes
+//! first, not by an event enqueued before, so the detector's model (records, waits,
+//! synchronizes) has no edge for them. Told of their accesses, it would report the signalling
+//! itself as races (a stream writes a word that another stream waits on, with no event
+//! between); not told, work ordered only by a memory operation may be reported as racing. Work
+//! whose order rests on memory operations is best checked with the detector off for it
+//! ([`race_scope`](crate::race_scope) with [`RaceMode::Off`](crate::RaceMode::Off)).
+//!
 //! Not a [`DeviceBuffer`](crate::DeviceBuffer): CUDA refuses stream memory operations on
 //! memory of the stream-ordered allocator (`cudaMallocAsync`, default and explicit pools:
 //! `CUDA_ERROR_INVALID_VALUE`, probed on CUDA 13.0, driver 580), while `cudaMalloc` memory
