@@ -4,7 +4,8 @@
 //! capture-transition lock and its nesting holds ([`transitions`]; their host-side core, which a
 //! loom model checks from the same source, is [`transitions_core`]), the capture modes and the
 //! thread's capture-interaction mode ([`capture_mode`]), the reactor's polling passes that a record
-//! into a capture waits out ([`reactor_passes`]), the calling thread's identity ([`thread`]), the
+//! into a capture waits out ([`reactor_passes`]; their host-side core, which a loom model checks
+//! from the same source, is [`reactor_passes_core`]), the calling thread's identity ([`thread`]), the
 //! counts of live handles ([`live`]), the fast calls a capture's begin waits for
 //! ([`uncaptured_calls`]; their host-side core, which a loom model checks from the same source, is
 //! [`fast_call_core`], over the std primitives of [`shim`]), and the sync-debug mode that calls
@@ -22,6 +23,7 @@ pub(crate) mod mode_switch;
 pub(crate) mod mode_switch_core;
 pub mod race;
 pub(crate) mod reactor_passes;
+pub(crate) mod reactor_passes_core;
 pub(crate) mod shim;
 pub mod sync_debug;
 pub(crate) mod thread;

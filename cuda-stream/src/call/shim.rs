@@ -9,7 +9,10 @@
 //! fence).
 //!
 //! The capture-transition lock's core ([`transitions_core`](super::transitions_core)) takes its
-//! `RwLock` and its guards from here too; its loom model is `cuda-stream/tests/loom_joins.rs`.
+//! `RwLock` and its guards from here too; its loom model is `cuda-stream/tests/loom_joins.rs`. So
+//! does the reactor passes' core ([`reactor_passes_core`](super::reactor_passes_core)): its
+//! atomics, the fence its pass and its waiter pair, and its statics; its loom model is
+//! `cuda-stream/tests/loom_reactor.rs`.
 //!
 //! Only the cores import this module: the rest of the crate uses std directly.
 

@@ -345,19 +345,14 @@ fn start() -> std::io::Result<()> {
 /// Takes `POLLING` and begins a pass ([`reactor_passes`]) until the returned guard drops.
 fn begin_pass() -> Pass {
     let polling = lock(&POLLING);
-    reactor_passes::begun();
-    Pass { _polling: polling }
+    Pass { pass: reactor_passes::Pass::begin(), _polling: polling }
 }
 
-/// A pass in progress: ends it (also on unwind), then releases `POLLING`.
+/// A pass in progress, under `POLLING`: on drop (also on unwind) the pass ends, then `POLLING` is
+/// released (the fields drop in this order).
 struct Pass {
+    pass: reactor_passes::Pass,
     _polling: MutexGuard<'static, ()>,
-}
-
-impl Drop for Pass {
-    fn drop(&mut self) {
-        reactor_passes::ended();
-    }
 }
 
 /// The reactor thread. It runs in CUDA's Relaxed capture-interaction mode
@@ -402,20 +397,38 @@ enum Query {
 }
 
 impl Query {
-    /// Queries `event`, unless its last record went into a capture (a graph node, which CUDA
-    /// refuses to query, invalidating the capture): that is an error for its future. Called
-    /// with no capture of this crate beginning or ending (see [`serve`]), so a record into a
-    /// capture made before the call is seen here.
-    fn ready(self, event: &Event) -> Result<bool> {
-        event.refuse_captured()?;
-        match self {
-            Query::Relaxed => crate::ffi::driver::event_query(event.as_raw()),
+    /// Queries `event` in `pass`, unless its last record went into a capture (a graph node,
+    /// which CUDA refuses to query, invalidating the capture): that is an error for its future.
+    /// Called with no capture of this crate beginning or ending (see [`serve`]), so a record
+    /// into a capture made before the call is seen here; the mark is read after the pass began
+    /// ([`reactor_passes::Pass::query`]), so a record that marked it later waits for this pass.
+    fn ready(self, pass: &reactor_passes::Pass, event: &Event) -> Result<bool> {
+        pass.query(&Polling { query: self, event })
+    }
+}
+
+/// An event as a pass queries it: its mark, then its query in CUDA the reactor's way.
+struct Polling<'a> {
+    query: Query,
+    event: &'a Event,
+}
+
+impl reactor_passes::Polled for Polling<'_> {
+    type Error = Error;
+
+    fn refuse_captured(&self) -> Result<()> {
+        self.event.refuse_captured()
+    }
+
+    fn query(&self) -> Result<bool> {
+        match self.query {
+            Query::Relaxed => crate::ffi::driver::event_query(self.event.as_raw()),
             // The pass holds the capture-transition lock already: the refusals are asked
             // directly (not through `Event::query`, which would take it again).
             Query::Checked => match crate::call::live_captures::refuse_unsafe_call() {
                 Err(Error::CaptureMisuse(_)) => Ok(false),
                 Err(other) => Err(other),
-                Ok(()) => crate::ffi::driver::event_query(event.as_raw()),
+                Ok(()) => crate::ffi::driver::event_query(self.event.as_raw()),
             },
         }
     }
@@ -441,13 +454,13 @@ fn serve(query: Query) {
             // pass in progress after marking its event, and must never wait for a pass that
             // waits for this lock.
             let _transitions = crate::call::transitions::no_capture_transitions();
-            let _polling = begin_pass();
+            let polling = begin_pass();
             if EXITING.load(Ordering::SeqCst) {
                 break;
             }
             let word = WAIT.load(Ordering::Relaxed);
             let wait = ReactorWait::decode(word);
-            if poll(query, wait, &mut poisoned, &mut pending, &mut woken, &mut released) {
+            if poll(&polling.pass, query, wait, &mut poisoned, &mut pending, &mut woken, &mut released) {
                 active = Instant::now();
             }
             (Pace::of(wait, &pending), word)
@@ -544,7 +557,7 @@ impl Pace {
     }
 }
 
-/// One pass: reads the devices' schedules of new arrivals (under `wait` =
+/// One pass (`pass`, in progress): reads the devices' schedules of new arrivals (under `wait` =
 /// [`ReactorWait::AsDevice`]), queries the event of every pending future whose `Completion`
 /// still exists, removes the resolved and the dropped ones (releasing their events first, so that a
 /// resolved future's event is no longer held by the reactor), and collects the wakers to call.
@@ -555,6 +568,7 @@ impl Pace {
 /// Poisoning is kept per primary context, the context of every event this crate creates; an
 /// event of unknown context (borrowed) is neither poisoned nor poisons.
 fn poll(
+    pass: &reactor_passes::Pass,
     query: Query,
     wait: ReactorWait,
     poisoned: &mut Vec<(Device, Error)>,
@@ -578,7 +592,7 @@ fn poll(
         entry.schedule = Some(schedule);
     }
     for entry in pending.iter_mut().filter(|entry| !is_dropped(entry)) {
-        match query.ready(entry.watched.event()) {
+        match query.ready(pass, entry.watched.event()) {
             Ok(true) => entry.outcome = Some(Ok(())),
             Ok(false) => {}
             Err(error) => {
