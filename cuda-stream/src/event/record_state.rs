@@ -24,8 +24,8 @@
 //!
 //! The word, the turn and the counts are written in
 //! [`record_state_core`](super::record_state_core), with no CUDA, so that the loom model
-//! (`cuda-stream/tests/loom_record_state.rs`) checks that same source; this module re-exports
-//! them.
+//! (`cuda-stream/tests/loom_record_state.rs`, and `loom_reactor.rs` against the reactor's passes)
+//! checks that same source; this module re-exports them.
 
 pub(crate) use super::record_state_core::{CAPTURED_EVENT, RecordState, WAITED_EVENT};
 

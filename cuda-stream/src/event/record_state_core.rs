@@ -10,7 +10,8 @@
 //! same file (`#[path]`) beside a `shim` of loom's. It checks that a record that may go into a
 //! capture never is in CUDA with a counted query of its event, nor beside a wait counted in
 //! CUDA, and that a query is never let through while the last record CUDA took may be a
-//! captured one.
+//! captured one. `cuda-stream/tests/loom_reactor.rs` includes it too, with the reactor passes'
+//! core, to check that the reactor never queries the event beside or after such a record.
 
 use super::shim::{AtomicBool, AtomicU32, AtomicU64, Error, Ordering, Result, wait_for_pass, yield_now};
 

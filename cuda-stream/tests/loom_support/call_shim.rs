@@ -1,6 +1,8 @@
-//! What the call layer's cores (`src/call/fast_call_core.rs`, `src/call/transitions_core.rs`)
-//! take from `super::shim` under loom, for the loom checks that include them
-//! (`loom_fast_calls.rs`, `loom_joins.rs`, each as `#[path] mod shim`): loom's atomics, locks,
+//! What the call layer's cores (`src/call/fast_call_core.rs`, `src/call/transitions_core.rs`,
+//! `src/call/reactor_passes_core.rs`) take from `super::shim` under loom, for the loom checks
+//! that include them (`loom_fast_calls.rs`, `loom_joins.rs`, each as `#[path] mod shim`;
+//! `loom_reactor.rs` glob-imports it into its `shim`, beside a fence and a 64-bit atomic of its
+//! own that its seeded bugs can weaken): loom's atomics, locks,
 //! `Arc`, thread-locals and statics where `src/call/shim.rs` has std's, and `membarrier` as a
 //! `SeqCst` fence on both sides (the waiter's, and the fast side's compiler fence), which a
 //! seeded bug can take away from the fast side ([`without_membarrier`]).

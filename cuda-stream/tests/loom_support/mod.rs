@@ -1,5 +1,5 @@
 //! What the loom models of the crate's protocols (`loom_fast_calls.rs`, `loom_record_state.rs`,
-//! `loom_mode_switch.rs`) share: a builder that explores the whole tree, what an exploration
+//! `loom_mode_switch.rs`, `loom_joins.rs`, `loom_reactor.rs`) share: a builder that explores the whole tree, what an exploration
 //! saw (its executions, and the first that broke each property), and the run of a scenario with
 //! a seeded bug, which loom must catch.
 
