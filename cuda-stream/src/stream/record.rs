@@ -113,9 +113,8 @@ impl StreamRef {
         // per-thread stream (stable during this call: only this thread can begin or end it).
         // Queries of the event made as fast calls (which may be in progress while no capture is
         // counted, or while a foreign mark is not yet settled) are waited for, as a capture's
-        // begin waits;
-        // never from inside a fast call of this thread (a raw launcher's closure): two threads
-        // doing so would wait for each other's calls forever. Refused there instead.
+        // begin waits; never from inside a fast call of this thread (a raw launcher's closure):
+        // two threads doing so would wait for each other's calls forever. Refused there instead.
         if self.is_thread_bound()
             && uncaptured_calls::fast_calls_may_be_in_progress()
             && self.may_be_capturing() != Ok(false)

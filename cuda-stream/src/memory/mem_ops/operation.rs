@@ -2,7 +2,7 @@
 
 use super::word::Word;
 use crate::device::Device;
-use crate::ffi::driver::{self};
+use crate::ffi::driver;
 use crate::ffi::error::Result;
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use std::ffi::c_uint;
@@ -20,7 +20,7 @@ pub enum Condition {
     /// `CU_STREAM_WAIT_VALUE_AND`: `(*addr & value) != 0`, some bit of the mask is set.
     And,
     /// `CU_STREAM_WAIT_VALUE_NOR`: `~(*addr | value) != 0`, some bit is clear in both the
-    /// word and the value. Needs [`MemOpSupport::wait_nor`](super::MemOpSupport::wait_nor).
+    /// word and the value. Needs [`MemOpSupport::wait_nor`].
     Nor,
 }
 
@@ -34,7 +34,7 @@ pub struct WaitValue<W> {
     pub value: W,
     /// `CU_STREAM_WAIT_VALUE_FLUSH`: after the wait, remote writes that reached the device
     /// before the wait was satisfied are visible to later work. Needs
-    /// [`MemOpSupport::flush_remote_writes`](super::MemOpSupport::flush_remote_writes) (`cudaErrorNotSupported` otherwise).
+    /// [`MemOpSupport::flush_remote_writes`] (`cudaErrorNotSupported` otherwise).
     pub flush: bool,
 }
 
@@ -119,7 +119,7 @@ pub enum MemOp<W> {
     /// A memory barrier (`CU_STREAM_MEM_OP_BARRIER`, a `_v2` operation).
     Barrier(BarrierScope),
     /// `CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES`: what [`WaitValue::with_flush`] does, alone.
-    /// Needs [`MemOpSupport::flush_remote_writes`](super::MemOpSupport::flush_remote_writes).
+    /// Needs [`MemOpSupport::flush_remote_writes`].
     FlushRemoteWrites,
 }
 

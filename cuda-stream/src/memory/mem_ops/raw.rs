@@ -3,7 +3,7 @@
 
 use super::operation::WaitValue;
 use super::word::Word;
-use crate::ffi::driver::{self};
+use crate::ffi::driver;
 use crate::ffi::error::{Error, Result};
 use crate::stream::StreamRef;
 use crate::sys;

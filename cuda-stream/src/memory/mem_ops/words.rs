@@ -1,4 +1,4 @@
-//! The words a program holds: [`MappedWords`](super::MappedWords) (mapped host memory) and [`DeviceWords`](super::DeviceWords) (device
+//! The words a program holds: [`MappedWords`] (mapped host memory) and [`DeviceWords`] (device
 //! memory), their operations, copies and host access.
 
 use super::blocks::Place;
@@ -85,7 +85,7 @@ impl<W: Word> MappedWords<W> {
     }
 
     /// The address of the first word, the same on the host and on every device (unified
-    /// addressing). Kernels launched with it outside [`MappedWords::use_on`](super::MappedWords::use_on) are not tracked:
+    /// addressing). Kernels launched with it outside [`MappedWords::use_on`] are not tracked:
     /// their launch's `unsafe` contract must keep the words alive until they have run.
     pub fn as_ptr(&self) -> *mut W {
         self.words.block.address.cast()
@@ -111,7 +111,7 @@ impl<W: Word> MappedWords<W> {
     /// that work wrote.
     ///
     /// # Errors
-    /// As [`MappedWords::wait_value`](super::MappedWords::wait_value), named `cuStreamWriteValue32`/`64`.
+    /// As [`MappedWords::wait_value`], named `cuStreamWriteValue32`/`64`.
     pub fn write_value(&self, stream: impl AsStream, index: usize, value: W) -> Result<()> {
         self.words.write_value(&stream.as_stream(), index, value)
     }
@@ -122,7 +122,7 @@ impl<W: Word> MappedWords<W> {
     ///
     /// # Errors
     /// [`Error::Size`](crate::Error::Size) for more than 255 operations; [`Error::WordOutOfRange`](crate::Error::WordOutOfRange) for any index
-    /// (nothing is enqueued); otherwise as [`MappedWords::wait_value`](super::MappedWords::wait_value), named
+    /// (nothing is enqueued); otherwise as [`MappedWords::wait_value`], named
     /// `cuStreamBatchMemOp`.
     pub fn mem_ops(&self, stream: impl AsStream, ops: &[MemOp<W>]) -> Result<()> {
         self.words.mem_ops(&stream.as_stream(), ops)
@@ -151,7 +151,7 @@ impl<W: Word> DeviceWords<W> {
     /// the zeros once it is ordered after `stream`'s work so far (`wait_stream`).
     ///
     /// # Errors
-    /// As [`MappedWords::new`](super::MappedWords::new); [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) while `stream` is being captured (a
+    /// As [`MappedWords::new`]; [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) while `stream` is being captured (a
     /// graph would zero the words at each launch, not now).
     pub fn zeroed(stream: impl AsStream, len: usize) -> Result<DeviceWords<W>> {
         let stream = stream.as_stream();
@@ -185,7 +185,7 @@ impl<W: Word> DeviceWords<W> {
     }
 
     /// The device address of the first word. Kernels launched with it outside
-    /// [`DeviceWords::use_on`](super::DeviceWords::use_on) are not tracked: their launch's `unsafe` contract must keep the
+    /// [`DeviceWords::use_on`] are not tracked: their launch's `unsafe` contract must keep the
     /// words alive until they have run.
     pub fn as_ptr(&self) -> *mut W {
         self.words.block.address.cast()
@@ -196,7 +196,7 @@ impl<W: Word> DeviceWords<W> {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) for a stream of another device; otherwise as
-    /// [`MappedWords::wait_value`](super::MappedWords::wait_value).
+    /// [`MappedWords::wait_value`].
     pub fn wait_value(&self, stream: impl AsStream, index: usize, wait: WaitValue<W>) -> Result<()> {
         self.words.wait_value(&stream.as_stream(), index, wait)
     }
@@ -205,7 +205,7 @@ impl<W: Word> DeviceWords<W> {
     /// ([`cuStreamWriteValue32`/`64`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEMOP.html)).
     ///
     /// # Errors
-    /// As [`DeviceWords::wait_value`](super::DeviceWords::wait_value).
+    /// As [`DeviceWords::wait_value`].
     pub fn write_value(&self, stream: impl AsStream, index: usize, value: W) -> Result<()> {
         self.words.write_value(&stream.as_stream(), index, value)
     }
@@ -214,15 +214,15 @@ impl<W: Word> DeviceWords<W> {
     /// ([`cuStreamBatchMemOp`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEMOP.html)).
     ///
     /// # Errors
-    /// As [`MappedWords::mem_ops`](super::MappedWords::mem_ops) and [`DeviceWords::wait_value`](super::DeviceWords::wait_value).
+    /// As [`MappedWords::mem_ops`] and [`DeviceWords::wait_value`].
     pub fn mem_ops(&self, stream: impl AsStream, ops: &[MemOp<W>]) -> Result<()> {
         self.words.mem_ops(&stream.as_stream(), ops)
     }
 
-    /// As [`MappedWords::use_on`](super::MappedWords::use_on), on a stream of the words' device.
+    /// As [`MappedWords::use_on`], on a stream of the words' device.
     ///
     /// # Errors
-    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch); as [`MappedWords::use_on`](super::MappedWords::use_on).
+    /// [`Error::DeviceMismatch`](crate::Error::DeviceMismatch); as [`MappedWords::use_on`].
     pub fn use_on<R>(&self, stream: impl AsStream, launch: impl FnOnce(&StreamRef, *mut W) -> R) -> Result<R> {
         let stream = stream.as_stream();
         let address = self.as_ptr();
