@@ -951,6 +951,39 @@ fn rows() -> Vec<Row> {
             // SAFETY: a SAXPY over no elements touches no memory.
             unsafe { graph.builder().add_kernel(&SAXPY, &LaunchConfig::new(1, 32), no_saxpy(), &[]) }.map(drop)
         }),
+        row("GraphBuilder::add_fill_bytes", NotApplicable, RelaxedMode, |s, _| {
+            let buffer = Arc::new(DeviceBuffer::<u8, _>::new(Arc::new(other_stream(s)), 64)?);
+            Graph::new(s.device)?.builder().add_fill_bytes(&buffer, .., 0, &[]).map(drop)
+        }),
+        row("GraphBuilder::add_copy", NotApplicable, RelaxedMode, |s, _| {
+            let buffer = Arc::new(DeviceBuffer::<u8, _>::new(Arc::new(other_stream(s)), 64)?);
+            Graph::new(s.device)?.builder().add_copy(&buffer, ..32, &buffer, 32.., &[]).map(drop)
+        }),
+        row("GraphBuilder::add_copy_from_pinned", NotApplicable, RelaxedMode, |s, _| {
+            let buffer = Arc::new(DeviceBuffer::<u8, _>::new(Arc::new(other_stream(s)), 64)?);
+            let pinned = Arc::new(Mutex::new(PinnedBuffer::<u8>::zeroed(64)?));
+            Graph::new(s.device)?.builder().add_copy_from_pinned(&buffer, .., &pinned, .., &[]).map(drop)
+        }),
+        row("GraphBuilder::add_copy_to_pinned", NotApplicable, RelaxedMode, |s, _| {
+            let buffer = Arc::new(DeviceBuffer::<u8, _>::new(Arc::new(other_stream(s)), 64)?);
+            let pinned = Arc::new(Mutex::new(PinnedBuffer::<u8>::zeroed(64)?));
+            Graph::new(s.device)?.builder().add_copy_to_pinned(&pinned, .., &buffer, .., &[]).map(drop)
+        }),
+        row("GraphBuilder::add_host_fn", NotApplicable, RelaxedMode, |s, _| {
+            Graph::new(s.device)?.builder().add_host_fn(|| {}, &[]).map(drop)
+        }),
+        row("GraphBuilder::adopt_node", NotApplicable, RelaxedMode, |s, _| {
+            let mut graph = Graph::new(s.device)?;
+            let mut builder = graph.builder();
+            let node = builder.add_empty_node(&[])?.as_raw();
+            // SAFETY: an empty node uses nothing.
+            unsafe { builder.adopt_node(node) }.map(drop)
+        }),
+        row("GraphBuilder::node_count", NotApplicable, Allowed, |s, _| {
+            Graph::new(s.device)?.builder().node_count().map(drop)
+        }),
+        row("Graph::node_count", NotApplicable, Allowed, |s, _| Graph::new(s.device)?.node_count().map(drop)),
+        row("Graph::try_clone", NotApplicable, RelaxedMode, |s, _| Graph::new(s.device)?.try_clone().map(drop)),
         row("Kernel::launch", Captured, Allowed, |s, side| {
             // SAFETY: a SAXPY over no elements touches no memory.
             unsafe { SAXPY.launch(on(s, side), &LaunchConfig::new(1, 32), no_saxpy()) }

@@ -99,7 +99,9 @@ pub(crate) fn keep_alive_locked<T: Send + 'static>(
         *value = Some(unsafe { Box::from_raw(data) });
         return Err(error);
     }
-    // SAFETY: `graph` is the live graph of a capture in progress; our one reference moves to it.
+    // SAFETY: `graph` is a live graph that only this thread changes now (a capture's, under
+    // the graph-mutation lock, or a builder's, borrowed exclusively); our one reference moves
+    // to it.
     let code = unsafe {
         sys::cudaGraphRetainUserObject(graph, object, 1, sys::cudaUserObjectRetainFlags::cudaGraphUserObjectMove.0 as _)
     };

@@ -217,6 +217,15 @@
 //! | `GraphBuilder::add_while` | **—** | **Relaxed** |
 //! | `GraphBuilder::add_switch` | **—** | **Relaxed** |
 //! | `GraphBuilder::add_kernel` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_fill_bytes` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_copy` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_copy_from_pinned` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_copy_to_pinned` | **—** | **Relaxed** |
+//! | `GraphBuilder::add_host_fn` | **—** | **Relaxed** |
+//! | `GraphBuilder::adopt_node` | **—** | **Relaxed** |
+//! | `GraphBuilder::node_count` | **—** | **allowed** |
+//! | `Graph::node_count` | **—** | **allowed** |
+//! | `Graph::try_clone` | **—** | **Relaxed** |
 //! | `Kernel::launch` | **captured** | **allowed** |
 //! | `Kernel::launch`, with a completion event | **refused** (the graph would not keep the event) | **allowed** |
 //! | `Kernel::attributes` | **—** | **allowed** |
@@ -513,7 +522,7 @@ unsafe impl Sync for Target {}
 ///
 /// # Safety
 /// `data` must point to a `Counted<F>` that outlives every run (a user object the graph holds).
-unsafe extern "C" fn run_repeatable<F: Fn() + Send + Sync + 'static>(data: *mut c_void) {
+pub(super) unsafe extern "C" fn run_repeatable<F: Fn() + Send + Sync + 'static>(data: *mut c_void) {
     // SAFETY: the caller's contract: `data` points to a live Counted<F>, shared, never mutated.
     let counted = unsafe { &*data.cast::<Counted<F>>().cast_const() };
     if let Some(f) = &counted.f {

@@ -40,7 +40,10 @@
 //! # The pieces
 //! * [`Graph::new`] makes an empty graph, [`Graph::builder`] a [`GraphBuilder`] of it: a view
 //!   that adds nodes (empty nodes, dependencies, conditional nodes; kernel nodes with
-//!   [`GraphBuilder::add_kernel`]) and fills a level by capture ([`GraphBuilder::capture`]).
+//!   [`GraphBuilder::add_kernel`]; memcpy and memset nodes over memory the graph holds,
+//!   [`GraphBuilder::add_copy`], [`GraphBuilder::add_fill_bytes`] and the page-locked copies;
+//!   host functions, [`GraphBuilder::add_host_fn`]; raw nodes adopted under a contract,
+//!   [`GraphBuilder::adopt_node`]) and fills a level by capture ([`GraphBuilder::capture`]).
 //! * A [`GraphCondition`] ([`GraphBuilder::condition`]) is CUDA's conditional handle: device code
 //!   sets its value (`cudaGraphSetConditional(handle, value)`, from
 //!   `cuda_device_runtime_api.h`, no `-rdc` needed) through the [`ConditionHandle`] it passes
@@ -62,8 +65,8 @@
 //!   or waits, memory allocation or free nodes. Kernels in a body must not use dynamic
 //!   parallelism or launch graphs from the device. CUDA refuses the rest when the node is
 //!   captured or added, or at instantiation.
-//! * A graph with conditional nodes cannot be cloned or used as a child graph (this crate
-//!   offers neither), and has **one executable at a time**: [`Graph::instantiate`] refuses a
+//! * A graph with conditional nodes cannot be cloned ([`Graph::try_clone`] refuses it) or used
+//!   as a child graph (this crate offers none), and has **one executable at a time**: [`Graph::instantiate`] refuses a
 //!   second while the first lives ([`Error::GraphMisuse`]). No instantiation flag is needed.
 //! * A condition must be used by exactly one conditional node, of the graph it was made in or
 //!   of a body inside it; one that no node uses makes instantiation fail
@@ -197,7 +200,7 @@ impl Graph {
 }
 
 /// The dependency array CUDA takes: null for none.
-fn dependency_pointer(dependencies: &[sys::cudaGraphNode_t]) -> *const sys::cudaGraphNode_t {
+pub(crate) fn dependency_pointer(dependencies: &[sys::cudaGraphNode_t]) -> *const sys::cudaGraphNode_t {
     if dependencies.is_empty() { std::ptr::null() } else { dependencies.as_ptr() }
 }
 
@@ -222,6 +225,16 @@ impl<'g> GraphBuilder<'g> {
         self.path[self.path.len() - 1]
     }
 
+    /// The memory the graph's memory nodes use so far (see [`held`](super::held)).
+    pub(crate) fn memory(&self) -> Option<std::sync::Arc<dyn super::held::GraphMemory>> {
+        self.tree.memory.borrow().clone()
+    }
+
+    /// Has the graph hold `memory` instead of what it held (`memory` holds that too).
+    pub(crate) fn hold_memory(&self, memory: std::sync::Arc<dyn super::held::GraphMemory>) {
+        *self.tree.memory.borrow_mut() = Some(memory);
+    }
+
     /// Adds accesses declared to the race detector by a node added here.
     pub(crate) fn add_race_accesses(&self, accesses: Option<std::sync::Arc<race::CapturedAccesses>>) {
         self.tree.add_race_accesses(accesses);
@@ -229,7 +242,7 @@ impl<'g> GraphBuilder<'g> {
 
     /// [`Error::GraphMisuse`] while a capture into this level is open (one leaked with
     /// `mem::forget`: a live one borrows the builder).
-    fn refuse_capturing(&self) -> Result<()> {
+    pub(super) fn refuse_capturing(&self) -> Result<()> {
         if self.tree.capturing.borrow().contains(&self.level()) {
             return Err(Error::GraphMisuse(
                 "a capture into this graph or body is still open (its guard was leaked with mem::forget)",

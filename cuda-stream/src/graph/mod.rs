@@ -11,13 +11,18 @@
 //!
 //! Graphs can also be built node by node ([`Graph::new`], [`Graph::builder`]), with
 //! conditional nodes (if, if/else, while, switch) whose bodies are filled by capture or node by
-//! node: see [`conditional`].
+//! node: see [`conditional`]. Built graphs take kernel, host-function, memcpy and memset nodes;
+//! the memory their memcpy and memset nodes use is held by the graph, its clones
+//! ([`Graph::try_clone`]) and its executables, and each launch is ordered with that memory's
+//! other uses (see [the memory docs](crate::memory#graphs)).
 
 // Layer 7 of docs/architecture.md, capture and graphs. May use: every layer below (ffi to
 // host_fn).
 
 pub mod capture;
 pub mod conditional;
+pub(crate) mod held;
+mod nodes;
 
 use crate::call::capture_mode::uncapturable_call;
 use crate::call::race;
@@ -29,6 +34,7 @@ use crate::stream::AsStream;
 use crate::stream::StreamRef;
 use crate::stream::enqueue::{Calls, InCapture, Via, Work};
 use crate::sys;
+use held::GraphMemory;
 use std::cell::{Cell, RefCell};
 use std::ffi::c_ulonglong;
 use std::ops::BitOr;
@@ -73,6 +79,8 @@ pub(crate) struct Tree {
     /// The accesses declared to the race detector by the work captured into the graph and its
     /// bodies, and by its kernel nodes: each launch of an executable made from it replays them.
     pub(crate) race_accesses: RefCell<Option<Arc<race::CapturedAccesses>>>,
+    /// The memory its memcpy and memset nodes use, held for them (see [`held`]).
+    pub(crate) memory: RefCell<Option<Arc<dyn GraphMemory>>>,
 }
 
 impl Tree {
@@ -105,6 +113,7 @@ impl Tree {
             leak: Cell::new(false),
             conditional: Cell::new(false),
             race_accesses: RefCell::new(None),
+            memory: RefCell::new(None),
         }
     }
 }
@@ -184,6 +193,7 @@ impl Graph {
                 device: self.device,
                 executables: Arc::clone(&self.executables),
                 race_accesses: self.tree.race_accesses.borrow().clone(),
+                memory: self.tree.memory.borrow().clone(),
             }),
             Err(error) => {
                 self.executables.fetch_sub(1, Ordering::AcqRel);
@@ -228,6 +238,11 @@ impl Graph {
     /// for a [`GraphCondition`](conditional::GraphCondition) that no conditional node uses.
     pub fn instantiate_with(&self, options: InstantiateOptions<'_>) -> Result<GraphExec> {
         refuse_inside_host_fn()?;
+        if options.flags.contains(InstantiateFlags::DEVICE_LAUNCH) && self.tree.memory.borrow().is_some() {
+            return Err(Error::GraphMisuse(
+                "a graph whose memory nodes use buffers is not instantiated for device launch (a launch from the device would not be ordered with the buffers' other uses)",
+            ));
+        }
         let mut params = sys::cudaGraphInstantiateParams {
             flags: options.flags.0,
             uploadStream: std::ptr::null_mut(),
@@ -296,18 +311,8 @@ impl Graph {
 /// # Safety
 /// `graph` is a live graph that no other thread uses during the call.
 pub(crate) unsafe fn leaves_of(graph: sys::cudaGraph_t) -> Result<Vec<sys::cudaGraphNode_t>> {
-    let mut count = 0;
-    // SAFETY: the caller's contract; a null array asks for the count.
-    check(unsafe { sys::cudaGraphGetNodes(graph, std::ptr::null_mut(), &mut count) }, "cudaGraphGetNodes")?;
-    if count == 0 {
-        // An empty graph (a new body, say): CUDA refuses an array for no nodes
-        // (`cudaErrorInvalidValue`, CUDA 13.0).
-        return Ok(Vec::new());
-    }
-    let mut nodes = vec![std::ptr::null_mut(); count];
-    // SAFETY: as above; `nodes` has room for `count` handles.
-    check(unsafe { sys::cudaGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count) }, "cudaGraphGetNodes")?;
-    nodes.truncate(count);
+    // SAFETY: the caller's contract.
+    let nodes = unsafe { nodes::nodes_of(graph)? };
     let mut leaves = Vec::with_capacity(nodes.len());
     for node in nodes {
         if dependents(node)? == 0 {
@@ -456,6 +461,8 @@ pub struct GraphExec {
     executables: Arc<AtomicUsize>,
     /// The accesses the graph's capture declared to the race detector, replayed by each launch.
     race_accesses: Option<Arc<race::CapturedAccesses>>,
+    /// The memory its memcpy and memset nodes use: each launch is ordered with its other uses.
+    memory: Option<Arc<dyn GraphMemory>>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread, one call at a time.
@@ -469,16 +476,47 @@ impl GraphExec {
     /// ([`cudaGraphLaunch`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
     /// Each launch is ordered after the previous launch of this executable.
     ///
+    /// A graph whose memcpy and memset nodes use buffers ([`GraphBuilder::add_copy`],
+    /// [`GraphBuilder::add_fill_bytes`], ...) launches as one use of them: `stream` first waits
+    /// for the earlier uses of their bytes that the nodes conflict with (a node's write for
+    /// every use, its read for the writes), whatever their streams, and later uses and the
+    /// buffers' frees wait for the launch, as for a copy; page-locked memory's host access
+    /// waits for it too.
+    ///
     /// # Errors
-    /// CUDA's errors.
+    /// For a graph whose nodes use buffers: the errors of
+    /// [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on); [`Error::DeviceMismatch`] for a
+    /// stream of another device; [`Error::GraphMisuse`] while the lock of a
+    /// `Mutex<PinnedBuffer>` the graph copies to or from is held (by any thread), or once
+    /// another buffer was swapped into it (nothing is enqueued then). CUDA's errors.
+    ///
+    /// [`GraphBuilder::add_copy`]: conditional::GraphBuilder::add_copy
+    /// [`GraphBuilder::add_fill_bytes`]: conditional::GraphBuilder::add_fill_bytes
     #[inline]
     pub fn launch(&self, stream: impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
+        if let Some(memory) = &self.memory {
+            return self.launch_holding(&stream, memory.as_ref());
+        }
+        self.launch_on(&stream)
+    }
+
+    /// A launch of a graph whose memory nodes use buffers: ordered with their other uses.
+    #[cold]
+    fn launch_holding(&self, stream: &StreamRef, memory: &dyn GraphMemory) -> Result<()> {
+        // Before any ordering: a stream of another device would wait for the buffers' uses,
+        // then have CUDA refuse the launch.
+        same_device("a graph is launched on a stream of its own device", self.device, stream.device())?;
+        memory.ordered_launch(stream, &mut || self.launch_on(stream))
+    }
+
+    #[inline(always)]
+    fn launch_on(&self, stream: &StreamRef) -> Result<()> {
         if let Some(accesses) = self.race_accesses.as_deref().filter(|_| race::tracking()) {
-            return self.launch_replaying(&stream, accesses);
+            return self.launch_replaying(stream, accesses);
         }
         let work = Work::named("cudaGraphLaunch").refused_in_capture(LAUNCH_INTO_CAPTURE).through_driver();
-        stream.enqueue(work, |via| self.launch_via(&stream, via))
+        stream.enqueue(work, |via| self.launch_via(stream, via))
     }
 
     /// A launch whose capture declared `accesses` to the race detector: the replay is checked
@@ -557,6 +595,8 @@ impl GraphExec {
             return Err(Error::GraphUpdate { result: GraphExecUpdateResult(info.result.0), code });
         }
         self.race_accesses = graph.tree.race_accesses.borrow().clone();
+        // Launches enqueued before hold the old memory's uses; later ones use the new nodes'.
+        self.memory = graph.tree.memory.borrow().clone();
         Ok(())
     }
 

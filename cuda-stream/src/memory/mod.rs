@@ -36,7 +36,8 @@
 //!   ([`Error::CaptureMisuse`]): a graph replaying them would outlive the buffer. A buffer
 //!   whose home stream is being captured when it drops is leaked, not freed into the graph.
 //!   Memory a graph owns comes from [`Capture::scratch`](crate::Capture::scratch): allocated
-//!   and freed inside the capture, as the graph's own memory nodes.
+//!   and freed inside the capture, as the graph's own memory nodes. Graphs built node by node
+//!   copy and fill buffers they hold (see [Graphs](#graphs)).
 //! * Sizes are checked before CUDA sees them: a zero length, a byte size that overflows, and
 //!   copies between sides of different lengths are [`Error::Size`]; running
 //!   out of memory is CUDA's `cudaErrorMemoryAllocation`, after which the pool still serves.
@@ -47,6 +48,29 @@
 //!   [`DeviceBuffer`]'s stream-ordered memory. Their memory is never freed while an operation
 //!   may touch it, and their drop never waits.
 //!
+//! # Graphs
+//! A graph built node by node ([`Graph::builder`](crate::Graph::builder)) copies and fills
+//! memory it holds: [`GraphBuilder::add_copy`](crate::GraphBuilder::add_copy),
+//! [`add_fill_bytes`](crate::GraphBuilder::add_fill_bytes),
+//! [`add_copy_from_pinned`](crate::GraphBuilder::add_copy_from_pinned) and
+//! [`add_copy_to_pinned`](crate::GraphBuilder::add_copy_to_pinned) take buffers shared as
+//! `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say) and page-locked buffers as
+//! `Arc<Mutex<PinnedBuffer<T>>>`.
+//! * The graph, its clones and every executable made from it each keep a clone of those `Arc`s:
+//!   no launch is enqueued once the memory is gone, whichever value drops first.
+//! * Each launch of an executable is one use of that memory, ordered as a copy is: the stream
+//!   waits for the earlier uses its nodes conflict with, and later uses, the buffers' frees
+//!   and the host's access to the page-locked memory wait for the launch. A buffer whose last
+//!   `Arc` an executable drops is freed on its home stream after the launches that used it.
+//! * The host reaches the page-locked memory between launches through the mutex (lock it, then
+//!   `as_mut_slice` waits for the launches' copies). A launch takes the lock with `try_lock`
+//!   while it orders and enqueues: while a guard is alive, on any thread, the launch is refused
+//!   ([`Error::GraphMisuse`]) rather than wait. A node keeps the address it copies, and a
+//!   launch after another `PinnedBuffer` was swapped into the mutex is refused too.
+//! * A graph holds at most 12 device buffers (one launch orders at most 12, as one kernel
+//!   launch does), and one that holds any is not instantiated for device launch, whose launches
+//!   the host would not see.
+//!
 //! What a drop cannot do safely it does not do: inside a host function, on a thread where the
 //! home stream is another stream (the per-thread default stream), after a fault or during a
 //! capture, a buffer is leaked rather than freed while the driver may still use it.
@@ -54,6 +78,7 @@
 // Layer 10 of docs/architecture.md, memory. May use: ffi, call, device, event, stream, graph.
 
 mod buffer;
+mod graph_nodes;
 mod launch_args;
 mod ledger;
 pub mod mem_ops;

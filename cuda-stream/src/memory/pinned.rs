@@ -44,6 +44,12 @@ enum Origin {
 page_locked_holder!(PinnedBuffer<T>, "PinnedBuffer");
 
 impl<T: DeviceCopy> PinnedBuffer<T> {
+    /// The host address of the first element (for a graph's memcpy node, which the graph's
+    /// launches order with the copies in flight).
+    pub(super) fn address(&self) -> *const T {
+        self.memory.as_ptr()
+    }
+
     /// `len` zeroed elements.
     ///
     /// # Errors

@@ -160,7 +160,7 @@ impl<E: Shared> Uses<E> {
     }
 }
 /// How many buffers one use may touch (a kernel takes at most 12 arguments).
-const MAX_TOUCHED: usize = 12;
+pub(super) const MAX_TOUCHED: usize = 12;
 
 /// How much of [`ordered_use`] holds the capture-transition lock.
 #[derive(Copy, Clone, PartialEq, Eq)]

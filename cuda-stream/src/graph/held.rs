@@ -1,0 +1,23 @@
+//! Memory that a graph's nodes use and the graph holds, as this layer sees it: an opaque value
+//! (the memory layer's, which knows buffers) that each launch of an executable asks to order
+//! the launch with the memory's other uses. A graph, its clones and its executables each hold
+//! it, so no launch outlives the memory its memcpy and memset nodes touch.
+
+use crate::ffi::error::Result;
+use crate::stream::StreamRef;
+use std::any::Any;
+use std::fmt;
+
+/// The memory a graph's nodes use, held by the graph (see the [module docs](self)).
+pub(crate) trait GraphMemory: Any + Send + Sync + fmt::Debug {
+    /// Runs `launch` (one launch of a graph on `stream`), ordered after the earlier uses of the
+    /// memory it conflicts with, and noted for the later ones and the frees.
+    ///
+    /// # Errors
+    /// Those of the ordering, and `launch`'s.
+    fn ordered_launch(&self, stream: &StreamRef, launch: &mut dyn FnMut() -> Result<()>) -> Result<()>;
+
+    /// The value itself, for the memory layer to grow it by a node (no trait upcasting at the
+    /// crate's minimum Rust).
+    fn as_any(&self) -> &dyn Any;
+}

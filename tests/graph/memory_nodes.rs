@@ -1,0 +1,266 @@
+//! Graphs built node by node that hold memory work, on a GPU: memcpy nodes between device
+//! buffers and between a buffer and page-locked memory, memset nodes, host-function nodes,
+//! adopted raw nodes, node counts and clones (`GraphBuilder::add_copy`, `add_fill_bytes`, ...).
+//! Each test observes the GPU: the bytes a launch left, read back through the crate's ordered
+//! copies or the page-locked buffer's host access, a host function's runs and drop, a pool's
+//! used bytes. A spin kernel captured before the memory nodes makes every launch slow, so a
+//! read that were not ordered after it would see the bytes from before.
+
+use cuda_stream::capture::ThreadLocal;
+use cuda_stream::conditional::{GraphBuilder, GraphNode};
+use cuda_stream::{
+    DeviceBuffer, Error, Graph, InstantiateOptions, MemPool, PinnedBuffer, Stream, StreamRef, check, sys,
+};
+use cuda_stream_tests::probe::{Probe, Token};
+use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, spin};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long each launch spins before its memory nodes run.
+const SLOW: Duration = Duration::from_millis(40);
+
+const N: usize = 1024;
+
+type Buffer = Arc<DeviceBuffer<u32, Arc<Stream>>>;
+type Pinned = Arc<Mutex<PinnedBuffer<u32>>>;
+
+fn home(stream: &Arc<Stream>) -> Arc<Stream> {
+    Arc::clone(stream)
+}
+
+fn pinned(values: &[u32]) -> Pinned {
+    Arc::new(Mutex::new(PinnedBuffer::from_slice(values).unwrap()))
+}
+
+/// Fills the builder's level, by capture of `stream`, with one spin kernel of `SLOW`; returns
+/// it as the node later nodes depend on.
+fn slow_start(builder: &mut GraphBuilder<'_>, stream: &StreamRef) -> Vec<GraphNode> {
+    let capture = builder.capture(stream, ThreadLocal).unwrap();
+    spin(stream, SLOW).unwrap();
+    capture.end().unwrap();
+    builder.leaves().unwrap()
+}
+
+/// The values the host writes into the input before launch `round`.
+fn input(round: u32) -> Vec<u32> {
+    (0..N as u32).map(|i| i * 3 + round).collect()
+}
+
+/// The values a launch leaves in the output from `input`: its first half copied to the second
+/// half, the first half set to bytes 0x01.
+fn expected(input: &[u32]) -> Vec<u32> {
+    let mut out = vec![0x0101_0101; N];
+    out[N / 2..].copy_from_slice(&input[..N / 2]);
+    out
+}
+
+#[test]
+fn a_built_graph_copies_in_computes_and_copies_out_at_every_launch_and_holds_its_memory() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let (host_in, host_out) = (pinned(&input(0)), pinned(&[0; N]));
+    let probe = Arc::new(Probe::default());
+    let exec = {
+        let staged: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+        let out: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let start = slow_start(&mut builder, &stream);
+        let copy_in = builder.add_copy_from_pinned(&staged, .., &host_in, .., &start).unwrap();
+        let halves = builder.add_copy(&out, N / 2.., &staged, ..N / 2, &[copy_in]).unwrap();
+        let fill = builder.add_fill_bytes(&out, ..N / 2, 0x01, &[copy_in]).unwrap();
+        let copy_out = builder.add_copy_to_pinned(&host_out, .., &out, .., &[halves, fill]).unwrap();
+        let token = Token(Arc::clone(&probe));
+        builder.add_host_fn(move || token.run(), &[copy_out]).unwrap();
+        assert_eq!(builder.node_count().unwrap(), 6, "spin, copy in, copy, fill, copy out, host function");
+        assert_eq!(graph.node_count().unwrap(), 6);
+        // The graph is all that holds the device buffers from here on.
+        drop((staged, out));
+        let exec = graph.instantiate().unwrap();
+        drop(graph);
+        exec
+    };
+    for round in 1..=3u32 {
+        // The host's write waits for the previous launch's copy out of the input.
+        host_in.lock().unwrap().as_mut_slice().unwrap().copy_from_slice(&input(round));
+        exec.launch(&*stream).unwrap();
+        // The host's read waits for this launch's copy into the output: the spin before it
+        // makes an unordered read see the previous round's bytes.
+        let seen = host_out.lock().unwrap().as_slice().unwrap().to_vec();
+        assert_eq!(seen, expected(&input(round)), "round {round}");
+    }
+    stream.synchronize().unwrap();
+    assert_eq!(probe.runs(), 3, "the host function ran once per launch");
+    drop(exec);
+    assert!(probe.wait_dropped(), "the closure is dropped once no graph or executable holds it");
+    assert!(!probe.ran_after_drop());
+}
+
+#[test]
+fn a_launch_waits_for_the_buffers_earlier_uses_elsewhere_and_later_uses_wait_for_it() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let (other, launches) = (non_blocking_stream(device), non_blocking_stream(device));
+    // An earlier write on another stream, asynchronous and slower than the launch's own spin:
+    // still running when the graph that reads the buffer launches.
+    let values: Vec<u32> = (0..N as u32).map(|i| i ^ 0x5a5a).collect();
+    let mut staged = PinnedBuffer::from_slice(&values).unwrap();
+    let mut source = DeviceBuffer::<u32, _>::zeroed(home(&stream), N).unwrap();
+    spin(&other, SLOW * 3).unwrap();
+    source.copy_from_pinned(&other, &mut staged).unwrap();
+    let source: Buffer = Arc::new(source);
+    let target: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let mut graph = Graph::new(device).unwrap();
+    let mut builder = graph.builder();
+    let start = slow_start(&mut builder, &launches);
+    builder.add_copy(&target, .., &source, .., &start).unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&launches).unwrap();
+    // A read on the home stream, at once: it waits for the launch's write of `target`, which
+    // waited for the write on `other`.
+    assert_eq!(target.to_vec().unwrap(), values, "the launch saw the earlier write, and the read saw the launch's");
+}
+
+#[test]
+fn a_buffer_the_graph_holds_is_freed_after_the_last_launch_of_its_last_holder() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let pool = MemPool::new(device).unwrap();
+    let host_out = pinned(&[0; N]);
+    let exec = {
+        let buffer: Buffer = Arc::new(DeviceBuffer::new_in(&pool, home(&stream), N).unwrap());
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let start = slow_start(&mut builder, &stream);
+        let fill = builder.add_fill_bytes(&buffer, .., 0x7f, &start).unwrap();
+        builder.add_copy_to_pinned(&host_out, .., &buffer, .., &[fill]).unwrap();
+        let exec = graph.instantiate().unwrap();
+        drop((graph, buffer));
+        exec
+    };
+    stream.synchronize().unwrap();
+    assert!(pool.stats().unwrap().used_current > 0, "the executable holds the buffer");
+    let launches = non_blocking_stream(device);
+    for _ in 0..3 {
+        exec.launch(&launches).unwrap();
+    }
+    // The last holder goes while its launches run: the free waits for them on the home stream.
+    drop(exec);
+    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x7f7f_7f7f; N], "the launches ran");
+    stream.synchronize().unwrap();
+    assert_eq!(pool.stats().unwrap().used_current, 0, "the buffer was freed after the launches");
+}
+
+#[test]
+fn a_clone_replays_the_same_nodes_and_holds_the_memory_after_the_original_is_gone() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let host_out = pinned(&[0; N]);
+    let clone = {
+        let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let start = slow_start(&mut builder, &stream);
+        let fill = builder.add_fill_bytes(&buffer, 1..N - 1, 0x22, &start).unwrap();
+        builder.add_copy_to_pinned(&host_out, .., &buffer, .., &[fill]).unwrap();
+        let clone = graph.try_clone().unwrap();
+        assert_eq!(clone.node_count().unwrap(), graph.node_count().unwrap());
+        clone
+    };
+    let exec = clone.instantiate().unwrap();
+    drop(clone);
+    exec.launch(&*stream).unwrap();
+    let seen = host_out.lock().unwrap().as_slice().unwrap().to_vec();
+    assert_eq!((seen[0], seen[1], seen[N - 2], seen[N - 1]), (0, 0x2222_2222, 0x2222_2222, 0));
+}
+
+#[test]
+fn a_locked_or_swapped_page_locked_buffer_refuses_the_launch_and_nothing_runs() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let host_in = pinned(&input(7));
+    let probe = Arc::new(Probe::default());
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let mut graph = Graph::new(device).unwrap();
+    let mut builder = graph.builder();
+    let copy = builder.add_copy_from_pinned(&buffer, .., &host_in, .., &[]).unwrap();
+    let token = Token(Arc::clone(&probe));
+    builder.add_host_fn(move || token.run(), &[copy]).unwrap();
+    let exec = graph.instantiate().unwrap();
+    {
+        let _host = host_in.lock().unwrap();
+        assert!(matches!(exec.launch(&*stream), Err(Error::GraphMisuse(_))), "refused while the host holds the lock");
+        let mut other = Graph::new(device).unwrap();
+        let refused = other.builder().add_copy_from_pinned(&buffer, .., &host_in, .., &[]);
+        assert!(matches!(refused, Err(Error::GraphMisuse(_))), "no node is added under the host's lock either");
+    }
+    // Another buffer swapped into the mutex: the node's memory is gone.
+    let old = std::mem::replace(&mut *host_in.lock().unwrap(), PinnedBuffer::from_slice(&input(8)).unwrap());
+    drop(old);
+    assert!(matches!(exec.launch(&*stream), Err(Error::GraphMisuse(_))), "refused once the buffer was swapped");
+    stream.synchronize().unwrap();
+    assert_eq!(probe.runs(), 0, "no refused launch ran");
+    assert_eq!(buffer.to_vec().unwrap(), vec![0; N]);
+}
+
+#[test]
+fn bad_nodes_are_refused_before_cuda() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let short: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N / 2).unwrap());
+    let mut graph = Graph::new(device).unwrap();
+    let mut builder = graph.builder();
+    let size = |result: cuda_stream::Result<GraphNode>| matches!(result, Err(Error::Size(_)));
+    assert!(size(builder.add_fill_bytes(&buffer, N..N + 1, 0, &[])), "outside the buffer");
+    assert!(size(builder.add_copy(&short, .., &buffer, .., &[])), "different lengths");
+    assert!(size(builder.add_copy(&buffer, 0..10, &buffer, 5..15, &[])), "overlapping ranges of one buffer");
+    assert!(builder.add_copy(&buffer, 0..10, &buffer, 10..20, &[]).is_ok(), "disjoint ranges of one buffer");
+    let many: Vec<Buffer> = (0..12).map(|_| Arc::new(DeviceBuffer::zeroed(home(&stream), 1).unwrap())).collect();
+    for (i, one) in many.iter().enumerate() {
+        let added = builder.add_fill_bytes(one, .., 0, &[]);
+        assert_eq!(added.is_ok(), i < 11, "12 device buffers at most: buffer {i} after the first one");
+    }
+    assert_eq!(builder.node_count().unwrap(), 12);
+    // A graph that holds buffers is not instantiated for device launch.
+    let refused = graph.instantiate_with(InstantiateOptions::new().device_launch());
+    assert!(matches!(refused, Err(Error::GraphMisuse(_))));
+}
+
+#[test]
+fn adopted_raw_nodes_order_later_nodes_and_foreign_ones_are_refused() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let mut graph = Graph::new(device).unwrap();
+    let mut other = Graph::new(device).unwrap();
+    let raw_empty = |graph: sys::cudaGraph_t| {
+        let mut node: sys::cudaGraphNode_t = std::ptr::null_mut();
+        // SAFETY: a live graph of this thread's; no dependencies; a valid out-pointer.
+        check(unsafe { sys::cudaGraphAddEmptyNode(&mut node, graph, std::ptr::null(), 0) }, "cudaGraphAddEmptyNode")
+            .unwrap();
+        node
+    };
+    let foreign = raw_empty(other.builder().as_raw());
+    let mut builder = graph.builder();
+    let mine = raw_empty(builder.as_raw());
+    // SAFETY: an empty node uses nothing.
+    assert!(matches!(unsafe { builder.adopt_node(foreign) }, Err(Error::GraphMisuse(_))));
+    // SAFETY: as above.
+    let adopted = unsafe { builder.adopt_node(mine) }.unwrap();
+    let fill = builder.add_fill_bytes(&buffer, .., 0x33, &[adopted]).unwrap();
+    assert_eq!(builder.leaves().unwrap(), vec![fill], "the fill depends on the adopted node");
+    graph.instantiate().unwrap().launch(&*stream).unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), vec![0x3333_3333; N]);
+}
+
+#[test]
+fn a_body_holds_no_host_function_and_a_conditional_graph_is_not_cloned() {
+    let device = gpu_or_skip!();
+    let mut graph = Graph::new(device).unwrap();
+    let mut builder = graph.builder();
+    let condition = builder.condition(Some(0)).unwrap();
+    let (_node, mut body) = builder.add_if(&condition, &[]).unwrap();
+    assert!(matches!(body.add_host_fn(|| {}, &[]), Err(Error::GraphMisuse(_))));
+    assert!(matches!(graph.try_clone(), Err(Error::GraphMisuse(_))));
+}
