@@ -222,9 +222,20 @@ fn bad_nodes_are_refused_before_cuda() {
         assert_eq!(added.is_ok(), i < 11, "12 device buffers at most: buffer {i} after the first one");
     }
     assert_eq!(builder.node_count().unwrap(), 12);
-    // A graph that holds buffers is not instantiated for device launch.
+    // A graph that holds buffers is not instantiated for device launch, nor does an
+    // executable instantiated for it take such a graph's nodes by an update.
     let refused = graph.instantiate_with(InstantiateOptions::new().device_launch());
     assert!(matches!(refused, Err(Error::GraphMisuse(_))));
+    // A kernel node (device launch takes kernel, memcpy and memset nodes).
+    let mut plain = Graph::new(device).unwrap();
+    let mut plain_builder = plain.builder();
+    let capture = plain_builder.capture(&stream, ThreadLocal).unwrap();
+    spin(&*stream, Duration::ZERO).unwrap();
+    capture.end().unwrap();
+    let mut exec = plain.instantiate_with(InstantiateOptions::new().device_launch()).unwrap();
+    let mut holding = Graph::new(device).unwrap();
+    holding.builder().add_fill_bytes(&buffer, .., 0, &[]).unwrap();
+    assert!(matches!(exec.update(&holding), Err(Error::GraphMisuse(_))));
 }
 
 #[test]

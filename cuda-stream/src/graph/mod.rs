@@ -186,11 +186,12 @@ impl Graph {
     }
 
     /// The executable `raw` if CUDA made it (`made`), else the claim undone.
-    fn instantiated(&self, raw: sys::cudaGraphExec_t, made: Result<()>) -> Result<GraphExec> {
+    fn instantiated(&self, raw: sys::cudaGraphExec_t, made: Result<()>, device_launch: bool) -> Result<GraphExec> {
         match made {
             Ok(()) => Ok(GraphExec {
                 raw,
                 device: self.device,
+                device_launch,
                 executables: Arc::clone(&self.executables),
                 race_accesses: self.tree.race_accesses.borrow().clone(),
                 memory: self.tree.memory.borrow().clone(),
@@ -222,7 +223,7 @@ impl Graph {
             // capture into it is open: `claim_executable`); `exec` is a valid out-pointer.
             check(unsafe { sys::cudaGraphInstantiate(&mut exec, self.raw, 0) }, "cudaGraphInstantiate")
         });
-        self.instantiated(exec, made)
+        self.instantiated(exec, made, false)
     }
 
     /// Instantiates the graph with `options`: flags, and an upload into a stream
@@ -231,7 +232,8 @@ impl Graph {
     ///
     /// # Errors
     /// [`Error::DeviceMismatch`] for an upload stream of another device; [`Error::InsideHostFn`];
-    /// [`Error::GraphMisuse`] as for [`Graph::instantiate`];
+    /// [`Error::GraphMisuse`] as for [`Graph::instantiate`], and for device launch of a graph
+    /// whose memory nodes use buffers (see [the memory docs](crate::memory#graphs));
     /// [`Error::GraphInstantiate`] with CUDA's [`GraphInstantiateResult`] when CUDA refuses,
     /// e.g. [`GraphInstantiateResult::NODE_OPERATION_NOT_SUPPORTED`] for a host node in a graph
     /// instantiated for device launch, [`GraphInstantiateResult::CONDITIONAL_HANDLE_UNUSED`]
@@ -239,9 +241,7 @@ impl Graph {
     pub fn instantiate_with(&self, options: InstantiateOptions<'_>) -> Result<GraphExec> {
         refuse_inside_host_fn()?;
         if options.flags.contains(InstantiateFlags::DEVICE_LAUNCH) && self.tree.memory.borrow().is_some() {
-            return Err(Error::GraphMisuse(
-                "a graph whose memory nodes use buffers is not instantiated for device launch (a launch from the device would not be ordered with the buffers' other uses)",
-            ));
+            return Err(Error::GraphMisuse(DEVICE_LAUNCH_WITH_MEMORY));
         }
         let mut params = sys::cudaGraphInstantiateParams {
             flags: options.flags.0,
@@ -273,7 +273,7 @@ impl Graph {
                     other => other,
                 }
             });
-            self.instantiated(exec, made)
+            self.instantiated(exec, made, options.flags.contains(InstantiateFlags::DEVICE_LAUNCH))
         };
         match options.upload {
             // An upload is work on its stream, which must not be capturing.
@@ -447,6 +447,9 @@ impl Drop for Graph {
     }
 }
 
+/// Why a graph whose memory nodes use buffers is not made launchable from the device.
+const DEVICE_LAUNCH_WITH_MEMORY: &str = "a graph whose memory nodes use buffers is not launched from the device (such a launch would not be ordered with the buffers' other uses)";
+
 /// Why a graph launch or upload onto a capturing stream is refused.
 const LAUNCH_INTO_CAPTURE: &str =
     "a graph is not launched or uploaded onto a capturing stream (CUDA would invalidate the capture)";
@@ -457,6 +460,8 @@ const LAUNCH_INTO_CAPTURE: &str =
 pub struct GraphExec {
     raw: sys::cudaGraphExec_t,
     device: Device,
+    /// Instantiated for device launch: never updated from a graph that holds memory.
+    device_launch: bool,
     /// The live-executable count of the graph it was made from, uncounted once destroyed.
     executables: Arc<AtomicUsize>,
     /// The accesses the graph's capture declared to the race detector, replayed by each launch.
@@ -574,7 +579,8 @@ impl GraphExec {
     /// # Errors
     /// [`Error::DeviceMismatch`] for a graph of another device; [`Error::InsideHostFn`];
     /// [`Error::GraphMisuse`] for a graph whose body capture has not ended, failed, or was
-    /// dropped before `end`;
+    /// dropped before `end`, and for a graph whose memory nodes use buffers when the executable
+    /// was instantiated for device launch;
     /// [`Error::GraphUpdate`] with CUDA's [`GraphExecUpdateResult`] (e.g.
     /// [`GraphExecUpdateResult::TOPOLOGY_CHANGED`]) when CUDA refuses: the executable is then
     /// unchanged and still usable.
@@ -583,6 +589,9 @@ impl GraphExec {
         let _current = self.device.make_current()?;
         same_device("an executable graph is updated from a graph of its own device", self.device, graph.device)?;
         graph.refuse_incomplete()?;
+        if self.device_launch && graph.tree.memory.borrow().is_some() {
+            return Err(Error::GraphMisuse(DEVICE_LAUNCH_WITH_MEMORY));
+        }
         let mut info = sys::cudaGraphExecUpdateResultInfo {
             result: sys::cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess,
             errorNode: std::ptr::null_mut(),

@@ -1,0 +1,98 @@
+//! A graph built by hand that copies in, computes and copies out, NVIDIA's simpleCudaGraphs
+//! ported: a host-to-device copy and a memset, a reduction in two kernels, a device-to-host copy
+//! and a host function, then a clone of the graph; both executables replayed with new input
+//! each time. The graph holds the memory its copies and memsets use (`Arc` buffers), so the
+//! buffers are dropped here before the first launch, and each launch is ordered with the
+//! host's access to the page-locked input and output: no synchronize between the rounds.
+//!
+//! A crate of its own: this file as `src/main.rs`, `examples/kernels/graph_memory.cu` in
+//! `kernels/`, `cuda-stream` (feature `testing`, for the GPU gate) as a dependency and
+//! `cuda-stream-build` as a build dependency, with its `build.rs`:
+//! `cuda_stream_build::Kernels::from_dir("kernels").compile("kernels");`.
+
+use cuda_stream::{DeviceBuffer, Graph, LaunchConfig, PinnedBuffer, Stream, StreamOptions};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+cuda_stream::kernel! {
+    /// Each block sums its share of the `n` inputs into `partial[block]`.
+    static REDUCE = fn graph_memory_reduce(input: *const f32, partial: *mut f32, n: u64);
+    /// One block sums the `n` partial sums into `*result`.
+    static REDUCE_FINAL = fn graph_memory_reduce_final(partial: *const f32, result: *mut f32, n: u64);
+}
+
+const N: usize = 1 << 20;
+const BLOCKS: u32 = 256;
+const THREADS: u32 = 512;
+
+fn main() -> cuda_stream::Result<()> {
+    // Device 0, or a plain "skipped" without a GPU (a failure under CUDA_STREAM_REQUIRE_GPU=1).
+    let Some(device) = cuda_stream::testing::device_or_skip("graph_memory") else { return Ok(()) };
+    let stream = Arc::new(Stream::new(device, StreamOptions::non_blocking())?);
+    let host_input = Arc::new(Mutex::new(PinnedBuffer::<f32>::zeroed(N)?));
+    let host_result = Arc::new(Mutex::new(PinnedBuffer::<f32>::zeroed(1)?));
+    let reported = Arc::new(AtomicU32::new(0));
+
+    let (exec, clone_exec) = {
+        let input = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(&stream), N)?);
+        let partial = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(&stream), BLOCKS as usize)?);
+        let result = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(&stream), 1)?);
+        let mut graph = Graph::new(device)?;
+        let mut builder = graph.builder();
+        let copy_in = builder.add_copy_from_pinned(&input, .., &host_input, .., &[])?;
+        let clear_partial = builder.add_fill_bytes(&partial, .., 0, &[])?;
+        let clear_result = builder.add_fill_bytes(&result, .., 0, &[])?;
+        // The kernels reach the buffers through raw addresses (device memory: a kernel may
+        // write through a `*const` the buffer gave out); the graph holds every one of them,
+        // since its copies and memsets use them.
+        let (input_ptr, partial_ptr, result_ptr) =
+            (input.as_ptr(), partial.as_ptr().cast_mut(), result.as_ptr().cast_mut());
+        // SAFETY: reads the N inputs and writes BLOCKS partial sums, in buffers the graph holds
+        // for every launch, which nothing else touches while a launch runs.
+        let reduce = unsafe {
+            builder.add_kernel(
+                &REDUCE,
+                &LaunchConfig::new(BLOCKS, THREADS),
+                (input_ptr, partial_ptr, N as u64),
+                &[copy_in, clear_partial],
+            )?
+        };
+        // SAFETY: reads the BLOCKS partial sums and writes the one result, as above.
+        let reduce_final = unsafe {
+            builder.add_kernel(
+                &REDUCE_FINAL,
+                &LaunchConfig::new(1, THREADS),
+                (partial_ptr.cast_const(), result_ptr, u64::from(BLOCKS)),
+                &[reduce, clear_result],
+            )?
+        };
+        let copy_out = builder.add_copy_to_pinned(&host_result, .., &result, .., &[reduce_final])?;
+        let count = Arc::clone(&reported);
+        builder.add_host_fn(
+            move || {
+                count.fetch_add(1, Ordering::Relaxed);
+            },
+            &[copy_out],
+        )?;
+        println!("graph built by hand: {} nodes", graph.node_count()?);
+        let clone = graph.try_clone()?;
+        (graph.instantiate()?, clone.instantiate()?)
+        // The graphs and this scope's Arcs of the buffers drop here: the executables hold them.
+    };
+
+    for (round, exec) in [&exec, &clone_exec, &exec, &clone_exec].into_iter().enumerate() {
+        let values: Vec<f32> = (0..N).map(|i| ((i + round) % 7) as f32).collect();
+        // Waits for the previous launch's copy out of the input before the host writes it.
+        host_input.lock().expect("not poisoned").as_mut_slice()?.copy_from_slice(&values);
+        exec.launch(&*stream)?;
+        // Waits for this launch's copy into the result.
+        let gpu = host_result.lock().expect("not poisoned").as_slice()?[0];
+        let cpu: f64 = values.iter().copied().map(f64::from).sum();
+        println!("round {round}: GPU sum {gpu}, CPU sum {cpu}");
+        assert_eq!(f64::from(gpu), cpu, "the sums agree (integers, exact in f32)");
+    }
+    stream.synchronize()?;
+    println!("the host node ran {} times", reported.load(Ordering::Relaxed));
+    assert_eq!(reported.load(Ordering::Relaxed), 4);
+    Ok(())
+}
