@@ -248,7 +248,7 @@ pub use call::live::{live_events, live_streams};
 pub use call::race::{self, Access, RaceMode, RaceReport, race_scope, set_race_mode};
 pub use call::sync_debug::{self, SyncDebugMode, set_sync_debug_mode, sync_debug_scope};
 pub use completion::Completion;
-pub use device::{Device, DeviceFlags, DeviceGuard, DeviceProperties, MemoryInfo, Schedule};
+pub use device::{Device, DeviceFlags, DeviceGuard, DeviceProperties, GraphMemoryStats, MemoryInfo, Schedule};
 pub use event::{Event, EventFlags, KnownEventFlags, SYNCHRONIZE_HOT_WINDOW};
 pub use ffi::error::{CudaCode, Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check};
 pub use ffi::installation::{GpuUnavailable, driver_version, runtime_version};

@@ -982,6 +982,9 @@ fn rows() -> Vec<Row> {
         row("GraphBuilder::node_count", NotApplicable, Allowed, |s, _| {
             Graph::new(s.device)?.builder().node_count().map(drop)
         }),
+        row("Device::graph_memory", NotApplicable, RelaxedMode, |s, _| s.device.graph_memory().map(drop)),
+        row("Device::reset_graph_memory_peaks", NotApplicable, RelaxedMode, |s, _| s.device.reset_graph_memory_peaks()),
+        row("Device::trim_graph_memory", NotApplicable, RelaxedMode, |s, _| s.device.trim_graph_memory()),
         row("Graph::node_count", NotApplicable, Allowed, |s, _| Graph::new(s.device)?.node_count().map(drop)),
         row("Graph::try_clone", NotApplicable, RelaxedMode, |s, _| Graph::new(s.device)?.try_clone().map(drop)),
         row("Kernel::launch", Captured, Allowed, |s, side| {

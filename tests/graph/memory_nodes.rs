@@ -275,3 +275,32 @@ fn a_body_holds_no_host_function_and_a_conditional_graph_is_not_cloned() {
     assert!(matches!(body.add_host_fn(|| {}, &[]), Err(Error::GraphMisuse(_))));
     assert!(matches!(graph.try_clone(), Err(Error::GraphMisuse(_))));
 }
+
+#[test]
+fn the_graph_allocators_memory_is_counted_and_trimmed_once_no_launch_uses_it() {
+    let device = gpu_or_skip!();
+    let stream = non_blocking_stream(device);
+    const SCRATCH: usize = 64 << 20;
+    device.trim_graph_memory().unwrap();
+    device.reset_graph_memory_peaks().unwrap();
+    let before = device.graph_memory().unwrap();
+    let mut capture = stream.begin_capture(ThreadLocal).unwrap();
+    capture.scratch::<u8, _>(&stream, SCRATCH, |stream, _| spin(stream, SLOW).unwrap()).unwrap();
+    let graph = capture.end().unwrap();
+    assert!(graph.try_clone().is_err(), "CUDA clones no graph with memory allocation nodes");
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    let running = device.graph_memory().unwrap();
+    stream.synchronize().unwrap();
+    let done = device.graph_memory().unwrap();
+    assert!(done.reserved_current >= before.reserved_current + SCRATCH as u64, "{before:?} then {done:?}");
+    assert!(done.used_high >= SCRATCH as u64, "the launch's allocation is the high watermark: {done:?}");
+    assert!(running.reserved_current >= SCRATCH as u64, "{running:?}");
+    assert_eq!(done.used_current, before.used_current, "the graph freed its allocation: {done:?}");
+    drop((exec, graph));
+    device.trim_graph_memory().unwrap();
+    let trimmed = device.graph_memory().unwrap();
+    assert!(trimmed.reserved_current < done.reserved_current, "trim gave the cache back: {done:?} then {trimmed:?}");
+    device.reset_graph_memory_peaks().unwrap();
+    assert_eq!(device.graph_memory().unwrap().used_high, 0);
+}

@@ -1,7 +1,9 @@
 //! What a program sets and reads about a device as a whole: the flags its primary context is
-//! created with (how threads wait for it), its memory, and its properties.
+//! created with (how threads wait for it), its memory (and its graph allocator's), and its
+//! properties.
 
 use super::Device;
+use crate::call::capture_mode::uncapturable_call;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
@@ -84,6 +86,22 @@ pub struct MemoryInfo {
     pub free: usize,
     /// Bytes of memory the device has.
     pub total: usize,
+}
+
+/// The memory CUDA's graph allocator holds on a device, for the graphs' own allocations (memory
+/// nodes: [`Capture::scratch`](crate::Capture::scratch), and allocations captured into graphs)
+/// ([`Device::graph_memory`], `cudaDeviceGetGraphMemAttribute`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GraphMemoryStats {
+    /// Bytes of graph allocations alive now, in every graph's launches (`cudaGraphMemAttrUsedMemCurrent`).
+    pub used_current: u64,
+    /// The most ever alive since the last reset (`cudaGraphMemAttrUsedMemHigh`).
+    pub used_high: u64,
+    /// Bytes the allocator holds from the device now, in use or cached
+    /// (`cudaGraphMemAttrReservedMemCurrent`).
+    pub reserved_current: u64,
+    /// The most ever held since the last reset (`cudaGraphMemAttrReservedMemHigh`).
+    pub reserved_high: u64,
 }
 
 /// What a device is ([`Device::properties`]): the fields CUDA programs ask for most, typed;
@@ -187,6 +205,67 @@ impl Device {
         // SAFETY: valid out-pointers; the device's primary context is current.
         check(unsafe { sys::cudaMemGetInfo(&mut free, &mut total) }, "cudaMemGetInfo")?;
         Ok(MemoryInfo { free, total })
+    }
+
+    /// What CUDA's graph allocator holds on the device now
+    /// ([`cudaDeviceGetGraphMemAttribute`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)):
+    /// the memory of graphs' own allocations, in use and cached.
+    ///
+    /// # Errors
+    /// [`Error::InsideHostFn`]; CUDA's errors.
+    pub fn graph_memory(self) -> Result<GraphMemoryStats> {
+        use sys::cudaGraphMemAttributeType as A;
+        refuse_inside_host_fn()?;
+        let get = |attribute: A| -> Result<u64> {
+            let mut value: u64 = 0;
+            // SAFETY: a valid ordinal; the four attributes read are 64-bit values (NVIDIA's
+            // docs), written to a u64 that lives for the call.
+            let code =
+                unsafe { sys::cudaDeviceGetGraphMemAttribute(self.ordinal(), attribute, (&raw mut value).cast()) };
+            check(code, "cudaDeviceGetGraphMemAttribute")?;
+            Ok(value)
+        };
+        // It touches no stream: no capture in progress may refuse it.
+        uncapturable_call(|| {
+            Ok(GraphMemoryStats {
+                used_current: get(A::cudaGraphMemAttrUsedMemCurrent)?,
+                used_high: get(A::cudaGraphMemAttrUsedMemHigh)?,
+                reserved_current: get(A::cudaGraphMemAttrReservedMemCurrent)?,
+                reserved_high: get(A::cudaGraphMemAttrReservedMemHigh)?,
+            })
+        })
+    }
+
+    /// Resets the two high watermarks of [`Device::graph_memory`] to zero (the only value CUDA
+    /// takes for them) (`cudaDeviceSetGraphMemAttribute`).
+    ///
+    /// # Errors
+    /// [`Error::InsideHostFn`]; CUDA's errors.
+    pub fn reset_graph_memory_peaks(self) -> Result<()> {
+        use sys::cudaGraphMemAttributeType as A;
+        refuse_inside_host_fn()?;
+        for attribute in [A::cudaGraphMemAttrUsedMemHigh, A::cudaGraphMemAttrReservedMemHigh] {
+            let mut zero: u64 = 0;
+            // SAFETY: a valid ordinal; a 64-bit zero, as the attribute takes, alive for the call.
+            let code =
+                unsafe { sys::cudaDeviceSetGraphMemAttribute(self.ordinal(), attribute, (&raw mut zero).cast()) };
+            check(code, "cudaDeviceSetGraphMemAttribute")?;
+        }
+        Ok(())
+    }
+
+    /// Gives the device's memory that the graph allocator caches and no graph launch uses
+    /// (running or enqueued) back to the system
+    /// ([`cudaDeviceGraphMemTrim`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+    /// Memory a launch still uses stays, so it is safe at any time; it touches no stream, so no
+    /// capture in progress refuses it.
+    ///
+    /// # Errors
+    /// [`Error::InsideHostFn`]; CUDA's errors.
+    pub fn trim_graph_memory(self) -> Result<()> {
+        refuse_inside_host_fn()?;
+        // SAFETY: a valid ordinal.
+        uncapturable_call(|| check(unsafe { sys::cudaDeviceGraphMemTrim(self.ordinal()) }, "cudaDeviceGraphMemTrim"))
     }
 
     /// What the device is

@@ -7,7 +7,7 @@ mod controls;
 pub(crate) mod keep_alive;
 mod peer;
 
-pub use controls::{DeviceFlags, DeviceProperties, MemoryInfo, Schedule};
+pub use controls::{DeviceFlags, DeviceProperties, GraphMemoryStats, MemoryInfo, Schedule};
 
 use crate::call::capture_mode::{Relaxed, with_thread_mode};
 use crate::call::live_captures;

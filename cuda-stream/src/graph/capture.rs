@@ -196,6 +196,9 @@
 //! | `Device::check_priority` | **—** | **allowed** |
 //! | `Device::has_primary_context` | **—** | **allowed** |
 //! | `Device::make_current` | **—** | **allowed** |
+//! | `Device::graph_memory` | **—** | **Relaxed** |
+//! | `Device::reset_graph_memory_peaks` | **—** | **Relaxed** |
+//! | `Device::trim_graph_memory` | **—** | **Relaxed** |
 //! | `driver_version` | **—** | **allowed** |
 //! | `runtime_version` | **—** | **allowed** |
 //! | `with_thread_mode` | **—** | **allowed** |

@@ -205,7 +205,8 @@ impl Graph {
 
     /// Instantiates the graph for launching
     /// ([`cudaGraphInstantiate`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
-    /// The executable shares what the graph owns (host-function closures): both keep it alive.
+    /// The executable shares what the graph owns (host-function closures, the buffers its
+    /// memory nodes use): both keep it alive.
     /// A graph with conditional nodes needs no flag, but has one executable at a time.
     ///
     /// # Errors
@@ -493,7 +494,8 @@ impl GraphExec {
     /// [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on); [`Error::DeviceMismatch`] for a
     /// stream of another device; [`Error::GraphMisuse`] while the lock of a
     /// `Mutex<PinnedBuffer>` the graph copies to or from is held (by any thread), or once
-    /// another buffer was swapped into it (nothing is enqueued then). CUDA's errors.
+    /// another buffer was swapped into it (nothing is enqueued then): another launch that
+    /// copies the same memory, being enqueued on another thread, holds it too. CUDA's errors.
     ///
     /// [`GraphBuilder::add_copy`]: conditional::GraphBuilder::add_copy
     /// [`GraphBuilder::add_fill_bytes`]: conditional::GraphBuilder::add_fill_bytes

@@ -25,7 +25,9 @@ impl GraphBuilder<'_> {
     /// [`Capture::launch_host_fn`](super::capture::Capture::launch_host_fn) does: CUDA drops it
     /// once no graph, clone or executable needs it and their launches have completed. Inside
     /// `f`, calls of this crate are refused, as in every host function
-    /// ([the rules](crate::host_fn)).
+    /// ([the rules](crate::host_fn)). `f` must not block on what the host holds while it waits
+    /// for the graph, above all the lock of a `Mutex<PinnedBuffer>` the graph copies (see
+    /// [the memory docs](crate::memory#graphs)): the host would wait for `f`, and `f` for it.
     ///
     /// # Errors
     /// [`Error::GraphMisuse`] in a conditional node's body (CUDA allows no host node there), for
@@ -130,7 +132,8 @@ impl Graph {
     /// # Errors
     /// [`Error::GraphMisuse`] for a graph with conditional nodes (CUDA clones none), and for a
     /// graph whose body capture has not ended, failed, or was dropped before `end`;
-    /// [`Error::InsideHostFn`]; CUDA's errors.
+    /// [`Error::InsideHostFn`]; CUDA's errors (CUDA clones no graph with memory allocation or
+    /// free nodes either, such as [`Capture::scratch`](crate::Capture::scratch)'s).
     pub fn try_clone(&self) -> Result<Graph> {
         if self.tree().conditional.get() {
             return Err(Error::GraphMisuse("a graph with conditional nodes is not cloned (CUDA's rule)"));

@@ -33,10 +33,11 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;
 use std::ops::{Range, RangeBounds};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 /// Why a launch or a node is refused while a page-locked buffer's lock is held.
-const LOCKED: &str = "the Mutex<PinnedBuffer> a graph copies to or from is locked (a guard is alive, on this thread or another): a graph is not launched, nor a node added, while the host may touch the memory";
+const LOCKED: &str = "the Mutex<PinnedBuffer> a graph copies to or from is locked (a guard is alive, on this thread or another, or another launch that copies it is being enqueued): a graph is not launched, nor a node added, while the lock is held elsewhere";
 
 /// Why a launch is refused after the buffer in a mutex was swapped.
 const SWAPPED: &str =
@@ -70,6 +71,8 @@ trait LockedPageLocked {
     fn place(&self) -> (usize, usize);
     fn order_copy(&mut self, stream: &StreamRef, span: &Span) -> Result<Ticket>;
     fn copied(&mut self, stream: &StreamRef, span: Span, ticket: Ticket, recorded: &mut UseEvent<SharedEvent>);
+    /// Never touched or given back again (a copy in flight was not noted).
+    fn leak(&mut self);
 }
 
 impl<T: DeviceCopy> HeldPageLocked for Mutex<PinnedBuffer<T>> {
@@ -95,6 +98,10 @@ impl<T: DeviceCopy> LockedPageLocked for MutexGuard<'_, PinnedBuffer<T>> {
 
     fn copied(&mut self, stream: &StreamRef, span: Span, ticket: Ticket, recorded: &mut UseEvent<SharedEvent>) {
         self.page_locked(Token(())).copied(stream, span, ticket, recorded);
+    }
+
+    fn leak(&mut self) {
+        self.page_locked(Token(())).mark_leaked();
     }
 }
 
@@ -147,12 +154,20 @@ impl HeldMemory {
         Ok(())
     }
 
-    /// Holds `memory`, at `place`, for a node that touches `span` of it.
-    fn hold_page_locked(&mut self, memory: Arc<dyn HeldPageLocked>, place: (usize, usize), span: Span) {
-        let same = |held: &&mut HeldPlace| identity(&held.memory) == identity(&memory) && held.place == place;
-        match self.page_locked.iter_mut().find(same) {
-            Some(held) => held.span = held.span.merged(&span),
-            None => self.page_locked.push(HeldPlace { memory, place, span }),
+    /// Holds `memory`, at `place`, for a node that touches `span` of it: [`Error::GraphMisuse`]
+    /// for a mutex the graph holds at another place already (another buffer was swapped in
+    /// between two nodes: no launch could find both).
+    fn hold_page_locked(&mut self, memory: Arc<dyn HeldPageLocked>, place: (usize, usize), span: Span) -> Result<()> {
+        match self.page_locked.iter_mut().find(|held| identity(&held.memory) == identity(&memory)) {
+            Some(held) if held.place != place => Err(Error::GraphMisuse(SWAPPED)),
+            Some(held) => {
+                held.span = held.span.merged(&span);
+                Ok(())
+            }
+            None => {
+                self.page_locked.push(HeldPlace { memory, place, span });
+                Ok(())
+            }
         }
     }
 }
@@ -180,10 +195,19 @@ impl GraphMemory for HeldMemory {
             }
             launch()?;
             // One event after the launch serves every side: the first page-locked note records
-            // it, the others and the buffers' marks share it.
+            // it, the others and the buffers' marks share it. A note that unwinds (a bug) leaves
+            // its memory leaked, never touched again, and the others are noted all the same.
+            let mut unwound = None;
             for ((memory, span), ticket) in locked.iter_mut().zip(tickets) {
                 recorded.wanted = true;
-                memory.copied(stream, (*span).clone(), ticket, recorded);
+                let note = || memory.copied(stream, (*span).clone(), ticket, recorded);
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(note)) {
+                    memory.leak();
+                    unwound.get_or_insert(payload);
+                }
+            }
+            if let Some(payload) = unwound {
+                resume_unwind(payload);
             }
             Ok(())
         })
@@ -362,7 +386,7 @@ impl GraphBuilder<'_> {
         let bytes = device_span.bytes.len();
         let mut memory = HeldMemory::of(self)?;
         memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, device_span)?;
-        memory.hold_page_locked(Arc::clone(pinned) as Arc<dyn HeldPageLocked>, place, host);
+        memory.hold_page_locked(Arc::clone(pinned) as Arc<dyn HeldPageLocked>, place, host)?;
         let (to, from, kind) = if into_device {
             (device_address, host_address.cast_const(), sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
         } else {
@@ -389,8 +413,11 @@ impl GraphBuilder<'_> {
             let mut node: sys::cudaGraphNode_t = std::ptr::null_mut();
             // SAFETY: this level's live graph, used by nothing else meanwhile (the builder's
             // exclusive borrow); `dependencies` are nodes of it, checked by level; `bytes`
-            // bytes at both addresses, of the kinds `kind` names, in memory the graph holds
-            // for as long as a launch may run the node; a valid out-pointer.
+            // bytes at both addresses, of the kinds `kind` names. Adding the node reads no
+            // memory; when a launch runs it, a device buffer is one the graph holds, and
+            // page-locked memory is the buffer its mutex holds then (each launch checks the
+            // address under the lock, which it keeps until the copy is noted, and that buffer's
+            // drop waits for the noted copies); a valid out-pointer.
             let code = unsafe {
                 sys::cudaGraphAddMemcpyNode1D(
                     &mut node,

@@ -65,8 +65,14 @@
 //! * The host reaches the page-locked memory between launches through the mutex (lock it, then
 //!   `as_mut_slice` waits for the launches' copies). A launch takes the lock with `try_lock`
 //!   while it orders and enqueues: while a guard is alive, on any thread, the launch is refused
-//!   ([`Error::GraphMisuse`]) rather than wait. A node keeps the address it copies, and a
-//!   launch after another `PinnedBuffer` was swapped into the mutex is refused too.
+//!   ([`Error::GraphMisuse`]) rather than wait; another launch that copies the same memory
+//!   and is being enqueued on another thread holds it too. A node keeps the address it
+//!   copies, and a launch after another `PinnedBuffer` was swapped into the mutex is refused.
+//! * **A host function must not lock that mutex**, nor wait for anything the host does while
+//!   it holds the guard: the host's `as_slice` waits, under the lock, for the launch, whose
+//!   last work may be that host function (a deadlock); and a launch holds the lock while CUDA
+//!   takes it, which can wait for room in CUDA's queue, behind an earlier launch's host
+//!   function.
 //! * A graph holds at most 12 device buffers (one launch orders at most 12, as one kernel
 //!   launch does), and one that holds any is not instantiated for device launch, whose launches
 //!   the host would not see.
