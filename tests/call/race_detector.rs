@@ -443,3 +443,32 @@ fn the_detector_reports_exactly_the_pairs_the_ordering_model_leaves_unordered() 
     );
     assert!(expected_total > programs as usize / 2, "the programs make enough races to test something");
 }
+
+#[test]
+fn a_built_graphs_memory_nodes_are_replayed_and_their_launch_is_ordered_with_the_buffers_uses() {
+    let device = gpu_or_skip!();
+    let home = std::sync::Arc::new(non_blocking_stream(device));
+    let (launches, raw) = (non_blocking_stream(device), non_blocking_stream(device));
+    let scope = race_scope(RaceMode::Report);
+    let target = std::sync::Arc::new(DeviceBuffer::<u32, _>::zeroed(std::sync::Arc::clone(&home), N).unwrap());
+    let mut sink = DeviceBuffer::<u32, _>::zeroed(&*home, N).unwrap();
+    home.synchronize().unwrap();
+    let mut graph = cuda_stream::Graph::new(device).unwrap();
+    graph.builder().add_fill_bytes(&target, .., 0x11, &[]).unwrap();
+    let exec = graph.instantiate().unwrap();
+    assert_eq!(scope.take_reports(), [], "built nodes run at the graph's launches");
+    exec.launch(&launches).unwrap();
+    // A raw kernel reads the target on a stream the buffer does not know: unordered.
+    slow_copy(&raw, target.as_ptr(), sink.as_mut_ptr()).unwrap();
+    let reports = scope.take_reports();
+    raw.synchronize().unwrap();
+    assert_eq!(kinds(&reports), [RaceKind::WriteRead], "the memset node's write, the raw read: {reports:#?}");
+    assert!(reports[0].earlier.operation.contains("cudaGraphAddMemsetNode"), "{}", reports[0]);
+    assert_eq!(reports[0].later.operation, "slow copy");
+
+    // A read through the buffer is ordered after the launch by the buffer itself: silent, and
+    // it sees the memset.
+    exec.launch(&launches).unwrap();
+    assert_eq!(target.to_vec().unwrap(), vec![0x1111_1111; N]);
+    assert_eq!(scope.take_reports(), []);
+}

@@ -304,3 +304,74 @@ fn the_graph_allocators_memory_is_counted_and_trimmed_once_no_launch_uses_it() {
     device.reset_graph_memory_peaks().unwrap();
     assert_eq!(device.graph_memory().unwrap().used_high, 0);
 }
+
+#[test]
+fn an_update_moves_the_executables_copy_to_other_buffers_and_the_old_ones_go_after_its_launches() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let pool = MemPool::new(device).unwrap();
+    let host_out = pinned(&[0; N]);
+    // Two graphs of one shape: fill a buffer, copy it out. The first one's buffer comes from
+    // `pool`, so that its free shows.
+    let build = |buffer: &Buffer, byte: u8| {
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let start = slow_start(&mut builder, &stream);
+        let fill = builder.add_fill_bytes(buffer, .., byte, &start).unwrap();
+        builder.add_copy_to_pinned(&host_out, .., buffer, .., &[fill]).unwrap();
+        graph
+    };
+    let mut exec =
+        build(&Arc::new(DeviceBuffer::new_in(&pool, home(&stream), N).unwrap()), 0x44).instantiate().unwrap();
+    let new = build(&Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()), 0x55);
+    exec.launch(&*stream).unwrap();
+    exec.update(&new).unwrap();
+    drop(new);
+    // The old buffer's last holder is gone; its free waits for the launch still running.
+    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x4444_4444; N], "the launch before the update");
+    stream.synchronize().unwrap();
+    assert_eq!(pool.stats().unwrap().used_current, 0, "the old buffer was freed after its launch");
+    exec.launch(&*stream).unwrap();
+    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x5555_5555; N], "the updated copy");
+}
+
+#[test]
+fn two_executables_with_temporaries_replayed_at_once_on_two_streams_never_alias() {
+    let device = gpu_or_skip!();
+    let home = non_blocking_stream(device);
+    let capturing = non_blocking_stream(device);
+    // Each graph copies its input into graph-owned scratch, spins, and copies the scratch out:
+    // scratch shared with the other graph's while both run would mix the patterns.
+    let graph_with_temporary = |input: &DeviceBuffer<u32, &Stream>, output: &mut DeviceBuffer<u32, &Stream>| {
+        let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+        let (source, destination) = (input.as_ptr(), output.as_mut_ptr());
+        capture
+            .scratch::<u32, _>(&capturing, N, |stream, scratch| {
+                // SAFETY: the input, output and scratch hold N u32s of the device, alive for
+                // every launch (the test synchronizes before dropping them).
+                unsafe {
+                    cuda_stream_tests::spin_copy(stream, source, scratch, N, Duration::ZERO).unwrap();
+                    cuda_stream_tests::spin_copy(stream, scratch, destination, N, SLOW / 4).unwrap();
+                }
+            })
+            .unwrap();
+        capture.end().unwrap().instantiate().unwrap()
+    };
+    let patterns = [0xaaaa_0000u32, 0x0000_bbbb];
+    let inputs: Vec<_> = patterns.iter().map(|&p| DeviceBuffer::from_slice(&home, &vec![p; N]).unwrap()).collect();
+    let mut outputs: Vec<_> = (0..2).map(|_| DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap()).collect();
+    home.synchronize().unwrap();
+    let execs: Vec<_> = inputs.iter().zip(&mut outputs).map(|(i, o)| graph_with_temporary(i, o)).collect();
+    let streams = [non_blocking_stream(device), non_blocking_stream(device)];
+    for _ in 0..8 {
+        for (exec, stream) in execs.iter().zip(&streams) {
+            exec.launch(stream).unwrap();
+        }
+    }
+    for stream in &streams {
+        stream.synchronize().unwrap();
+    }
+    for (output, pattern) in outputs.iter().zip(patterns) {
+        assert_eq!(output.to_vec().unwrap(), vec![pattern; N], "each graph's temporary held its own pattern");
+    }
+}
