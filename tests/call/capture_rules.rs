@@ -515,6 +515,17 @@ enum Side {
 trait Guard {
     fn launch_host_fn(&mut self, stream: &StreamRef) -> Result<()>;
     fn scratch(&mut self, stream: &StreamRef) -> Result<()>;
+    fn memory(&mut self, stream: &StreamRef, which: MemoryCall) -> Result<()>;
+}
+
+/// A capture's memory work, on buffers the graph holds.
+#[derive(Copy, Clone)]
+enum MemoryCall {
+    Copy,
+    Fill,
+    FromPinned,
+    ToPinned,
+    UseOn,
 }
 
 impl<M: CaptureMode> Guard for Capture<'_, M> {
@@ -525,6 +536,34 @@ impl<M: CaptureMode> Guard for Capture<'_, M> {
     fn scratch(&mut self, stream: &StreamRef) -> Result<()> {
         Capture::scratch::<u32, _>(self, stream, 4, |_, _| ())
     }
+
+    fn memory(&mut self, stream: &StreamRef, which: MemoryCall) -> Result<()> {
+        let (buffer, pinned) = shared_memory(stream.device());
+        match which {
+            MemoryCall::Copy => self.copy(stream, (buffer, ..32), (buffer, 32..)),
+            MemoryCall::Fill => self.fill_bytes(stream, buffer, .., 0),
+            MemoryCall::FromPinned => self.copy_from_pinned(stream, (buffer, ..), (pinned, ..)),
+            MemoryCall::ToPinned => self.copy_to_pinned(stream, (pinned, ..), (buffer, ..)),
+            MemoryCall::UseOn => self.use_on(stream, buffer, |_, _| ()),
+        }
+    }
+}
+
+type SharedBuffer = Arc<DeviceBuffer<u8, Arc<Stream>>>;
+type SharedPinned = Arc<Mutex<PinnedBuffer<u8>>>;
+
+/// A buffer of 64 bytes on a stream of its own and page-locked memory of 64, made once, before
+/// any capture (allocations are refused in some), that captures' memory work may use: their
+/// graphs hold them.
+fn shared_memory(device: Device) -> (&'static SharedBuffer, &'static SharedPinned) {
+    static MEMORY: OnceLock<(SharedBuffer, SharedPinned)> = OnceLock::new();
+    let (buffer, pinned) = MEMORY.get_or_init(|| {
+        let home = Arc::new(non_blocking_stream(device));
+        let buffer = Arc::new(DeviceBuffer::new(home, 64).expect("a shared buffer"));
+        let pinned = Arc::new(Mutex::new(PinnedBuffer::zeroed(64).expect("shared page-locked memory")));
+        (buffer, pinned)
+    });
+    (buffer, pinned)
 }
 
 type SceneCall = fn(&Scene<'_>, Side) -> Result<()>;
@@ -843,6 +882,36 @@ fn rows() -> Vec<Row> {
             on_the_capture: Captured,
             elsewhere: Refused,
             call: Call::Guard(|guard, s, side| guard.scratch(on(s, side))),
+        },
+        Row {
+            name: "Capture::copy",
+            on_the_capture: Captured,
+            elsewhere: Refused,
+            call: Call::Guard(|guard, s, side| guard.memory(on(s, side), MemoryCall::Copy)),
+        },
+        Row {
+            name: "Capture::fill_bytes",
+            on_the_capture: Captured,
+            elsewhere: Refused,
+            call: Call::Guard(|guard, s, side| guard.memory(on(s, side), MemoryCall::Fill)),
+        },
+        Row {
+            name: "Capture::copy_from_pinned",
+            on_the_capture: Captured,
+            elsewhere: Refused,
+            call: Call::Guard(|guard, s, side| guard.memory(on(s, side), MemoryCall::FromPinned)),
+        },
+        Row {
+            name: "Capture::copy_to_pinned",
+            on_the_capture: Captured,
+            elsewhere: Refused,
+            call: Call::Guard(|guard, s, side| guard.memory(on(s, side), MemoryCall::ToPinned)),
+        },
+        Row {
+            name: "Capture::use_on",
+            on_the_capture: Captured,
+            elsewhere: Refused,
+            call: Call::Guard(|guard, s, side| guard.memory(on(s, side), MemoryCall::UseOn)),
         },
         row("Event::new", NotApplicable, Allowed, |s, _| new_event(s).map(drop)),
         row("drop(Event)", NotApplicable, Allowed, |s, _| {

@@ -389,3 +389,86 @@ fn two_executables_with_temporaries_replayed_at_once_on_two_streams_never_alias(
         assert_eq!(output.to_vec().unwrap(), vec![pattern; N], "each graph's temporary held its own pattern");
     }
 }
+
+#[test]
+fn a_capture_copies_in_computes_and_copies_out_with_buffers_its_graph_holds() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let capturing = non_blocking_stream(device);
+    let (host_in, host_out) = (pinned(&input(0)), pinned(&[0; N]));
+    let exec = {
+        let staged: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+        let out: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+        stream.synchronize().unwrap();
+        let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+        capture.copy_from_pinned(&capturing, (&staged, ..), (&host_in, ..)).unwrap();
+        spin(&capturing, SLOW).unwrap();
+        capture.copy(&capturing, (&out, N / 2..), (&staged, ..N / 2)).unwrap();
+        capture.fill_bytes(&capturing, &out, ..N / 2, 0x01).unwrap();
+        capture.copy_to_pinned(&capturing, (&host_out, ..), (&out, ..)).unwrap();
+        let graph = capture.end().unwrap();
+        assert_eq!(graph.node_count().unwrap(), 5, "copy in, spin, copy, fill, copy out");
+        assert_eq!(Arc::strong_count(&staged), 2, "the graph holds the buffer");
+        // The graph is all that holds the device buffers from here on.
+        drop((staged, out));
+        graph.instantiate().unwrap()
+    };
+    for round in 1..=3u32 {
+        host_in.lock().unwrap().as_mut_slice().unwrap().copy_from_slice(&input(round));
+        exec.launch(&*stream).unwrap();
+        let seen = host_out.lock().unwrap().as_slice().unwrap().to_vec();
+        assert_eq!(seen, expected(&input(round)), "round {round}");
+    }
+}
+
+#[test]
+fn a_captured_kernel_uses_buffers_through_use_on_and_its_launches_are_ordered_with_their_uses() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let (capturing, launches) = (non_blocking_stream(device), non_blocking_stream(device));
+    let values: Vec<u32> = (0..N as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let source: Buffer = Arc::new(DeviceBuffer::from_slice(home(&stream), &values).unwrap());
+    let target: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+    let read = capture.use_on(&capturing, &source, |_, source| source.cast_const()).unwrap();
+    capture
+        .use_on(&capturing, &target, |stream, target| {
+            // SAFETY: N u32s each, in buffers the graph holds for every launch.
+            unsafe { cuda_stream_tests::spin_copy(stream, read, target, N, SLOW) }
+        })
+        .unwrap()
+        .unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&launches).unwrap();
+    // A read on the home stream at once: after the launch's slow write.
+    assert_eq!(target.to_vec().unwrap(), values);
+}
+
+#[test]
+fn a_captures_memory_work_off_the_capture_is_refused_a_dropped_capture_lets_go_and_a_failed_one_leaks() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let (capturing, idle) = (non_blocking_stream(device), non_blocking_stream(device));
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    stream.synchronize().unwrap();
+    let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+    let misuse = |result: cuda_stream::Result<()>| matches!(result, Err(Error::CaptureMisuse(_)));
+    assert!(misuse(capture.fill_bytes(&idle, &buffer, .., 1)), "a stream outside the capture");
+    assert!(misuse(capture.use_on(&idle, &buffer, |_, _| ()).map(drop)), "use_on too");
+    assert_eq!(Arc::strong_count(&buffer), 1, "nothing held for refused work");
+    capture.fill_bytes(&capturing, &buffer, .., 1).unwrap();
+    assert_eq!(Arc::strong_count(&buffer), 2);
+    drop(capture);
+    assert_eq!(Arc::strong_count(&buffer), 1, "a dropped capture's graph is gone, and its hold with it");
+
+    // A capture whose end fails (a forked stream never joined back) may have a graph that
+    // someone else keeps: the memory is leaked, never freed.
+    let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+    capture.fill_bytes(&capturing, &buffer, .., 2).unwrap();
+    let side = capturing.fork().unwrap();
+    spin(&side, Duration::ZERO).unwrap();
+    assert!(capture.end().is_err(), "an unjoined fork fails the end");
+    assert_eq!(Arc::strong_count(&buffer), 2, "leaked, not freed");
+    assert_eq!(buffer.to_vec().unwrap(), vec![0; N], "no captured work ran");
+    drop(side);
+}

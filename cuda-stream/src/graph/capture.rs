@@ -178,6 +178,11 @@
 //! | `GraphBuilder::capture` | **refused** (as `begin_capture`) | **allowed** (a capture of its own) |
 //! | `Capture::launch_host_fn` | **captured** (a host node the graph owns) | **refused** (a stream outside the capture) |
 //! | `Capture::scratch` | **captured** (an allocation and a free of the graph) | **refused** (a stream outside the capture) |
+//! | `Capture::copy` | **captured** (a memcpy node; the graph holds the buffers) | **refused** (a stream outside the capture) |
+//! | `Capture::fill_bytes` | **captured** (a memset node; the graph holds the buffer) | **refused** (a stream outside the capture) |
+//! | `Capture::copy_from_pinned` | **captured** (a memcpy node; the graph holds both) | **refused** (a stream outside the capture) |
+//! | `Capture::copy_to_pinned` | **captured** (a memcpy node; the graph holds both) | **refused** (a stream outside the capture) |
+//! | `Capture::use_on` | **captured** (the graph holds the buffer) | **refused** (a stream outside the capture) |
 //! | `Event::new` | **—** | **allowed** |
 //! | `drop(Event)` | **—** | **allowed** |
 //! | `Event::ipc_handle` | **—** | **allowed** |
@@ -350,9 +355,11 @@
 pub use crate::call::capture_mode::{CaptureMode, Global, Relaxed, ThreadLocal, with_thread_mode};
 pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
 
+use super::held::GraphMemory;
 use super::{Graph, leaves_of};
 use crate::call::live_captures;
 use crate::call::race;
+use crate::call::race::model::Use;
 use crate::call::transitions::{Transition, capture_transition};
 use crate::call::uncaptured_calls;
 use crate::device::same_device;
@@ -364,10 +371,12 @@ use crate::stream::AsStream;
 use crate::stream::StreamRef;
 use crate::stream::capture_node::{Added, CaptureNode, add_to_capture};
 use crate::stream::capture_status::{capture_state, refuse_legacy};
+use crate::stream::enqueue::{Via, Work};
 use crate::sys;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
+use std::sync::Arc;
 
 impl StreamRef {
     /// Starts capturing this stream's work into a graph
@@ -470,7 +479,12 @@ impl StreamRef {
             counted = live_captures::identified(counted, state.info.id);
         }
         drop(transition);
-        let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, _mode: PhantomData };
+        // Capturing into a graph that holds memory already: the capture's memory grows from it.
+        let memory = match &into {
+            Some(Target::Owned(graph)) => graph.tree().memory.borrow().clone(),
+            _ => None,
+        };
+        let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, memory, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
         capture.id = state?.info.id;
         Ok(capture)
@@ -491,6 +505,11 @@ pub struct Capture<'a, M: CaptureMode> {
     /// [`GraphBuilder`](crate::GraphBuilder); `None` when CUDA captures into a graph of its
     /// own.
     into: Option<Target>,
+    /// The memory the capture's memcpy, memset and `use_on` work uses, held for the graph
+    /// (see [`held`](super::held)): handed to the graph by `end`, dropped with a graph the
+    /// drop discards, and leaked when the capture fails (another library may have ended it, and
+    /// kept a graph that uses it).
+    memory: Option<Arc<dyn GraphMemory>>,
     _mode: PhantomData<(M, M::Thread)>,
 }
 
@@ -589,12 +608,22 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// capture then stays open in CUDA and counted, as a leaked one (the same for a drop there).
     pub fn end(mut self) -> Result<Graph> {
         let (ended, race_accesses) = self.finish();
-        match ended {
-            Ended::Graph(graph) => graph.map(|graph| graph.with_race_accesses(race_accesses)),
+        let memory = self.memory.take();
+        let ended = match ended {
+            Ended::Graph(Ok(graph)) => {
+                if memory.is_some() {
+                    *graph.tree().memory.borrow_mut() = memory;
+                }
+                return Ok(graph.with_race_accesses(race_accesses));
+            }
+            Ended::Graph(Err(error)) | Ended::StillOpen(error) => Err(error),
             // Captures into a borrowed graph are never handed out as a `Capture`.
             Ended::Borrowed(_) => Err(Error::CaptureMisuse("this capture wrote into a graph it does not own")),
-            Ended::StillOpen(error) => Err(error),
-        }
+        };
+        // The capture failed, or stays open: another library may have ended it and kept a
+        // graph that uses the memory.
+        std::mem::forget(memory);
+        ended
     }
 
     /// Ends the capture in CUDA and uncounts it, exactly once (`end`, or else the drop), and
@@ -629,6 +658,45 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// Whether `end` or the drop has run (see [`Capture::finish`]).
     pub(super) fn has_ended(&self) -> bool {
         self.ended
+    }
+
+    /// The memory the capture's work uses so far (see [`held`](super::held)).
+    pub(crate) fn memory(&self) -> Option<Arc<dyn GraphMemory>> {
+        self.memory.clone()
+    }
+
+    /// Has the capture hold `memory` instead of what it held (`memory` holds that too).
+    pub(crate) fn hold_memory(&mut self, memory: Arc<dyn GraphMemory>) {
+        self.memory = Some(memory);
+    }
+
+    /// Enqueues `work` on `stream`, which must be part of this capture: CUDA captures it into
+    /// the capture's graph. The membership is checked under the enqueue path's hold, where no
+    /// capture of this crate begins, ends or is joined.
+    ///
+    /// # Errors
+    /// [`Error::CaptureMisuse`] for a stream that is not part of this capture (nothing is
+    /// enqueued); the errors of the enqueue path and of `call`.
+    pub(crate) fn enqueue_captured<R, U: FnOnce() -> Vec<Use>>(
+        &self,
+        stream: &StreamRef,
+        work: Work<U>,
+        call: impl FnOnce(Via) -> Result<R>,
+    ) -> Result<R> {
+        stream.enqueue(work, |via| {
+            self.refuse_outside(stream)?;
+            call(via)
+        })
+    }
+
+    /// [`Error::CaptureMisuse`] unless `stream` is part of this capture now. Under the enqueue
+    /// path's hold, that stays true until the hold ends, except for an end by another library.
+    pub(crate) fn refuse_outside(&self, stream: &StreamRef) -> Result<()> {
+        let info = stream.capture_info()?;
+        if info.status != CaptureStatus::Active || info.id != self.id {
+            return Err(Error::CaptureMisuse("the stream is not part of this capture"));
+        }
+        Ok(())
     }
 }
 
@@ -675,8 +743,12 @@ fn end_capture(stream: &StreamRef, into: Option<Target>, transition: Transition)
 impl<M: CaptureMode> Drop for Capture<'_, M> {
     fn drop(&mut self) {
         if !self.ended {
-            // The graph, if the capture ended, is discarded here.
-            let _ = self.finish();
+            // The graph, if the capture ended, is discarded here, and the memory it used with
+            // it; if the end failed or could not be made, the memory is leaked (another library
+            // may have ended the capture and kept its graph).
+            if !matches!(self.finish().0, Ended::Graph(Ok(_))) {
+                std::mem::forget(self.memory.take());
+            }
         }
     }
 }

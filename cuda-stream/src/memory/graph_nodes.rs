@@ -1,6 +1,15 @@
-//! Memcpy and memset nodes of graphs built node by node, over memory the graph holds: device
-//! buffers shared as `Arc<DeviceBuffer>`, page-locked buffers as `Arc<Mutex<PinnedBuffer>>`
-//! ([`cudaGraphAddMemcpyNode1D`, `cudaGraphAddMemsetNode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+//! Memcpy and memset nodes of graphs, built node by node or captured, over memory the graph
+//! holds: device buffers shared as `Arc<DeviceBuffer>`, page-locked buffers as
+//! `Arc<Mutex<PinnedBuffer>>`
+//! ([`cudaGraphAddMemcpyNode1D`, `cudaGraphAddMemsetNode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html);
+//! `cudaMemcpyAsync` and `cudaMemsetAsync` during a capture), and a capture's kernels on such
+//! buffers (`Capture::use_on`). An operation is planned once ([`Planned`]: the checks, the
+//! memory the graph will hold) and then added as a node or captured.
+//!
+//! A capture holds the memory from before CUDA has the work until `end` hands it to the graph;
+//! a capture dropped before `end` lets it go with the graph it discards, and one whose end
+//! fails (or cannot be made) leaks it: another library may have ended the capture and kept a
+//! graph that uses it.
 //!
 //! The graph keeps a clone of each `Arc` that a node uses, and so do its clones and every
 //! executable made from it: no launch can be enqueued after the memory is gone, whichever is
@@ -24,9 +33,11 @@ use super::uses::{Hold, MAX_TOUCHED, Touched, Uses, ordered_use};
 use super::{DeviceBuffer, DeviceCopy, PinnedBuffer, checked_range, same_length};
 use crate::call::race::{Access, AccessKind, CapturedAccesses};
 use crate::conditional::{GraphBuilder, GraphNode, dependency_pointer};
-use crate::device::same_device;
+use crate::device::{Device, same_device};
 use crate::ffi::error::{Error, Result, check};
+use crate::graph::capture::{Capture, CaptureMode};
 use crate::graph::held::GraphMemory;
+use crate::stream::enqueue::{InCapture, Work};
 use crate::stream::{AsStream, BorrowedStream, StreamRef};
 use crate::sys;
 use std::any::Any;
@@ -129,9 +140,9 @@ fn identity<T: ?Sized>(arc: &Arc<T>) -> *const () {
 }
 
 impl HeldMemory {
-    /// What `builder`'s graph holds so far.
-    fn of(builder: &GraphBuilder<'_>) -> Result<HeldMemory> {
-        match builder.memory() {
+    /// A copy of `memory`, what a graph or capture holds so far, to grow by a node.
+    fn of(memory: Option<Arc<dyn GraphMemory>>) -> Result<HeldMemory> {
+        match memory {
             None => Ok(HeldMemory::default()),
             Some(memory) => memory
                 .as_any()
@@ -218,13 +229,194 @@ impl GraphMemory for HeldMemory {
     }
 }
 
-/// A device buffer a node uses: its device, the address of element `range.start`, its bytes.
+/// A memory operation of a graph: what it does, and the memory the graph holds for it (what it
+/// held before, and what the operation uses).
+struct Planned {
+    memory: HeldMemory,
+    operation: Operation,
+}
+
+/// What a memcpy or memset node does (or captured work, when it is enqueued on a capturing
+/// stream): on addresses of memory the graph holds (see [`Planned`]).
+#[derive(Copy, Clone)]
+enum Operation {
+    Copy { to: *mut c_void, from: *const c_void, bytes: usize, kind: sys::cudaMemcpyKind },
+    Fill { to: *mut c_void, bytes: usize, byte: u8 },
+}
+
+impl Operation {
+    /// What it reads and writes, for the race detector.
+    fn accesses(self) -> Vec<Access> {
+        match self {
+            Operation::Copy { to, from, bytes, .. } => vec![
+                Access::bytes(from as u64, bytes as u64, AccessKind::Read),
+                Access::bytes(to as u64, bytes as u64, AccessKind::Write),
+            ],
+            Operation::Fill { to, bytes, .. } => vec![Access::bytes(to as u64, bytes as u64, AccessKind::Write)],
+        }
+    }
+
+    /// Adds it to `graph` as a node after `dependencies`.
+    ///
+    /// # Safety
+    /// `graph` is a live graph (or body) that nothing else uses during the call, `dependencies`
+    /// are nodes of it, and the operation's memory is what [`Planned`] holds for that graph.
+    unsafe fn add_node(
+        self,
+        graph: sys::cudaGraph_t,
+        dependencies: &[sys::cudaGraphNode_t],
+    ) -> Result<sys::cudaGraphNode_t> {
+        let mut node: sys::cudaGraphNode_t = std::ptr::null_mut();
+        let (deps, count) = (dependency_pointer(dependencies), dependencies.len());
+        // Adding a node reads no memory. When a launch runs it, a device buffer is one the
+        // graph holds, and page-locked memory is the buffer its mutex holds then: each launch
+        // checks the address under the lock, which it keeps until the copy is noted, and that
+        // buffer's drop waits for the noted copies.
+        let (code, api) = match self {
+            Operation::Copy { to, from, bytes, kind } => (
+                // SAFETY: the caller's contract for the graph and its dependencies; `bytes` bytes
+                // at both addresses, of the kinds `kind` names; a valid out-pointer.
+                unsafe { sys::cudaGraphAddMemcpyNode1D(&mut node, graph, deps, count, to, from, bytes, kind) },
+                "cudaGraphAddMemcpyNode1D",
+            ),
+            Operation::Fill { to, bytes, byte } => {
+                let params = fill_params(to, bytes, byte);
+                // SAFETY: as above, with `bytes` bytes at `to`.
+                (
+                    unsafe { sys::cudaGraphAddMemsetNode(&mut node, graph, deps, count, &params) },
+                    "cudaGraphAddMemsetNode",
+                )
+            }
+        };
+        check(code, api)?;
+        Ok(node)
+    }
+
+    /// The name of its node, in race reports of a graph's launches.
+    fn node_name(self) -> &'static str {
+        match self {
+            Operation::Copy { .. } => "cudaGraphAddMemcpyNode1D",
+            Operation::Fill { .. } => "cudaGraphAddMemsetNode",
+        }
+    }
+
+    /// Enqueues it on `stream`, capturing into a graph that holds its memory, with the device
+    /// current.
+    fn enqueue(self, stream: &StreamRef) -> Result<()> {
+        // The operation's memory is what the capture's graph holds for every launch (see
+        // `add_node`).
+        let (code, api) = match self {
+            Operation::Copy { to, from, bytes, kind } => {
+                // SAFETY: `bytes` bytes at both addresses, of the kinds `kind` names; a live
+                // stream of the device, current.
+                (unsafe { sys::cudaMemcpyAsync(to, from, bytes, kind, stream.as_raw()) }, "cudaMemcpyAsync")
+            }
+            Operation::Fill { to, bytes, byte } => {
+                // SAFETY: `bytes` bytes at `to`; a live stream of the device, current.
+                (unsafe { sys::cudaMemsetAsync(to, i32::from(byte), bytes, stream.as_raw()) }, "cudaMemsetAsync")
+            }
+        };
+        check(code, api)
+    }
+
+    /// The name of the CUDA call `enqueue` makes.
+    fn call_name(self) -> &'static str {
+        match self {
+            Operation::Copy { .. } => "cudaMemcpyAsync",
+            Operation::Fill { .. } => "cudaMemsetAsync",
+        }
+    }
+}
+
+/// A memset node's parameters: `bytes` bytes at `to` set to `byte`.
+fn fill_params(to: *mut c_void, bytes: usize, byte: u8) -> sys::cudaMemsetParams {
+    sys::cudaMemsetParams { dst: to, pitch: 0, value: u32::from(byte), elementSize: 1, width: bytes, height: 1 }
+}
+
+/// A device buffer an operation uses: the address of element `range.start`, and its bytes.
 fn device_side<T: DeviceCopy, S: AsStream>(
     buffer: &DeviceBuffer<T, S>,
     range: &Range<usize>,
     writes: bool,
 ) -> (*mut c_void, Span) {
     (buffer.element(range.start), buffer.span(range.start, range.len(), writes))
+}
+
+/// Elements `range` of `buffer` set to bytes `byte`, by a graph of `device` that holds `held`.
+fn plan_fill<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    held: Option<Arc<dyn GraphMemory>>,
+    device: Device,
+    buffer: &Arc<DeviceBuffer<T, S>>,
+    range: impl RangeBounds<usize>,
+    byte: u8,
+) -> Result<Planned> {
+    same_device("a graph's memset uses a buffer of the graph's device", device, buffer.device())?;
+    let range = checked_range(&range, buffer.len())?;
+    let (to, span) = device_side(buffer, &range, true);
+    let bytes = span.bytes.len();
+    let mut memory = HeldMemory::of(held)?;
+    memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, span)?;
+    Ok(Planned { memory, operation: Operation::Fill { to, bytes, byte } })
+}
+
+/// Elements `from_range` of `from` copied into `to_range` of `to`, by a graph of `device` that
+/// holds `held`.
+fn plan_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R: AsStream + Send + Sync + 'static>(
+    held: Option<Arc<dyn GraphMemory>>,
+    device: Device,
+    to: &Arc<DeviceBuffer<T, S>>,
+    to_range: impl RangeBounds<usize>,
+    from: &Arc<DeviceBuffer<T, R>>,
+    from_range: impl RangeBounds<usize>,
+) -> Result<Planned> {
+    same_device("a graph's memcpy copies between buffers of the graph's device", device, to.device())?;
+    same_device("a graph's memcpy copies between buffers of the graph's device", device, from.device())?;
+    let (to_range, from_range) = (checked_range(&to_range, to.len())?, checked_range(&from_range, from.len())?);
+    same_length(to_range.len(), from_range.len())?;
+    if identity(to) == identity(from) && to_range.start < from_range.end && from_range.start < to_range.end {
+        return Err(Error::Size("the two sides of a copy within one buffer overlap"));
+    }
+    let (destination, written) = device_side(to, &to_range, true);
+    let (source, read) = device_side(from, &from_range, false);
+    let bytes = written.bytes.len();
+    let mut memory = HeldMemory::of(held)?;
+    memory.hold_buffer(Arc::clone(to) as Arc<dyn HeldBuffer>, written)?;
+    memory.hold_buffer(Arc::clone(from) as Arc<dyn HeldBuffer>, read)?;
+    let kind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
+    Ok(Planned { memory, operation: Operation::Copy { to: destination, from: source, bytes, kind } })
+}
+
+/// A copy between elements `device_range` of `buffer` and `pinned_range` of the page-locked
+/// buffer in `pinned`, into the device (`into_device`) or out of it, by a graph of `device`
+/// that holds `held`.
+fn plan_pinned_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    held: Option<Arc<dyn GraphMemory>>,
+    device: Device,
+    (buffer, device_range): (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+    (pinned, pinned_range): (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+    into_device: bool,
+) -> Result<Planned> {
+    same_device("a graph's memcpy uses a buffer of the graph's device", device, buffer.device())?;
+    let device_range = checked_range(&device_range, buffer.len())?;
+    let place = HeldPageLocked::lock(&**pinned)?.place();
+    let pinned_range = checked_range(&pinned_range, place.1)?;
+    same_length(device_range.len(), pinned_range.len())?;
+    let host_address = (place.0 + pinned_range.start * size_of::<T>()) as *mut c_void;
+    let host =
+        Span { bytes: pinned_range.start * size_of::<T>()..pinned_range.end * size_of::<T>(), writes: !into_device };
+    let (device_address, device_span) = device_side(buffer, &device_range, into_device);
+    let bytes = device_span.bytes.len();
+    let mut memory = HeldMemory::of(held)?;
+    memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, device_span)?;
+    memory.hold_page_locked(Arc::clone(pinned) as Arc<dyn HeldPageLocked>, place, host)?;
+    let operation = if into_device {
+        let kind = sys::cudaMemcpyKind::cudaMemcpyHostToDevice;
+        Operation::Copy { to: device_address, from: host_address.cast_const(), bytes, kind }
+    } else {
+        let kind = sys::cudaMemcpyKind::cudaMemcpyDeviceToHost;
+        Operation::Copy { to: host_address, from: device_address.cast_const(), bytes, kind }
+    };
+    Ok(Planned { memory, operation })
 }
 
 impl GraphBuilder<'_> {
@@ -246,39 +438,8 @@ impl GraphBuilder<'_> {
         byte: u8,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
-        same_device("a graph's memset node uses a buffer of the graph's device", self.device(), buffer.device())?;
-        let range = checked_range(&range, buffer.len())?;
-        let (address, span) = device_side(buffer, &range, true);
-        let bytes = span.bytes.len();
-        let mut memory = HeldMemory::of(self)?;
-        memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, span)?;
-        let access = Access::bytes(address as u64, bytes as u64, AccessKind::Write);
-        self.add_memory_node(after, memory, "cudaGraphAddMemsetNode", &[access], |graph, dependencies| {
-            let params = sys::cudaMemsetParams {
-                dst: address,
-                pitch: 0,
-                value: u32::from(byte),
-                elementSize: 1,
-                width: bytes,
-                height: 1,
-            };
-            let mut node: sys::cudaGraphNode_t = std::ptr::null_mut();
-            // SAFETY: this level's live graph, used by nothing else meanwhile (the builder's
-            // exclusive borrow); `dependencies` are nodes of it, checked by level; `bytes`
-            // bytes of a live allocation of the graph's device, which the graph holds for as
-            // long as a launch may run the node; a valid out-pointer.
-            let code = unsafe {
-                sys::cudaGraphAddMemsetNode(
-                    &mut node,
-                    graph,
-                    dependency_pointer(dependencies),
-                    dependencies.len(),
-                    &params,
-                )
-            };
-            check(code, "cudaGraphAddMemsetNode")?;
-            Ok(node)
-        })
+        let planned = plan_fill(self.memory(), self.device(), buffer, range, byte)?;
+        self.add_planned(after, planned)
     }
 
     /// Adds a node that copies elements `from_range` of `from` into elements `to_range` of `to`
@@ -300,22 +461,8 @@ impl GraphBuilder<'_> {
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
-        let device = self.device();
-        same_device("a graph's memcpy node copies between buffers of the graph's device", device, to.device())?;
-        same_device("a graph's memcpy node copies between buffers of the graph's device", device, from.device())?;
-        let (to_range, from_range) = (checked_range(&to_range, to.len())?, checked_range(&from_range, from.len())?);
-        same_length(to_range.len(), from_range.len())?;
-        if identity(to) == identity(from) && to_range.start < from_range.end && from_range.start < to_range.end {
-            return Err(Error::Size("the two sides of a copy within one buffer overlap"));
-        }
-        let (destination, written) = device_side(to, &to_range, true);
-        let (source, read) = device_side(from, &from_range, false);
-        let bytes = written.bytes.len();
-        let mut memory = HeldMemory::of(self)?;
-        memory.hold_buffer(Arc::clone(to) as Arc<dyn HeldBuffer>, written)?;
-        memory.hold_buffer(Arc::clone(from) as Arc<dyn HeldBuffer>, read)?;
-        let kind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
-        self.add_copy_node(after, memory, destination, source, bytes, kind)
+        let planned = plan_copy(self.memory(), self.device(), to, to_range, from, from_range)?;
+        self.add_planned(after, planned)
     }
 
     /// Adds a node that copies elements `from_range` of the page-locked buffer in `from` into
@@ -329,8 +476,8 @@ impl GraphBuilder<'_> {
     /// [module docs](crate::memory#graphs)).
     ///
     /// # Errors
-    /// [`Error::GraphMisuse`] while the mutex is locked; otherwise as
-    /// [`GraphBuilder::add_copy`].
+    /// [`Error::GraphMisuse`] while the mutex is locked, and for a mutex the graph holds with
+    /// another buffer in it; otherwise as [`GraphBuilder::add_copy`].
     pub fn add_copy_from_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
         &mut self,
         to: &Arc<DeviceBuffer<T, S>>,
@@ -339,7 +486,8 @@ impl GraphBuilder<'_> {
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
-        self.add_pinned_copy(to, to_range, from, from_range, after, true)
+        let planned = plan_pinned_copy(self.memory(), self.device(), (to, to_range), (from, from_range), true)?;
+        self.add_planned(after, planned)
     }
 
     /// Adds a node that copies elements `from_range` of `from` into elements `to_range` of the
@@ -358,96 +506,138 @@ impl GraphBuilder<'_> {
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
-        self.add_pinned_copy(from, from_range, to, to_range, after, false)
+        let planned = plan_pinned_copy(self.memory(), self.device(), (from, from_range), (to, to_range), false)?;
+        self.add_planned(after, planned)
     }
 
-    /// A copy between elements `device_range` of `buffer` and `pinned_range` of `pinned`, into
-    /// the device (`into_device`) or out of it.
-    fn add_pinned_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
-        &mut self,
-        buffer: &Arc<DeviceBuffer<T, S>>,
-        device_range: impl RangeBounds<usize>,
-        pinned: &Arc<Mutex<PinnedBuffer<T>>>,
-        pinned_range: impl RangeBounds<usize>,
-        after: &[GraphNode],
-        into_device: bool,
-    ) -> Result<GraphNode> {
-        same_device("a graph's memcpy node uses a buffer of the graph's device", self.device(), buffer.device())?;
-        let device_range = checked_range(&device_range, buffer.len())?;
-        let place = HeldPageLocked::lock(&**pinned)?.place();
-        let pinned_range = checked_range(&pinned_range, place.1)?;
-        same_length(device_range.len(), pinned_range.len())?;
-        let host_address = (place.0 + pinned_range.start * size_of::<T>()) as *mut c_void;
-        let host = Span {
-            bytes: pinned_range.start * size_of::<T>()..pinned_range.end * size_of::<T>(),
-            writes: !into_device,
-        };
-        let (device_address, device_span) = device_side(buffer, &device_range, into_device);
-        let bytes = device_span.bytes.len();
-        let mut memory = HeldMemory::of(self)?;
-        memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, device_span)?;
-        memory.hold_page_locked(Arc::clone(pinned) as Arc<dyn HeldPageLocked>, place, host)?;
-        let (to, from, kind) = if into_device {
-            (device_address, host_address.cast_const(), sys::cudaMemcpyKind::cudaMemcpyHostToDevice)
-        } else {
-            (host_address, device_address.cast_const(), sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)
-        };
-        self.add_copy_node(after, memory, to, from, bytes, kind)
-    }
-
-    /// A memcpy node of `bytes` from `from` to `to`, holding `memory`.
-    fn add_copy_node(
-        &mut self,
-        after: &[GraphNode],
-        memory: HeldMemory,
-        to: *mut c_void,
-        from: *const c_void,
-        bytes: usize,
-        kind: sys::cudaMemcpyKind,
-    ) -> Result<GraphNode> {
-        let accesses = [
-            Access::bytes(from as u64, bytes as u64, AccessKind::Read),
-            Access::bytes(to as u64, bytes as u64, AccessKind::Write),
-        ];
-        self.add_memory_node(after, memory, "cudaGraphAddMemcpyNode1D", &accesses, |graph, dependencies| {
-            let mut node: sys::cudaGraphNode_t = std::ptr::null_mut();
-            // SAFETY: this level's live graph, used by nothing else meanwhile (the builder's
-            // exclusive borrow); `dependencies` are nodes of it, checked by level; `bytes`
-            // bytes at both addresses, of the kinds `kind` names. Adding the node reads no
-            // memory; when a launch runs it, a device buffer is one the graph holds, and
-            // page-locked memory is the buffer its mutex holds then (each launch checks the
-            // address under the lock, which it keeps until the copy is noted, and that buffer's
-            // drop waits for the noted copies); a valid out-pointer.
-            let code = unsafe {
-                sys::cudaGraphAddMemcpyNode1D(
-                    &mut node,
-                    graph,
-                    dependency_pointer(dependencies),
-                    dependencies.len(),
-                    to,
-                    from,
-                    bytes,
-                    kind,
-                )
-            };
-            check(code, "cudaGraphAddMemcpyNode1D")?;
-            Ok(node)
-        })
-    }
-
-    /// Adds the node `add` makes, and then has the graph hold `memory` (what it held, and what
-    /// the node uses) and replay `accesses` to the race detector at each launch.
-    fn add_memory_node(
-        &mut self,
-        after: &[GraphNode],
-        memory: HeldMemory,
-        operation: &str,
-        accesses: &[Access],
-        add: impl FnOnce(sys::cudaGraph_t, &[sys::cudaGraphNode_t]) -> Result<sys::cudaGraphNode_t>,
-    ) -> Result<GraphNode> {
-        let node = self.add_node_with(after, add)?;
+    /// Adds the node `planned` describes after `after`; then the graph holds its memory, and
+    /// replays its accesses to the race detector at each launch.
+    fn add_planned(&mut self, after: &[GraphNode], planned: Planned) -> Result<GraphNode> {
+        let Planned { memory, operation } = planned;
+        // SAFETY: `add_node_with` hands this level's live graph, which nothing else uses
+        // meanwhile (the builder's exclusive borrow), and nodes of it; the graph holds
+        // `memory` from the moment the node exists.
+        let node =
+            self.add_node_with(after, |graph, dependencies| unsafe { operation.add_node(graph, dependencies) })?;
         self.hold_memory(Arc::new(memory));
-        self.add_race_accesses(CapturedAccesses::of_node(operation, accesses));
+        self.add_race_accesses(CapturedAccesses::of_node(operation.node_name(), &operation.accesses()));
         Ok(node)
+    }
+}
+
+impl<M: CaptureMode> Capture<'_, M> {
+    /// Copies elements `from_range` of `from` into elements `to_range` of `to` on `stream`, the
+    /// captured stream or one that joined this capture: the copy becomes a memcpy node of the
+    /// capture's graph, after the stream's captured work
+    /// ([`cudaMemcpyAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)
+    /// during capture). The graph holds both buffers, as a built graph's memcpy node does (see
+    /// [`GraphBuilder::add_copy`] and [the memory docs](crate::memory#graphs)): each launch of
+    /// an executable made from it is ordered with their other uses. Between streams of the
+    /// capture, order their work as for kernels (a fork and a join).
+    ///
+    /// # Errors
+    /// [`Error::CaptureMisuse`] for a stream that is not part of this capture; otherwise as
+    /// [`GraphBuilder::add_copy`] (nothing is captured then).
+    pub fn copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R: AsStream + Send + Sync + 'static>(
+        &mut self,
+        stream: impl AsStream,
+        (to, to_range): (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+        (from, from_range): (&Arc<DeviceBuffer<T, R>>, impl RangeBounds<usize>),
+    ) -> Result<()> {
+        let stream = stream.as_stream();
+        let planned = plan_copy(self.memory(), stream.device(), to, to_range, from, from_range)?;
+        self.capture_planned(&stream, planned)
+    }
+
+    /// Sets the bytes of elements `range` of `buffer` to `byte` on `stream`, a stream of this
+    /// capture: a memset node of its graph, which holds the buffer
+    /// ([`cudaMemsetAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)
+    /// during capture; see [`Capture::copy`]).
+    ///
+    /// # Errors
+    /// As [`Capture::copy`] and [`GraphBuilder::add_fill_bytes`].
+    pub fn fill_bytes<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+        &mut self,
+        stream: impl AsStream,
+        buffer: &Arc<DeviceBuffer<T, S>>,
+        range: impl RangeBounds<usize>,
+        byte: u8,
+    ) -> Result<()> {
+        let stream = stream.as_stream();
+        let planned = plan_fill(self.memory(), stream.device(), buffer, range, byte)?;
+        self.capture_planned(&stream, planned)
+    }
+
+    /// Copies elements `from_range` of the page-locked buffer in `from` into elements
+    /// `to_range` of `to` on `stream`, a stream of this capture: a memcpy node of its graph,
+    /// which holds both, as [`GraphBuilder::add_copy_from_pinned`] describes (the host's access
+    /// and the launches through the mutex).
+    ///
+    /// # Errors
+    /// As [`Capture::copy`] and [`GraphBuilder::add_copy_from_pinned`].
+    pub fn copy_from_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+        &mut self,
+        stream: impl AsStream,
+        to: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+        from: (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+    ) -> Result<()> {
+        let stream = stream.as_stream();
+        let planned = plan_pinned_copy(self.memory(), stream.device(), to, from, true)?;
+        self.capture_planned(&stream, planned)
+    }
+
+    /// Copies elements `from_range` of `from` into elements `to_range` of the page-locked
+    /// buffer in `to` on `stream`, a stream of this capture: [`Capture::copy_from_pinned`] the
+    /// other way.
+    ///
+    /// # Errors
+    /// As [`Capture::copy_from_pinned`].
+    pub fn copy_to_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+        &mut self,
+        stream: impl AsStream,
+        to: (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+        from: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+    ) -> Result<()> {
+        let stream = stream.as_stream();
+        let planned = plan_pinned_copy(self.memory(), stream.device(), from, to, false)?;
+        self.capture_planned(&stream, planned)
+    }
+
+    /// Runs `launch` with `stream`, a stream of this capture, and `buffer`'s device address:
+    /// the kernels it launches there are captured, and the graph holds the buffer, whose every
+    /// element they may read and write. Each launch of an executable made from the graph is
+    /// then ordered with the buffer's other uses as a write of all of it (see
+    /// [the memory docs](crate::memory#graphs)). `launch` runs outside the crate's hold, as
+    /// [`DeviceBuffer::use_on`]'s does; launching a kernel stays `unsafe`.
+    ///
+    /// # Errors
+    /// [`Error::CaptureMisuse`] for a stream that is not part of this capture (checked before
+    /// `launch`, which then does not run); [`Error::DeviceMismatch`] for a buffer of another
+    /// device; [`Error::Size`] for a 13th device buffer; [`Error::InsideHostFn`].
+    pub fn use_on<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R>(
+        &mut self,
+        stream: impl AsStream,
+        buffer: &Arc<DeviceBuffer<T, S>>,
+        launch: impl FnOnce(&StreamRef, *mut T) -> R,
+    ) -> Result<R> {
+        let stream = stream.as_stream();
+        same_device("a capture uses a buffer of its stream's device", stream.device(), buffer.device())?;
+        stream.outside_transitions(InCapture::Captured, || self.refuse_outside(&stream))?;
+        let mut memory = HeldMemory::of(self.memory())?;
+        memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, buffer.span(0, buffer.len(), true))?;
+        self.hold_memory(Arc::new(memory));
+        Ok(launch(&stream, buffer.element(0).cast()))
+    }
+
+    /// Captures `planned`'s operation on `stream`, a stream of this capture, once the capture
+    /// holds its memory.
+    fn capture_planned(&mut self, stream: &StreamRef, planned: Planned) -> Result<()> {
+        let Planned { memory, operation } = planned;
+        stream.outside_transitions(InCapture::Captured, || self.refuse_outside(stream))?;
+        // Held before CUDA has the work: another library ending the capture meanwhile makes
+        // the copy a real one, of memory that is alive (the capture, then leaked, holds it).
+        self.hold_memory(Arc::new(memory));
+        let uses = move || operation.accesses().into_iter().map(|access| access.as_use()).collect();
+        self.enqueue_captured(stream, Work::named(operation.call_name()).uses(uses), |_| operation.enqueue(stream))
     }
 }

@@ -33,7 +33,9 @@
 //!   shared view's use is a read of its range, an exclusive view's a write.
 //! * Elements are [`DeviceCopy`]: plain old data that any bit pattern, and a GPU, may write.
 //! * During a stream capture, a [`DeviceBuffer`]'s allocation, copies and fills are refused
-//!   ([`Error::CaptureMisuse`]): a graph replaying them would outlive the buffer. A buffer
+//!   ([`Error::CaptureMisuse`]): a graph replaying them would outlive the buffer. The
+//!   capture's own copies, fills and `use_on` take shared buffers, which the graph then holds
+//!   (see [Graphs](#graphs)). A buffer
 //!   whose home stream is being captured when it drops is leaked, not freed into the graph.
 //!   Memory a graph owns comes from [`Capture::scratch`](crate::Capture::scratch): allocated
 //!   and freed inside the capture, as the graph's own memory nodes. Graphs built node by node
@@ -49,13 +51,19 @@
 //!   may touch it, and their drop never waits.
 //!
 //! # Graphs
-//! A graph built node by node ([`Graph::builder`](crate::Graph::builder)) copies and fills
-//! memory it holds: [`GraphBuilder::add_copy`](crate::GraphBuilder::add_copy),
+//! A graph copies and fills memory it holds. Built node by node
+//! ([`Graph::builder`](crate::Graph::builder)):
+//! [`GraphBuilder::add_copy`](crate::GraphBuilder::add_copy),
 //! [`add_fill_bytes`](crate::GraphBuilder::add_fill_bytes),
 //! [`add_copy_from_pinned`](crate::GraphBuilder::add_copy_from_pinned) and
-//! [`add_copy_to_pinned`](crate::GraphBuilder::add_copy_to_pinned) take buffers shared as
+//! [`add_copy_to_pinned`](crate::GraphBuilder::add_copy_to_pinned); by capture:
+//! [`Capture::copy`](crate::Capture::copy), [`fill_bytes`](crate::Capture::fill_bytes),
+//! [`copy_from_pinned`](crate::Capture::copy_from_pinned),
+//! [`copy_to_pinned`](crate::Capture::copy_to_pinned), and
+//! [`use_on`](crate::Capture::use_on) for a captured kernel. They take buffers shared as
 //! `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say) and page-locked buffers as
-//! `Arc<Mutex<PinnedBuffer<T>>>`.
+//! `Arc<Mutex<PinnedBuffer<T>>>`; a buffer's own copies and fills, which borrow it, stay refused
+//! in a capture.
 //! * The graph, its clones and every executable made from it each keep a clone of those `Arc`s:
 //!   no launch is enqueued once the memory is gone, whichever value drops first.
 //! * Each launch of an executable is one use of that memory, ordered as a copy is: the stream

@@ -337,5 +337,4 @@ pub(super) fn refuse_capture(stream: &StreamRef) -> Result<()> {
     Ok(())
 }
 
-pub(super) const CAPTURED: &str =
-    "device memory is not allocated, copied, filled or freed during a capture (a replay would outlive it)";
+pub(super) const CAPTURED: &str = "device memory is not allocated, copied, filled or freed during a capture (a replay would outlive it): a capture's own copy, fill_bytes and use_on take shared buffers its graph holds";
