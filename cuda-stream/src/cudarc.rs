@@ -43,7 +43,8 @@ impl<'a> BorrowedStream<'a> {
     ///
     /// # Safety
     /// As for [`BorrowedStream::borrow_raw`]: no capture of the stream begins or ends (cudarc's
-    /// `begin_capture`, `end_capture`) on another thread while a call of this crate on it runs.
+    /// `begin_capture`, `end_capture`) on another thread while a call of this crate on it (or,
+    /// for an end, on another stream of that capture) runs.
     ///
     /// # Errors
     /// [`Error::ForeignContext`](crate::Error::ForeignContext) for a stream of a non-primary
@@ -74,7 +75,8 @@ impl StreamRef {
     /// is destroyed, and you order work submitted through cudarc with work submitted here. A
     /// per-thread stream must stay on this thread. And, because cudarc's safe API may capture
     /// it: no capture of the stream begins or ends through cudarc on another thread while a
-    /// call of this crate on it runs, and a capture begun through cudarc is ended through
+    /// call of this crate on it (or, for an end, on another stream of that capture) runs, and
+    /// a capture begun through cudarc is ended through
     /// cudarc (for a pool's lease, before the lease drops). Not called inside a raw launcher's
     /// closure, as for [`BorrowedStream::borrow_raw`].
     ///

@@ -552,9 +552,10 @@ impl<M: CaptureMode> Guard for Capture<'_, M> {
 type SharedBuffer = Arc<DeviceBuffer<u8, Arc<Stream>>>;
 type SharedPinned = Arc<Mutex<PinnedBuffer<u8>>>;
 
-/// A buffer of 64 bytes on a stream of its own and page-locked memory of 64, made once, before
-/// any capture (allocations are refused in some), that captures' memory work may use: their
-/// graphs hold them.
+/// A buffer of 64 bytes on a stream of its own and page-locked memory of 64, made once, at the
+/// first capture's memory call (a new stream, an allocation on a stream outside the capture and
+/// page-locked memory are allowed there), that captures' memory work may use: their graphs hold
+/// them.
 fn shared_memory(device: Device) -> (&'static SharedBuffer, &'static SharedPinned) {
     static MEMORY: OnceLock<(SharedBuffer, SharedPinned)> = OnceLock::new();
     let (buffer, pinned) = MEMORY.get_or_init(|| {

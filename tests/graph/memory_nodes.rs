@@ -409,16 +409,22 @@ fn a_capture_copies_in_computes_and_copies_out_with_buffers_its_graph_holds() {
         let graph = capture.end().unwrap();
         assert_eq!(graph.node_count().unwrap(), 5, "copy in, spin, copy, fill, copy out");
         assert_eq!(Arc::strong_count(&staged), 2, "the graph holds the buffer");
-        // The graph is all that holds the device buffers from here on.
-        drop((staged, out));
-        graph.instantiate().unwrap()
+        let exec = graph.instantiate().unwrap();
+        // The executable is all that holds the device buffers from here on.
+        let kept = Arc::downgrade(&staged);
+        drop((staged, out, graph));
+        (exec, kept)
     };
+    let (exec, kept) = exec;
     for round in 1..=3u32 {
         host_in.lock().unwrap().as_mut_slice().unwrap().copy_from_slice(&input(round));
         exec.launch(&*stream).unwrap();
         let seen = host_out.lock().unwrap().as_slice().unwrap().to_vec();
         assert_eq!(seen, expected(&input(round)), "round {round}");
     }
+    assert!(kept.upgrade().is_some(), "the executable holds the buffer");
+    drop(exec);
+    assert!(kept.upgrade().is_none(), "its last holder gone, the buffer is freed (after its launches)");
 }
 
 #[test]
@@ -439,9 +445,14 @@ fn a_captured_kernel_uses_buffers_through_use_on_and_its_launches_are_ordered_wi
         .unwrap()
         .unwrap();
     let exec = capture.end().unwrap().instantiate().unwrap();
+    // The source is the executable's alone now.
+    let source = Arc::downgrade(&source);
     exec.launch(&launches).unwrap();
     // A read on the home stream at once: after the launch's slow write.
     assert_eq!(target.to_vec().unwrap(), values);
+    assert!(source.upgrade().is_some(), "the executable holds the buffer its captured kernel reads");
+    drop(exec);
+    assert!(source.upgrade().is_none());
 }
 
 #[test]
@@ -451,11 +462,17 @@ fn a_captures_memory_work_off_the_capture_is_refused_a_dropped_capture_lets_go_a
     let (capturing, idle) = (non_blocking_stream(device), non_blocking_stream(device));
     let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
     stream.synchronize().unwrap();
+    let other_capturing = non_blocking_stream(device);
     let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+    let other = other_capturing.begin_capture(ThreadLocal).unwrap();
     let misuse = |result: cuda_stream::Result<()>| matches!(result, Err(Error::CaptureMisuse(_)));
     assert!(misuse(capture.fill_bytes(&idle, &buffer, .., 1)), "a stream outside the capture");
-    assert!(misuse(capture.use_on(&idle, &buffer, |_, _| ()).map(drop)), "use_on too");
+    assert!(misuse(capture.fill_bytes(&other_capturing, &buffer, .., 1)), "a stream of another capture");
+    let ran = std::cell::Cell::new(false);
+    assert!(misuse(capture.use_on(&idle, &buffer, |_, _| ran.set(true))), "use_on too");
+    assert!(!ran.get(), "a refused use_on does not run its closure");
     assert_eq!(Arc::strong_count(&buffer), 1, "nothing held for refused work");
+    drop(other);
     capture.fill_bytes(&capturing, &buffer, .., 1).unwrap();
     assert_eq!(Arc::strong_count(&buffer), 2);
     drop(capture);
@@ -471,4 +488,68 @@ fn a_captures_memory_work_off_the_capture_is_refused_a_dropped_capture_lets_go_a
     assert_eq!(Arc::strong_count(&buffer), 2, "leaked, not freed");
     assert_eq!(buffer.to_vec().unwrap(), vec![0; N], "no captured work ran");
     drop(side);
+}
+
+#[test]
+fn a_capture_into_a_graph_that_holds_memory_adds_to_what_it_holds() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let capturing = non_blocking_stream(device);
+    let (built, captured): (Buffer, Buffer) = (
+        Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()),
+        Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()),
+    );
+    stream.synchronize().unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    graph.builder().add_fill_bytes(&built, .., 0x66, &[]).unwrap();
+    let mut capture = capturing.begin_capture_into(graph, ThreadLocal).unwrap();
+    capture.fill_bytes(&capturing, &captured, .., 0x77).unwrap();
+    let graph = capture.end().unwrap();
+    assert_eq!((Arc::strong_count(&built), Arc::strong_count(&captured)), (2, 2), "the graph holds both");
+    let exec = graph.instantiate().unwrap();
+    drop(graph);
+    let (built_weak, captured_weak) = (Arc::downgrade(&built), Arc::downgrade(&captured));
+    exec.launch(&*stream).unwrap();
+    assert_eq!(built.to_vec().unwrap(), vec![0x6666_6666; N]);
+    assert_eq!(captured.to_vec().unwrap(), vec![0x7777_7777; N]);
+    drop((built, captured));
+    assert!(built_weak.upgrade().is_some() && captured_weak.upgrade().is_some(), "the executable holds both");
+    drop(exec);
+    assert!(built_weak.upgrade().is_none() && captured_weak.upgrade().is_none());
+}
+
+#[test]
+fn a_capture_another_library_ended_never_ends_the_next_one_and_leaks_its_memory() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let capturing = non_blocking_stream(device);
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    stream.synchronize().unwrap();
+    let mut first = capturing.begin_capture(ThreadLocal).unwrap();
+    first.fill_bytes(&capturing, &buffer, .., 0x12).unwrap();
+    // Another library ends it (as cudarc's `end_capture` would) and keeps the graph.
+    let mut foreign: sys::cudaGraph_t = std::ptr::null_mut();
+    // SAFETY: the stream's capture, begun on this thread, ended once; a valid out-pointer.
+    check(unsafe { sys::cudaStreamEndCapture(capturing.as_raw(), &mut foreign) }, "cudaStreamEndCapture").unwrap();
+    let second = capturing.begin_capture(ThreadLocal).unwrap();
+    spin(&capturing, Duration::ZERO).unwrap();
+    // The first capture's end must not end the second, nor free what the foreign graph uses.
+    assert!(matches!(first.end(), Err(Error::CaptureMisuse(_))), "ended elsewhere");
+    assert_eq!(capturing.capture_info().unwrap().id, second.id(), "the second capture goes on");
+    assert_eq!(second.end().unwrap().node_count().unwrap(), 1, "the second capture's own graph");
+    assert_eq!(Arc::strong_count(&buffer), 2, "the first capture's hold is leaked, never freed");
+    // The foreign graph still sets the buffer.
+    let mut exec: sys::cudaGraphExec_t = std::ptr::null_mut();
+    // SAFETY: the foreign graph, instantiated, launched, and both destroyed once, here.
+    unsafe {
+        check(sys::cudaGraphInstantiate(&mut exec, foreign, 0), "cudaGraphInstantiate").unwrap();
+        check(sys::cudaGraphLaunch(exec, stream.as_raw()), "cudaGraphLaunch").unwrap();
+    }
+    stream.synchronize().unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), vec![0x1212_1212; N]);
+    // SAFETY: as above.
+    unsafe {
+        check(sys::cudaGraphExecDestroy(exec), "cudaGraphExecDestroy").unwrap();
+        check(sys::cudaGraphDestroy(foreign), "cudaGraphDestroy").unwrap();
+    }
 }

@@ -371,7 +371,7 @@ use crate::stream::AsStream;
 use crate::stream::StreamRef;
 use crate::stream::capture_node::{Added, CaptureNode, add_to_capture};
 use crate::stream::capture_status::{capture_state, refuse_legacy};
-use crate::stream::enqueue::{Via, Work};
+use crate::stream::enqueue::{InCapture, Via, Work};
 use crate::sys;
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -616,7 +616,7 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
                 }
                 return Ok(graph.with_race_accesses(race_accesses));
             }
-            Ended::Graph(Err(error)) | Ended::StillOpen(error) => Err(error),
+            Ended::Graph(Err(error)) | Ended::StillOpen(error) | Ended::Foreign(error) => Err(error),
             // Captures into a borrowed graph are never handed out as a `Capture`.
             Ended::Borrowed(_) => Err(Error::CaptureMisuse("this capture wrote into a graph it does not own")),
         };
@@ -646,7 +646,18 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
                 return (Ended::StillOpen(error), None);
             }
         };
-        let ended = end_capture(self.stream, into, transition);
+        // The stream's capture is still this one (not ended outside this crate, and no other
+        // begun since): else an end here would end another's capture, and hand back its graph.
+        // (A status that cannot be read is ended as before: CUDA's end then says what it is.)
+        let ended = match capture_state(self.stream) {
+            Ok(state) if state.info.status == CaptureStatus::None || state.info.id != self.id => {
+                drop(transition);
+                // Its graph, and a graph it captured into, may be another library's now.
+                std::mem::forget(into);
+                Ended::Foreign(Error::CaptureMisuse(ENDED_ELSEWHERE))
+            }
+            _ => end_capture(self.stream, into, transition),
+        };
         drop(current);
         // Accesses declared into a capture whose graph does not keep them (a capture dropped,
         // or one that failed) are not replayed: the caller forgets them.
@@ -683,9 +694,11 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         work: Work<U>,
         call: impl FnOnce(Via) -> Result<R>,
     ) -> Result<R> {
-        stream.enqueue(work, |via| {
+        // The check, then the enqueue inside the same hold (which the enqueue's nests in):
+        // the race detector notes the work for this capture's launches only.
+        stream.outside_transitions(InCapture::Captured, || {
             self.refuse_outside(stream)?;
-            call(via)
+            stream.enqueue(work, call)
         })
     }
 
@@ -709,7 +722,14 @@ pub(super) enum Ended {
     Borrowed(Result<()>),
     /// The capture could not be ended here: it stays open in CUDA.
     StillOpen(Error),
+    /// The capture had ended outside this crate (another library's end on one of its
+    /// streams): nothing was ended here, and what it captured into is leaked.
+    Foreign(Error),
 }
+
+/// Why a capture that another library ended gives no graph.
+const ENDED_ELSEWHERE: &str =
+    "the capture was ended outside this crate (its graph, and the memory it uses, are left to whoever ended it)";
 
 /// Ends the capture of `stream` under `transition`, which it releases once CUDA has: its graph is
 /// `into`, the graph it captured into, or CUDA's own new graph.

@@ -602,6 +602,9 @@ impl<'a, M: CaptureMode> BuilderCapture<'a, M> {
             Ended::Borrowed(ended) => ended,
             // It stays open in CUDA: the level stays listed as capturing.
             Ended::StillOpen(error) => return Err(error),
+            // Another library ended it: the graph is leaked and not instantiated, as after a
+            // failed end.
+            Ended::Foreign(error) => Err(error),
             // Never: a capture into a borrowed graph ends as `Ended::Borrowed`. Whatever was
             // handed back is not ours to destroy.
             Ended::Graph(graph) => {

@@ -608,7 +608,11 @@ impl<M: CaptureMode> Capture<'_, M> {
     /// element they may read and write. Each launch of an executable made from the graph is
     /// then ordered with the buffer's other uses as a write of all of it (see
     /// [the memory docs](crate::memory#graphs)). `launch` runs outside the crate's hold, as
-    /// [`DeviceBuffer::use_on`]'s does; launching a kernel stays `unsafe`.
+    /// [`DeviceBuffer::use_on`]'s does; launching a kernel stays `unsafe`, and its contract
+    /// is `use_on`'s: use the address only in work that `launch` enqueues on `stream` while
+    /// `stream` is part of this capture. The race detector sees what those kernels declare
+    /// ([`StreamRef::declare_accesses`], or a typed launch's accesses), as for any captured
+    /// kernel.
     ///
     /// # Errors
     /// [`Error::CaptureMisuse`] for a stream that is not part of this capture (checked before
@@ -634,8 +638,10 @@ impl<M: CaptureMode> Capture<'_, M> {
     fn capture_planned(&mut self, stream: &StreamRef, planned: Planned) -> Result<()> {
         let Planned { memory, operation } = planned;
         stream.outside_transitions(InCapture::Captured, || self.refuse_outside(stream))?;
-        // Held before CUDA has the work: another library ending the capture meanwhile makes
-        // the copy a real one, of memory that is alive (the capture, then leaked, holds it).
+        // Held before CUDA has the work. No capture of this crate ends between the check
+        // and the enqueue (the hold), and the foreign entry points' contract keeps another
+        // library's end of this capture from overlapping a call of this crate on any of its
+        // streams (`BorrowedStream::borrow_raw`, `StreamRef::to_cudarc`).
         self.hold_memory(Arc::new(memory));
         let uses = move || operation.accesses().into_iter().map(|access| access.as_use()).collect();
         self.enqueue_captured(stream, Work::named(operation.call_name()).uses(uses), |_| operation.enqueue(stream))

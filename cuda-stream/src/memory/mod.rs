@@ -65,7 +65,12 @@
 //! `Arc<Mutex<PinnedBuffer<T>>>`; a buffer's own copies and fills, which borrow it, stay refused
 //! in a capture.
 //! * The graph, its clones and every executable made from it each keep a clone of those `Arc`s:
-//!   no launch is enqueued once the memory is gone, whichever value drops first.
+//!   no launch is enqueued once the memory is gone, whichever value drops first. A capture
+//!   holds them until `end` hands them to its graph; one dropped before `end` lets them go
+//!   with the graph it discards, and one whose end fails, or that another library ended,
+//!   leaks them (that library may keep a graph that uses them). A body's capture
+//!   ([`GraphBuilder::capture`](crate::GraphBuilder::capture)) offers none of these calls:
+//!   fill a body's memory with the builder's nodes.
 //! * Each launch of an executable is one use of that memory, ordered as a copy is: the stream
 //!   waits for the earlier uses its nodes conflict with, and later uses, the buffers' frees
 //!   and the host's access to the page-locked memory wait for the launch. A buffer whose last

@@ -672,7 +672,8 @@ impl<'a> BorrowedStream<'a> {
     /// * Its context (a primary context, checked) must stay alive during `'a`: nobody resets
     ///   the device (`cudaDeviceReset`).
     /// * Captures its owner begins or ends (`torch.cuda.graph`, cudarc's `begin_capture`) must
-    ///   not overlap, on another thread, a call of this crate on the stream: the driver is not
+    ///   not overlap, on another thread, a call of this crate on the stream, nor, for an end,
+    ///   one on another stream of that capture: the driver is not
     ///   safe against a host function enqueued while a capture of the stream begins or ends
     ///   (a segmentation fault inside libcuda, probed on CUDA 13.0), and a call that checked
     ///   the capture status would act on a stale one. A capture in progress before the call is
