@@ -12,7 +12,7 @@ use cuda_stream::{
     DeviceBuffer, Error, Graph, InstantiateOptions, MemPool, PinnedBuffer, Stream, StreamRef, check, sys,
 };
 use cuda_stream_tests::probe::{Probe, Token};
-use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, poll_until, spin};
+use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, spin};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -307,12 +307,13 @@ fn the_graph_allocators_memory_is_counted_kept_by_the_executable_and_trimmed_onc
     );
     drop((exec, graph));
     stream.synchronize().unwrap();
-    let released =
-        poll_until(Duration::from_secs(5), || device.graph_memory().unwrap().used_current == before.used_current);
-    assert!(released.is_some(), "released with the executable: {:?}", device.graph_memory().unwrap());
     device.trim_graph_memory().unwrap();
     let trimmed = device.graph_memory().unwrap();
-    assert!(trimmed.reserved_current < done.reserved_current, "trim gave the cache back: {done:?} then {trimmed:?}");
+    println!("graph memory: before {before:?}, after the launch {done:?}, trimmed {trimmed:?}");
+    assert!(
+        trimmed.reserved_current < done.reserved_current,
+        "with its executable gone, trim gave the memory back: {done:?} then {trimmed:?}"
+    );
     device.reset_graph_memory_peaks().unwrap();
     let reset = device.graph_memory().unwrap();
     assert!(reset.used_high < done.used_high && reset.reserved_high < done.reserved_high, "{reset:?}");
@@ -446,7 +447,9 @@ fn a_captured_kernel_uses_buffers_through_use_on_and_its_launches_are_ordered_wi
         .unwrap();
     let exec = capture.end().unwrap().instantiate().unwrap();
     // The source is the executable's alone now.
-    let source = Arc::downgrade(&source);
+    let kept = Arc::downgrade(&source);
+    drop(source);
+    let source = kept;
     exec.launch(&launches).unwrap();
     // A read on the home stream at once: after the launch's slow write.
     assert_eq!(target.to_vec().unwrap(), values);

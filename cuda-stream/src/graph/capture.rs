@@ -648,9 +648,13 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         };
         // The stream's capture is still this one (not ended outside this crate, and no other
         // begun since): else an end here would end another's capture, and hand back its graph.
-        // (A status that cannot be read is ended as before: CUDA's end then says what it is.)
+        // (An invalidated capture reports no id of its own (CUDA 13.0), and one whose status
+        // cannot be read is ended as before: CUDA's end then says what it is.)
         let ended = match capture_state(self.stream) {
-            Ok(state) if state.info.status == CaptureStatus::None || state.info.id != self.id => {
+            Ok(state)
+                if state.info.status == CaptureStatus::None
+                    || (state.info.status == CaptureStatus::Active && state.info.id != self.id) =>
+            {
                 drop(transition);
                 // Its graph, and a graph it captured into, may be another library's now.
                 std::mem::forget(into);
