@@ -1,16 +1,17 @@
-//! A graph built by hand that copies in, computes and copies out, NVIDIA's simpleCudaGraphs
-//! ported: a host-to-device copy and a memset, a reduction in two kernels, a device-to-host copy
-//! and a host function, then a clone of the graph; both executables replayed with new input
-//! each time. The graph holds the memory its copies and memsets use (`Arc` buffers), so the
-//! buffers are dropped here before the first launch, and each launch is ordered with the
-//! host's access to the page-locked input and output: no synchronize between the rounds.
+//! A graph that copies in, computes and copies out, NVIDIA's simpleCudaGraphs ported: a
+//! host-to-device copy and memsets, a reduction in two kernels, a device-to-host copy and a
+//! host function, built by hand, then cloned, then made again by capture; the three executables
+//! replayed with new input each time. A graph holds the memory its copies and memsets use (`Arc`
+//! buffers), so the buffers are dropped here before the first launch, and each launch is
+//! ordered with the host's access to the page-locked input and output: no synchronize between
+//! the rounds.
 //!
 //! A crate of its own: this file as `src/main.rs`, `examples/kernels/graph_memory.cu` in
 //! `kernels/`, `cuda-stream` (feature `testing`, for the GPU gate) as a dependency and
 //! `cuda-stream-build` as a build dependency, with its `build.rs`:
 //! `cuda_stream_build::Kernels::from_dir("kernels").compile("kernels");`.
 
-use cuda_stream::{DeviceBuffer, Graph, LaunchConfig, PinnedBuffer, Stream, StreamOptions};
+use cuda_stream::{DeviceBuffer, Graph, GraphExec, LaunchConfig, PinnedBuffer, Stream, StreamOptions, capture};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -80,7 +81,11 @@ fn main() -> cuda_stream::Result<()> {
         // The graphs and this scope's Arcs of the buffers drop here: the executables hold them.
     };
 
-    for (round, exec) in [&exec, &clone_exec, &exec, &clone_exec].into_iter().enumerate() {
+    let captured_exec = by_capture(&stream, &host_input, &host_result, &reported)?;
+
+    for (round, exec) in
+        [&exec, &clone_exec, &captured_exec, &exec, &clone_exec, &captured_exec].into_iter().enumerate()
+    {
         let values: Vec<f32> = (0..N).map(|i| ((i + round) % 7) as f32).collect();
         // Waits for the previous launch's copy out of the input before the host writes it.
         host_input.lock().expect("not poisoned").as_mut_slice()?.copy_from_slice(&values);
@@ -93,6 +98,44 @@ fn main() -> cuda_stream::Result<()> {
     }
     stream.synchronize()?;
     println!("the host node ran {} times", reported.load(Ordering::Relaxed));
-    assert_eq!(reported.load(Ordering::Relaxed), 4);
+    assert_eq!(reported.load(Ordering::Relaxed), 6);
     Ok(())
+}
+
+/// The same graph made by capture: the capture's own copies and memsets take the shared
+/// buffers (a buffer's own `copy_from_pinned` would be refused here: it borrows the buffer,
+/// which a graph's replays would outlive), and its kernels are launched as usual.
+fn by_capture(
+    stream: &Arc<Stream>,
+    host_input: &Arc<Mutex<PinnedBuffer<f32>>>,
+    host_result: &Arc<Mutex<PinnedBuffer<f32>>>,
+    reported: &Arc<AtomicU32>,
+) -> cuda_stream::Result<GraphExec> {
+    let input = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(stream), N)?);
+    let partial = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(stream), BLOCKS as usize)?);
+    let result = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(stream), 1)?);
+    let capturing = Stream::new(stream.device(), StreamOptions::non_blocking())?;
+    let mut capture = capturing.begin_capture(capture::ThreadLocal)?;
+    capture.copy_from_pinned(&capturing, (&input, ..), (host_input, ..))?;
+    capture.fill_bytes(&capturing, &partial, .., 0)?;
+    capture.fill_bytes(&capturing, &result, .., 0)?;
+    let (input_ptr, partial_ptr, result_ptr) =
+        (input.as_ptr(), partial.as_ptr().cast_mut(), result.as_ptr().cast_mut());
+    // SAFETY: as in the graph built by hand: buffers the graph holds for every launch.
+    unsafe {
+        REDUCE.launch(&capturing, &LaunchConfig::new(BLOCKS, THREADS), (input_ptr, partial_ptr, N as u64))?;
+        REDUCE_FINAL.launch(
+            &capturing,
+            &LaunchConfig::new(1, THREADS),
+            (partial_ptr.cast_const(), result_ptr, u64::from(BLOCKS)),
+        )?;
+    }
+    capture.copy_to_pinned(&capturing, (host_result, ..), (&result, ..))?;
+    let count = Arc::clone(reported);
+    capture.launch_host_fn(&capturing, move || {
+        count.fetch_add(1, Ordering::Relaxed);
+    })?;
+    let graph = capture.end()?;
+    println!("graph made by capture: {} nodes", graph.node_count()?);
+    graph.instantiate()
 }
