@@ -556,3 +556,41 @@ fn a_capture_another_library_ended_never_ends_the_next_one_and_leaks_its_memory(
         check(sys::cudaGraphDestroy(foreign), "cudaGraphDestroy").unwrap();
     }
 }
+
+#[test]
+fn an_executable_points_its_memory_nodes_at_other_buffers_of_the_same_kind_only() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let host_out = pinned(&[0; N]);
+    let (first, second): (Buffer, Buffer) = (
+        Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()),
+        Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()),
+    );
+    let mut graph = Graph::new(device).unwrap();
+    let mut builder = graph.builder();
+    let start = slow_start(&mut builder, &stream);
+    let fill = builder.add_fill_bytes(&first, .., 0x31, &start).unwrap();
+    let out = builder.add_copy_to_pinned(&host_out, .., &first, .., &[fill]).unwrap();
+    let mut exec = graph.instantiate().unwrap();
+    exec.launch(&*stream).unwrap();
+    // The change applies from the next launch on: the one enqueued still fills `first`.
+    exec.set_fill_bytes(fill, &second, .., 0x32).unwrap();
+    exec.set_copy_to_pinned(out, (&host_out, ..), (&second, ..)).unwrap();
+    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x3131_3131; N], "the launch before the change");
+    let kept = Arc::downgrade(&second);
+    drop((first, second, graph));
+    exec.launch(&*stream).unwrap();
+    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x3232_3232; N], "the changed nodes");
+    assert!(kept.upgrade().is_some(), "the executable holds the new buffer");
+
+    // Checked: a node of another kind, and a node of another graph, are refused before CUDA.
+    let other: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let misuse = |result: cuda_stream::Result<()>| matches!(result, Err(Error::GraphMisuse(_)));
+    assert!(misuse(exec.set_copy(fill, (&other, ..N / 2), (&other, N / 2..))), "a memset node is no memcpy node");
+    assert!(misuse(exec.set_fill_bytes(out, &other, .., 0)), "a memcpy node is no memset node");
+    let mut foreign = Graph::new(device).unwrap();
+    let foreign_fill = foreign.builder().add_fill_bytes(&other, .., 0, &[]).unwrap();
+    assert!(misuse(exec.set_fill_bytes(foreign_fill, &other, .., 0)), "a node of another graph");
+    drop(exec);
+    assert!(kept.upgrade().is_none());
+}

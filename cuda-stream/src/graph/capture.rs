@@ -201,6 +201,10 @@
 //! | `Device::check_priority` | **—** | **allowed** |
 //! | `Device::has_primary_context` | **—** | **allowed** |
 //! | `Device::make_current` | **—** | **allowed** |
+//! | `GraphExec::set_copy` | **—** | **Relaxed** |
+//! | `GraphExec::set_fill_bytes` | **—** | **Relaxed** |
+//! | `GraphExec::set_copy_from_pinned` | **—** | **Relaxed** |
+//! | `GraphExec::set_copy_to_pinned` | **—** | **Relaxed** |
 //! | `Device::graph_memory` | **—** | **Relaxed** |
 //! | `Device::reset_graph_memory_peaks` | **—** | **Relaxed** |
 //! | `Device::trim_graph_memory` | **—** | **Relaxed** |

@@ -195,6 +195,7 @@ impl Graph {
                 executables: Arc::clone(&self.executables),
                 race_accesses: self.tree.race_accesses.borrow().clone(),
                 memory: self.tree.memory.borrow().clone(),
+                origin: self.tree.memory.borrow().clone(),
             }),
             Err(error) => {
                 self.executables.fetch_sub(1, Ordering::AcqRel);
@@ -469,6 +470,9 @@ pub struct GraphExec {
     race_accesses: Option<Arc<race::CapturedAccesses>>,
     /// The memory its memcpy and memset nodes use: each launch is ordered with its other uses.
     memory: Option<Arc<dyn GraphMemory>>,
+    /// The memory of the graph it was instantiated from, as it was then: it names the nodes
+    /// whose parameters the executable may change (see `memory/graph_nodes.rs`).
+    origin: Option<Arc<dyn GraphMemory>>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread, one call at a time.
@@ -630,6 +634,19 @@ impl GraphExec {
     /// The raw handle.
     pub fn as_raw(&self) -> sys::cudaGraphExec_t {
         self.raw
+    }
+
+    /// The memory its nodes use now, and the memory of the graph it was instantiated from
+    /// (see [`held`]).
+    pub(crate) fn memory(&self) -> (Option<Arc<dyn GraphMemory>>, Option<&dyn GraphMemory>) {
+        (self.memory.clone(), self.origin.as_deref())
+    }
+
+    /// Has the executable hold `memory` instead of what it held (`memory` holds that too), and
+    /// replay `accesses` too at each launch: a node's parameters changed.
+    pub(crate) fn hold_memory(&mut self, memory: Arc<dyn GraphMemory>, accesses: Option<Arc<race::CapturedAccesses>>) {
+        self.memory = Some(memory);
+        self.race_accesses = race::CapturedAccesses::append(self.race_accesses.take(), accesses);
     }
 
     /// The device the graph was captured on.

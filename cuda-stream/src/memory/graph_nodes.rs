@@ -31,10 +31,12 @@ use super::page_locked::PageLockedMemory;
 use super::page_locked::sealed::Token;
 use super::uses::{Hold, MAX_TOUCHED, Touched, Uses, ordered_use};
 use super::{DeviceBuffer, DeviceCopy, PinnedBuffer, checked_range, same_length};
+use crate::call::capture_mode::uncapturable_call;
 use crate::call::race::{Access, AccessKind, CapturedAccesses};
 use crate::conditional::{GraphBuilder, GraphNode, dependency_pointer};
 use crate::device::{Device, same_device};
 use crate::ffi::error::{Error, Result, check};
+use crate::graph::GraphExec;
 use crate::graph::capture::{Capture, CaptureMode};
 use crate::graph::held::GraphMemory;
 use crate::stream::enqueue::{InCapture, Work};
@@ -123,6 +125,16 @@ impl<T: DeviceCopy> LockedPageLocked for MutexGuard<'_, PinnedBuffer<T>> {
 struct HeldMemory {
     buffers: Vec<(Arc<dyn HeldBuffer>, Span)>,
     page_locked: Vec<HeldPlace>,
+    /// The memcpy and memset nodes added to the graph by hand, and what each does: the nodes
+    /// an executable may point at other memory of the same kind.
+    nodes: Vec<(GraphNode, NodeKind)>,
+}
+
+/// What a memory node does, which a change of its parameters keeps.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum NodeKind {
+    Copy(sys::cudaMemcpyKind),
+    Fill,
 }
 
 /// Page-locked memory a graph holds, where its nodes found it, and the bytes they touch.
@@ -245,6 +257,41 @@ enum Operation {
 }
 
 impl Operation {
+    /// What its node does.
+    fn kind(self) -> NodeKind {
+        match self {
+            Operation::Copy { kind, .. } => NodeKind::Copy(kind),
+            Operation::Fill { .. } => NodeKind::Fill,
+        }
+    }
+
+    /// Points node `node` of the graph `exec` was instantiated from at its memory: later
+    /// launches of `exec` run it there.
+    ///
+    /// # Safety
+    /// `exec` is a live executable that no other thread uses during the call; `node` is a node
+    /// of its graph of this operation's kind; the operation's memory is what `exec` holds from
+    /// now on.
+    unsafe fn set_in(self, exec: sys::cudaGraphExec_t, node: sys::cudaGraphNode_t) -> Result<()> {
+        let (code, api) = match self {
+            Operation::Copy { to, from, bytes, kind } => (
+                // SAFETY: the caller's contract; `bytes` bytes at both addresses, of the kinds
+                // `kind` names.
+                unsafe { sys::cudaGraphExecMemcpyNodeSetParams1D(exec, node, to, from, bytes, kind) },
+                "cudaGraphExecMemcpyNodeSetParams1D",
+            ),
+            Operation::Fill { to, bytes, byte } => {
+                let params = fill_params(to, bytes, byte);
+                // SAFETY: the caller's contract; `bytes` bytes at `to`.
+                (
+                    unsafe { sys::cudaGraphExecMemsetNodeSetParams(exec, node, &params) },
+                    "cudaGraphExecMemsetNodeSetParams",
+                )
+            }
+        };
+        check(code, api)
+    }
+
     /// What it reads and writes, for the race detector.
     fn accesses(self) -> Vec<Access> {
         match self {
@@ -513,12 +560,13 @@ impl GraphBuilder<'_> {
     /// Adds the node `planned` describes after `after`; then the graph holds its memory, and
     /// replays its accesses to the race detector at each launch.
     fn add_planned(&mut self, after: &[GraphNode], planned: Planned) -> Result<GraphNode> {
-        let Planned { memory, operation } = planned;
+        let Planned { mut memory, operation } = planned;
         // SAFETY: `add_node_with` hands this level's live graph, which nothing else uses
         // meanwhile (the builder's exclusive borrow), and nodes of it; the graph holds
         // `memory` from the moment the node exists.
         let node =
             self.add_node_with(after, |graph, dependencies| unsafe { operation.add_node(graph, dependencies) })?;
+        memory.nodes.push((node, operation.kind()));
         self.hold_memory(Arc::new(memory));
         self.add_race_accesses(CapturedAccesses::of_node(operation.node_name(), &operation.accesses()));
         Ok(node)
@@ -645,5 +693,105 @@ impl<M: CaptureMode> Capture<'_, M> {
         self.hold_memory(Arc::new(memory));
         let uses = move || operation.accesses().into_iter().map(|access| access.as_use()).collect();
         self.enqueue_captured(stream, Work::named(operation.call_name()).uses(uses), |_| operation.enqueue(stream))
+    }
+}
+
+impl GraphExec {
+    /// Points memcpy node `node` at other memory: elements `from_range` of `from` copied into
+    /// `to_range` of `to`, from the next launch on
+    /// ([`cudaGraphExecMemcpyNodeSetParams1D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
+    /// `node` is a node [`GraphBuilder::add_copy`] added to the graph this executable was
+    /// instantiated from; launches already enqueued copy what they did. The executable holds
+    /// the new buffers (and still the old ones), and its launches are ordered with the uses of
+    /// both; the race detector replays both nodes' accesses.
+    ///
+    /// # Errors
+    /// [`Error::GraphMisuse`] for a node that is not a device-to-device memcpy node this crate
+    /// added to that graph; otherwise as [`GraphBuilder::add_copy`]; CUDA's errors (the
+    /// executable is then unchanged).
+    pub fn set_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R: AsStream + Send + Sync + 'static>(
+        &mut self,
+        node: GraphNode,
+        (to, to_range): (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+        (from, from_range): (&Arc<DeviceBuffer<T, R>>, impl RangeBounds<usize>),
+    ) -> Result<()> {
+        let planned = plan_copy(self.memory().0, self.device(), to, to_range, from, from_range)?;
+        self.set_planned(node, planned)
+    }
+
+    /// Points memset node `node` ([`GraphBuilder::add_fill_bytes`]) at elements `range` of
+    /// `buffer`, set to `byte`, from the next launch on
+    /// ([`cudaGraphExecMemsetNodeSetParams`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html);
+    /// see [`GraphExec::set_copy`]).
+    ///
+    /// # Errors
+    /// As [`GraphExec::set_copy`], for a memset node.
+    pub fn set_fill_bytes<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+        &mut self,
+        node: GraphNode,
+        buffer: &Arc<DeviceBuffer<T, S>>,
+        range: impl RangeBounds<usize>,
+        byte: u8,
+    ) -> Result<()> {
+        let planned = plan_fill(self.memory().0, self.device(), buffer, range, byte)?;
+        self.set_planned(node, planned)
+    }
+
+    /// Points a host-to-device memcpy node ([`GraphBuilder::add_copy_from_pinned`]) at other
+    /// memory, from the next launch on (see [`GraphExec::set_copy`]).
+    ///
+    /// # Errors
+    /// As [`GraphExec::set_copy`] and [`GraphBuilder::add_copy_from_pinned`].
+    pub fn set_copy_from_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+        &mut self,
+        node: GraphNode,
+        to: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+        from: (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+    ) -> Result<()> {
+        let planned = plan_pinned_copy(self.memory().0, self.device(), to, from, true)?;
+        self.set_planned(node, planned)
+    }
+
+    /// Points a device-to-host memcpy node ([`GraphBuilder::add_copy_to_pinned`]) at other
+    /// memory, from the next launch on (see [`GraphExec::set_copy`]).
+    ///
+    /// # Errors
+    /// As [`GraphExec::set_copy_from_pinned`].
+    pub fn set_copy_to_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+        &mut self,
+        node: GraphNode,
+        to: (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+        from: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+    ) -> Result<()> {
+        let planned = plan_pinned_copy(self.memory().0, self.device(), from, to, false)?;
+        self.set_planned(node, planned)
+    }
+
+    /// Changes node `node` to `planned`'s operation, once checked to be a memory node of the
+    /// same kind in the graph this executable was made from; then holds its memory.
+    fn set_planned(&mut self, node: GraphNode, planned: Planned) -> Result<()> {
+        let Planned { memory, operation } = planned;
+        let origin = self.memory().1.and_then(|origin| origin.as_any().downcast_ref::<HeldMemory>());
+        let known = origin.and_then(|origin| origin.nodes.iter().find(|(held, _)| *held == node));
+        match known {
+            Some((_, kind)) if *kind == operation.kind() => {}
+            Some(_) => return Err(Error::GraphMisuse("the node does another kind of memory work")),
+            None => {
+                return Err(Error::GraphMisuse(
+                    "only a memcpy or memset node this crate added to the graph the executable was made from changes its memory",
+                ));
+            }
+        }
+        let _current = self.device().make_current()?;
+        // It touches no stream: no capture in progress may refuse it.
+        uncapturable_call(|| {
+            // SAFETY: a live executable borrowed exclusively (`&mut self`); a node of the graph
+            // it was made from, of this operation's kind (checked above); the executable holds
+            // the operation's memory once the call succeeded.
+            unsafe { operation.set_in(self.as_raw(), node.as_raw()) }
+        })?;
+        let accesses = CapturedAccesses::of_node(operation.node_name(), &operation.accesses());
+        self.hold_memory(Arc::new(memory), accesses);
+        Ok(())
     }
 }

@@ -86,6 +86,11 @@
 //!   last work may be that host function (a deadlock); and a launch holds the lock while CUDA
 //!   takes it, which can wait for room in CUDA's queue, behind an earlier launch's host
 //!   function.
+//! * An executable points a memcpy or memset node the builder added at other memory of the
+//!   same kind, from its next launch on ([`GraphExec::set_copy`](crate::GraphExec::set_copy),
+//!   [`set_fill_bytes`](crate::GraphExec::set_fill_bytes), and the page-locked ones); it then
+//!   holds the new memory too. [`GraphExec::update`](crate::GraphExec::update) takes the
+//!   memory of the graph it updates from.
 //! * A graph holds at most 12 device buffers (one launch orders at most 12, as one kernel
 //!   launch does), and one that holds any is not instantiated for device launch, whose launches
 //!   the host would not see.
