@@ -203,9 +203,14 @@ impl<'p> World<'p> {
                 );
             }
         }
+        // A capture that did memory work of `graph_memory.rs`: its graph goes there, with what
+        // it holds.
+        let memory = self.graph_mem.capture_ended(generation);
         if let Some(Ok(graph)) = ended {
-            if self.graphs.len() < MAX_GRAPHS {
-                self.graphs.push(graph);
+            match memory {
+                Some(holds) => self.graph_mem.keep_captured(graph, holds),
+                None if self.graphs.len() < MAX_GRAPHS => self.graphs.push(graph),
+                None => {}
             }
         }
         let status = origin.capture_status();

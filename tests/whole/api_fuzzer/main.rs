@@ -33,7 +33,28 @@
 //!   captures a stream of its own 1 to 3 times (ThreadLocal or Relaxed) and joins back what
 //!   joined, while a spawned thread makes a second stream wait on the captured one (or on an
 //!   event recorded in the capture), records, launches, allocates, copies and awaits
-//!   completions on it, and makes the captured stream wait on it.
+//!   completions on it, and makes the captured stream wait on it;
+//! * graphs that hold memory (`graph_memory.rs`): device buffers shared as `Arc`s (made on two
+//!   homes of the process, or the program's own buffers shared, and given back once no graph
+//!   holds them) and page-locked buffers as `Arc<Mutex<PinnedBuffer>>` (made, or the program's
+//!   shared; written and read on the host under their lock, swapped for another buffer,
+//!   dropped here or on another thread); graphs built node by node over them: memset and
+//!   memcpy nodes (between buffers, from and to page-locked memory) with random ranges, some
+//!   refused (out of range, empty, reversed, sides of different lengths, overlapping sides in
+//!   one buffer), host-function nodes, random dependencies, and often a last fill of a buffer
+//!   with its copy to page-locked memory; the same memory work in the program's captures
+//!   (`Capture::copy`, `fill_bytes`, `copy_from_pinned`, `copy_to_pinned`, and `use_on` with a
+//!   tiny kernel or none) on the captured stream, a stream that joined it or one outside it,
+//!   also while the program holds the page-locked buffer's lock; captures of their own that
+//!   end, are dropped, fail (a fork never joined back) or are ended by raw FFI
+//!   (`cudaStreamEndCapture`), and captures into a graph that holds memory; the graphs cloned
+//!   and instantiated; their executables launched on any stream of the program (two at once,
+//!   one of them from another thread), updated from a graph of the same shape built anew or
+//!   one with a node more, launched while the program holds a lock they need, and dropped,
+//!   with the buffers, graphs and clones, in any order with launches pending. The buffers that
+//!   captures may hold live on two streams made once per process, before the baseline of live
+//!   streams: a capture whose end fails leaks its hold (as documented), and with a buffer the
+//!   stream it lives on.
 //!
 //! And actors the crate does not control:
 //! * events recorded inside a capture, then queried, synchronized, timed and awaited (polled, or
@@ -108,6 +129,26 @@
 //!   that another thread forked into after its owner joined back ends unjoined); a buffer
 //!   filled and read back there holds the fill; streams left capturing are counted as
 //!   stranded (then the device's final synchronize is not asserted);
+//! * graphs that hold memory: a node with refused operands is [`Error::Size`], and so is the
+//!   same memory work in a capture; a node or captured copy over a page-locked buffer whose
+//!   lock the program holds, or that the graph holds at another place (swapped since), is
+//!   [`Error::GraphMisuse`]; a capture's memory work on a stream outside it (`use_on` too,
+//!   which then runs nothing) is [`Error::CaptureMisuse`] and leaves the capture intact, and
+//!   on the captured stream of an intact capture it is `Ok`; node counts are what was added (a
+//!   clone has the graph's; a capture into a graph adds its nodes); a launch is
+//!   [`Error::GraphMisuse`] while the program holds a lock it needs (and enqueues nothing: the
+//!   host still reads what it wrote under that lock) or once a page-locked buffer it copies is
+//!   at another place, [`Error::CaptureMisuse`] onto a stream of a capture (leaving it
+//!   intact), and `Ok` otherwise on a stream outside captures (beside a launch on another
+//!   thread that copies the same page-locked buffer: `Ok` or `GraphMisuse`); an update from a
+//!   graph with a node more is [`Error::GraphUpdate`]; a graph whose last memory nodes fill
+//!   elements of a buffer with a byte and copy them to page-locked memory leaves that byte
+//!   there, read on the host under the lock right after a launch (of its executable, a
+//!   clone's, an updated one's, a capture into it that touched neither, one beside another
+//!   thread's launch that copies no page-locked memory of it); a buffer's strong count shows
+//!   one hold per capture that used it, shared by its graph and executables, let go by a
+//!   dropped capture and by the last of them, and kept (leaked) by a capture whose end failed
+//!   or that raw FFI ended;
 //! * afterwards every closure is freed, every completion has resolved, and the live counts of
 //!   streams, events and host closures are back where they started.
 //!
@@ -123,7 +164,9 @@
 //!   race's joiner, the racers at a capture's end, event checks on a spawned thread, buffers
 //!   and pinned buffers dropped elsewhere), which report under the process mode. CUDA's own
 //!   threads make no call of the crate (host functions are refused them). The detector starts
-//!   its history there: nothing the program uses predates it. `RaceScope` operations nest
+//!   its history there: nothing the program uses predates it (the two homes of the buffers
+//!   captures may hold are older, but no work of an earlier program is pending on them, and
+//!   their buffers are the program's own). `RaceScope` operations nest
 //!   their own scope inside.
 //! * what it sees: the buffers' allocations, fills, copies (slices, pinned buffers, each
 //!   other) and frees; the pinned buffers' host accesses; the records, waits, `wait_stream`s,
@@ -133,19 +176,22 @@
 //!   buffer), the typed launch (`LaunchConfig::accesses`: `x` read on its home stream, `y`
 //!   written through `use_on`), the conditional graph's kernel nodes (their writes of the log,
 //!   replayed by the graph's one launch, on the log's home stream, where the log is made, read
-//!   back and freed).
+//!   back and freed). The crate itself declares the memory nodes of built graphs and the memory
+//!   work of captures (`graph_memory.rs`), replayed by each launch of their executables, which
+//!   it orders with the buffers' and page-locked buffers' other uses.
 //! * what it does not see, and why that is right: the tag kernels append to one mapped log
 //!   (shared by every program) from every stream, unordered on purpose and atomic: declared,
 //!   they would be reported (true, benign races), so they are never declared; empty and spin
 //!   kernels, host functions and callbacks touch no memory; stream memory operations
 //!   (`MappedWords`, `DeviceWords`) tell the detector nothing (`memory/mem_ops.rs` is none of
-//!   its sources), and each set of words is used on one stream only. Nothing is declared into
-//!   a capture: buffers are refused during captures, no buffer is used during a raw capture,
-//!   typed launches never run in one, so the graphs the program launches on any stream replay
-//!   no access
-//!   (declared, captured accesses would race the buffers' later uses for real: nothing orders
-//!   a graph launched on an arbitrary stream with them). Raw captures and the non-primary
-//!   context touch no memory.
+//!   its sources), and each set of words is used on one stream only. The program declares
+//!   nothing into a capture: buffers are refused during captures, no buffer is used during a
+//!   raw capture, typed launches never run in one, and `Capture::use_on`'s kernels are empty
+//!   (declared, captured accesses of raw work would race the buffers' later uses for real:
+//!   nothing orders a graph launched on an arbitrary stream with them). What captures hold
+//!   through the crate's own memory work is ordered at each launch, as above; accesses within
+//!   one graph are not checked against each other. Raw captures and the non-primary context
+//!   touch no memory.
 //! * so no operation is left out of race-checked programs: every access the detector is told
 //!   of is ordered by the crate (a buffer's uses, through its events and home stream) or made
 //!   on one stream; no raw work touches a buffer behind the crate's back (the raw fill runs
@@ -169,8 +215,8 @@
 //! host functions, completions, pool leases, `as_current`), `events.rs` (events, and events
 //! recorded in captures), `captures.rs` (captures, graphs, executables), `foreign.rs` (raw
 //! captures, the non-primary context), `threads.rs`, `memory.rs`, `launches.rs`, `scopes.rs`
-//! (also the race detector over whole programs, its oracle and the planted race) and
-//! `joins.rs`.
+//! (also the race detector over whole programs, its oracle and the planted race), `joins.rs`
+//! and `graph_memory.rs` (graphs that hold memory; the capture homes).
 //!
 //! Knobs:
 //! * `CUDA_STREAM_FUZZ_PROGRAMS`: how many programs; default 1,000, or 50 under
@@ -204,6 +250,7 @@ use std::time::{Duration, Instant};
 mod captures;
 mod events;
 mod foreign;
+mod graph_memory;
 mod joins;
 mod launches;
 mod memory;
@@ -215,6 +262,7 @@ mod world;
 
 use captures::*;
 use events::*;
+use graph_memory::*;
 use memory::*;
 use ops::*;
 use scopes::*;
@@ -647,6 +695,8 @@ fn random_api_programs_return_typed_results_and_leave_nothing_behind() {
         warm.wait_stream(BuiltinStream::legacy(device)).expect("wait_stream");
         warm.synchronize().expect("synchronize");
         launches::preload_typed_kernels(device);
+        // The homes of the buffers captures may hold (a failed capture leaks its hold).
+        graph_memory::make_capture_homes(device);
     }
     let baseline = (live_streams(), live_events(), live_host_fns());
     let seeds = seeds();

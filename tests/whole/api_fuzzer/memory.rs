@@ -7,13 +7,13 @@ use super::*;
 use cuda_stream::{Access, DeviceBuffer, MemPool, PinnedBuffer};
 
 /// Bounds on what one program holds at a time.
-const MAX_BUFFERS: usize = 8;
+pub(crate) const MAX_BUFFERS: usize = 8;
 const MAX_PINNED: usize = 4;
 const MAX_POOLS: usize = 2;
 
 /// The lengths buffers are made with (in `u32`s): two, so that some copies are refused for
 /// their lengths.
-const LENGTHS: [usize; 2] = [64, 256];
+pub(crate) const LENGTHS: [usize; 2] = [64, 256];
 
 /// A device buffer of the program: homed on one of [`Mem::homes`].
 pub(crate) type Buffer = DeviceBuffer<u32, Arc<Stream>>;
@@ -129,7 +129,7 @@ fn expect_size<T: std::fmt::Debug>(what: &str, result: &Result<T>) {
 }
 
 /// Values read back from a buffer whose bytes are known.
-fn expect_bytes(what: &str, holds: Option<u8>, values: &[u32]) {
+pub(crate) fn expect_bytes(what: &str, holds: Option<u8>, values: &[u32]) {
     if let Some(tag) = holds {
         let wrong = values.iter().filter(|&&value| value != word(tag)).count();
         assert_eq!(

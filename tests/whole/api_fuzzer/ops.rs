@@ -55,10 +55,14 @@ pub(crate) enum Op {
     SyncScope { s: u32, mode: u8, what: u8 },
     RaceScope { s: u32, other: u32, seed: u64 },
     JoinRace { seed: u64 },
+    GraphMem { pick: u32, action: u8, tag: u8 },
+    GraphBuild { seed: u64 },
+    GraphCapture { s: u32, seed: u64 },
+    GraphRun { x: u32, s: u32, action: u8, seed: u64 },
 }
 
 /// How many kinds of [`Op`] there are.
-pub(crate) const OP_KINDS: usize = 48;
+pub(crate) const OP_KINDS: usize = 52;
 
 /// For each kind in the order of [`make_op`]: its weight outside a capture, and inside one.
 pub(crate) const WEIGHTS: [(usize, usize); OP_KINDS] = [
@@ -110,6 +114,10 @@ pub(crate) const WEIGHTS: [(usize, usize); OP_KINDS] = [
     (2, 1), // SyncScope
     (1, 0), // RaceScope (never during a capture)
     (1, 0), // JoinRace (never during a capture)
+    (3, 1), // GraphMem (during a capture: no host access, no swap)
+    (3, 0), // GraphBuild (never during a capture)
+    (1, 5), // GraphCapture (outside a capture: a capture of its own)
+    (4, 1), // GraphRun (during a capture: launches, refused on its streams, and drops)
 ];
 
 pub(crate) fn pick(rng: &mut Rng) -> u32 {
@@ -173,7 +181,11 @@ pub(crate) fn make_op(kind: usize, rng: &mut Rng) -> Op {
         44 => Op::Conditional { value: byte(rng), tag: byte(rng) },
         45 => Op::SyncScope { s: pick(rng), mode: byte(rng), what: byte(rng) },
         46 => Op::RaceScope { s: pick(rng), other: pick(rng), seed: rng.next_u64() },
-        _ => Op::JoinRace { seed: rng.next_u64() },
+        47 => Op::JoinRace { seed: rng.next_u64() },
+        48 => Op::GraphMem { pick: pick(rng), action: byte(rng), tag: byte(rng) },
+        49 => Op::GraphBuild { seed: rng.next_u64() },
+        50 => Op::GraphCapture { s: pick(rng), seed: rng.next_u64() },
+        _ => Op::GraphRun { x: pick(rng), s: pick(rng), action: byte(rng), seed: rng.next_u64() },
     }
 }
 

@@ -82,6 +82,8 @@ pub(crate) struct World<'p> {
     /// The program runs under the race detector: the raw work the crate orders declares its
     /// accesses (`use_on`'s fill, the typed launch, the conditional graph's kernel nodes).
     pub(crate) race_checked: bool,
+    /// Shared buffers and page-locked buffers, and the graphs and executables that hold them.
+    pub(crate) graph_mem: GraphMem,
 }
 
 impl<'p> World<'p> {
@@ -105,6 +107,7 @@ impl<'p> World<'p> {
             no_partitions: false,
             stranded: 0,
             race_checked: false,
+            graph_mem: GraphMem::default(),
         };
         for non_blocking in [true, false] {
             let options = if non_blocking { StreamOptions::non_blocking() } else { StreamOptions::default() };
@@ -291,6 +294,9 @@ impl<'p> World<'p> {
             Op::MemoryPool { action, bytes } => self.pool_mem_op(action, bytes, capturing),
             Op::MemOps { s, action, tag } => self.mem_ops(s, action, tag, active.as_deref()),
             Op::SyncScope { s, mode, what } => self.sync_scope(s, mode, what, active.as_deref()),
+            Op::GraphMem { pick, action, tag } => self.graph_mem_op(pick, action, tag, capturing),
+            Op::GraphCapture { s, seed } => self.graph_capture(s, seed, active),
+            Op::GraphRun { x, s, action, seed } => self.graph_run(x, s, action, seed, active.as_deref()),
             // The rest never run during a capture.
             _ if capturing => skip(),
             Op::TypedLaunch { s, other, attr, a } => self.typed_launch(s, other, attr, a),
@@ -298,6 +304,7 @@ impl<'p> World<'p> {
             Op::Conditional { value, tag } => self.conditional(value, tag),
             Op::RaceScope { s, other, seed } => self.race_scope_op(s, other, seed),
             Op::JoinRace { seed } => self.join_race(seed),
+            Op::GraphBuild { seed } => self.graph_build(seed),
         }
     }
 
@@ -325,6 +332,7 @@ impl<'p> World<'p> {
                 drop(self.execs.swap_remove(index));
             }
         }
+        self.graph_mem.drop_all(rng);
         while !self.events.is_empty() {
             let index = rng.below(self.events.len());
             drop(self.events.swap_remove(index));
