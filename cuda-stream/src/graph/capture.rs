@@ -713,6 +713,9 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// [`Error::CaptureMisuse`] unless `stream` is part of this capture now. Under the enqueue
     /// path's hold, that stays true until the hold ends, except for an end by another library.
     pub(crate) fn refuse_outside(&self, stream: &StreamRef) -> Result<()> {
+        // Never asked of the legacy stream, which is part of no capture (CUDA answers
+        // `cudaErrorStreamCaptureImplicit` during a Global one).
+        refuse_legacy(stream, "the legacy default stream is not part of any capture")?;
         let info = stream.capture_info()?;
         if info.status != CaptureStatus::Active || info.id != self.id {
             return Err(Error::CaptureMisuse("the stream is not part of this capture"));

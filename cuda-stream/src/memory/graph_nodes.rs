@@ -22,9 +22,11 @@
 //! A `Mutex<PinnedBuffer>` is the host's way in between launches (its guard gives
 //! `as_mut_slice`, which waits for the launches' copies). The launch takes the lock for as long
 //! as it orders and enqueues, with `try_lock`: a lock held elsewhere refuses the launch rather
-//! than wait, so no launch blocks behind the host. A node keeps the address it copies to or
-//! from, and each launch checks that the buffer in the mutex still has it: a buffer swapped in
-//! under the lock refuses the launch, never lets a node write memory that was freed.
+//! than wait, so no launch blocks behind the host. A node keeps the address and length of the
+//! buffer it copies to or from, and each launch checks that the buffer in the mutex still has
+//! them: a buffer elsewhere swapped in under the lock refuses the launch, never lets a node
+//! write memory that was freed (one at the same address and of the same length is the very
+//! memory the node copies, its copies tracked as that buffer's).
 
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
 use super::page_locked::PageLockedMemory;

@@ -68,7 +68,8 @@
 //!   no launch is enqueued once the memory is gone, whichever value drops first. A capture
 //!   holds them until `end` hands them to its graph; one dropped before `end` lets them go
 //!   with the graph it discards, and one whose end fails, or that another library ended,
-//!   leaks them (that library may keep a graph that uses them). A body's capture
+//!   leaks them (that library may keep a graph that uses them): such a buffer, and the home
+//!   stream `S` holds, stay alive for good. A body's capture
 //!   ([`GraphBuilder::capture`](crate::GraphBuilder::capture)) offers none of these calls:
 //!   fill a body's memory with the builder's nodes.
 //! * Each launch of an executable is one use of that memory, ordered as a copy is: the stream
@@ -79,8 +80,11 @@
 //!   `as_mut_slice` waits for the launches' copies). A launch takes the lock with `try_lock`
 //!   while it orders and enqueues: while a guard is alive, on any thread, the launch is refused
 //!   ([`Error::GraphMisuse`]) rather than wait; another launch that copies the same memory
-//!   and is being enqueued on another thread holds it too. A node keeps the address it
-//!   copies, and a launch after another `PinnedBuffer` was swapped into the mutex is refused.
+//!   and is being enqueued on another thread holds it too. A node keeps the address and the
+//!   length of the buffer it copies, and a launch after another `PinnedBuffer` at another
+//!   address or of another length was swapped into the mutex is refused (one at the same
+//!   address and of the same length is the very memory the node copies, and its copies are
+//!   tracked as that buffer's).
 //! * **A host function must not lock that mutex**, nor wait for anything the host does while
 //!   it holds the guard: the host's `as_slice` waits, under the lock, for the launch, whose
 //!   last work may be that host function (a deadlock); and a launch holds the lock while CUDA
