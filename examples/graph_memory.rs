@@ -11,9 +11,11 @@
 //! `cuda-stream-build` as a build dependency, with its `build.rs`:
 //! `cuda_stream_build::Kernels::from_dir("kernels").compile("kernels");`.
 
-use cuda_stream::{DeviceBuffer, Graph, GraphExec, LaunchConfig, PinnedBuffer, Stream, StreamOptions, capture};
+use cuda_stream::{
+    DeviceBuffer, Graph, GraphExec, LaunchConfig, PinnedBuffer, SharedPinned, Stream, StreamOptions, capture,
+};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 
 cuda_stream::kernel! {
     /// Each block sums its share of the `n` inputs into `partial[block]`.
@@ -30,8 +32,8 @@ fn main() -> cuda_stream::Result<()> {
     // Device 0, or a plain "skipped" without a GPU (a failure under CUDA_STREAM_REQUIRE_GPU=1).
     let Some(device) = cuda_stream::testing::device_or_skip("graph_memory") else { return Ok(()) };
     let stream = Arc::new(Stream::new(device, StreamOptions::non_blocking())?);
-    let host_input = Arc::new(Mutex::new(PinnedBuffer::<f32>::zeroed(N)?));
-    let host_result = Arc::new(Mutex::new(PinnedBuffer::<f32>::zeroed(1)?));
+    let host_input = Arc::new(SharedPinned::new(PinnedBuffer::<f32>::zeroed(N)?));
+    let host_result = Arc::new(SharedPinned::new(PinnedBuffer::<f32>::zeroed(1)?));
     let reported = Arc::new(AtomicU32::new(0));
 
     let (exec, clone_exec) = {
@@ -88,10 +90,10 @@ fn main() -> cuda_stream::Result<()> {
     {
         let values: Vec<f32> = (0..N).map(|i| ((i + round) % 7) as f32).collect();
         // Waits for the previous launch's copy out of the input before the host writes it.
-        host_input.lock().expect("not poisoned").as_mut_slice()?.copy_from_slice(&values);
+        host_input.lock().as_mut_slice()?.copy_from_slice(&values);
         exec.launch(&*stream)?;
         // Waits for this launch's copy into the result.
-        let gpu = host_result.lock().expect("not poisoned").as_slice()?[0];
+        let gpu = host_result.lock().as_slice()?[0];
         let cpu: f64 = values.iter().copied().map(f64::from).sum();
         println!("round {round}: GPU sum {gpu}, CPU sum {cpu}");
         assert_eq!(f64::from(gpu), cpu, "the sums agree (integers, exact in f32)");
@@ -107,8 +109,8 @@ fn main() -> cuda_stream::Result<()> {
 /// which a graph's replays would outlive), and its kernels are launched as usual.
 fn by_capture(
     stream: &Arc<Stream>,
-    host_input: &Arc<Mutex<PinnedBuffer<f32>>>,
-    host_result: &Arc<Mutex<PinnedBuffer<f32>>>,
+    host_input: &Arc<SharedPinned<f32>>,
+    host_result: &Arc<SharedPinned<f32>>,
     reported: &Arc<AtomicU32>,
 ) -> cuda_stream::Result<GraphExec> {
     let input = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(stream), N)?);

@@ -262,7 +262,8 @@ pub use kernel::{
 };
 pub use memory::{
     ArgUse, ChunksMut, DeviceBuffer, DeviceCopy, DeviceSlice, DeviceSliceMut, MemPool, MemPoolStats, PageLockedMemory,
-    PinnedBuffer, PinnedPool, PinnedPoolStats, PinnedSliceMut, PoolAccess, RegisteredSlice, ReusePolicy, register_host,
+    PinnedBuffer, PinnedGuard, PinnedPool, PinnedPoolStats, PinnedSliceMut, PoolAccess, RegisteredSlice, ReusePolicy,
+    SharedPinned, register_host,
 };
 pub use memory::{BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words};
 pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};

@@ -550,18 +550,19 @@ impl<M: CaptureMode> Guard for Capture<'_, M> {
 }
 
 type SharedBuffer = Arc<DeviceBuffer<u8, Arc<Stream>>>;
-type SharedPinned = Arc<Mutex<PinnedBuffer<u8>>>;
+type SharedPage = Arc<cuda_stream::SharedPinned<u8>>;
 
 /// A buffer of 64 bytes on a stream of its own and page-locked memory of 64, made once, at the
 /// first capture's memory call (a new stream, an allocation on a stream outside the capture and
 /// page-locked memory are allowed there), that captures' memory work may use: their graphs hold
 /// them.
-fn shared_memory(device: Device) -> (&'static SharedBuffer, &'static SharedPinned) {
-    static MEMORY: OnceLock<(SharedBuffer, SharedPinned)> = OnceLock::new();
+fn shared_memory(device: Device) -> (&'static SharedBuffer, &'static SharedPage) {
+    static MEMORY: OnceLock<(SharedBuffer, SharedPage)> = OnceLock::new();
     let (buffer, pinned) = MEMORY.get_or_init(|| {
         let home = Arc::new(non_blocking_stream(device));
         let buffer = Arc::new(DeviceBuffer::new(home, 64).expect("a shared buffer"));
-        let pinned = Arc::new(Mutex::new(PinnedBuffer::zeroed(64).expect("shared page-locked memory")));
+        let pinned =
+            Arc::new(cuda_stream::SharedPinned::new(PinnedBuffer::zeroed(64).expect("shared page-locked memory")));
         (buffer, pinned)
     });
     (buffer, pinned)
@@ -1031,12 +1032,12 @@ fn rows() -> Vec<Row> {
         }),
         row("GraphBuilder::add_copy_from_pinned", NotApplicable, RelaxedMode, |s, _| {
             let buffer = Arc::new(DeviceBuffer::<u8, _>::new(Arc::new(other_stream(s)), 64)?);
-            let pinned = Arc::new(Mutex::new(PinnedBuffer::<u8>::zeroed(64)?));
+            let pinned = Arc::new(cuda_stream::SharedPinned::new(PinnedBuffer::<u8>::zeroed(64)?));
             Graph::new(s.device)?.builder().add_copy_from_pinned(&buffer, .., &pinned, .., &[]).map(drop)
         }),
         row("GraphBuilder::add_copy_to_pinned", NotApplicable, RelaxedMode, |s, _| {
             let buffer = Arc::new(DeviceBuffer::<u8, _>::new(Arc::new(other_stream(s)), 64)?);
-            let pinned = Arc::new(Mutex::new(PinnedBuffer::<u8>::zeroed(64)?));
+            let pinned = Arc::new(cuda_stream::SharedPinned::new(PinnedBuffer::<u8>::zeroed(64)?));
             Graph::new(s.device)?.builder().add_copy_to_pinned(&pinned, .., &buffer, .., &[]).map(drop)
         }),
         row("GraphBuilder::add_host_fn", NotApplicable, RelaxedMode, |s, _| {

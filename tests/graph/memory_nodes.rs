@@ -9,7 +9,7 @@
 use cuda_stream::capture::ThreadLocal;
 use cuda_stream::conditional::{GraphBuilder, GraphNode};
 use cuda_stream::{
-    DeviceBuffer, Error, Graph, InstantiateOptions, MemPool, PinnedBuffer, Stream, StreamRef, check, sys,
+    DeviceBuffer, Error, Graph, InstantiateOptions, MemPool, PinnedBuffer, SharedPinned, Stream, StreamRef, check, sys,
 };
 use cuda_stream_tests::probe::{Probe, Token};
 use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, spin};
@@ -22,7 +22,7 @@ const SLOW: Duration = Duration::from_millis(40);
 const N: usize = 1024;
 
 type Buffer = Arc<DeviceBuffer<u32, Arc<Stream>>>;
-type Pinned = Arc<Mutex<PinnedBuffer<u32>>>;
+type Pinned = Arc<SharedPinned<u32>>;
 
 /// One test at a time that uses CUDA's graph allocator, whose counters are the device's.
 fn graph_memory_alone() -> std::sync::MutexGuard<'static, ()> {
@@ -35,7 +35,7 @@ fn home(stream: &Arc<Stream>) -> Arc<Stream> {
 }
 
 fn pinned(values: &[u32]) -> Pinned {
-    Arc::new(Mutex::new(PinnedBuffer::from_slice(values).unwrap()))
+    Arc::new(SharedPinned::new(PinnedBuffer::from_slice(values).unwrap()))
 }
 
 /// Fills the builder's level, by capture of `stream`, with one spin kernel of `SLOW`; returns
@@ -88,11 +88,11 @@ fn a_built_graph_copies_in_computes_and_copies_out_at_every_launch_and_holds_its
     };
     for round in 1..=3u32 {
         // The host's write waits for the previous launch's copy out of the input.
-        host_in.lock().unwrap().as_mut_slice().unwrap().copy_from_slice(&input(round));
+        host_in.lock().as_mut_slice().unwrap().copy_from_slice(&input(round));
         exec.launch(&*stream).unwrap();
         // The host's read waits for this launch's copy into the output: the spin before it
         // makes an unordered read see the previous round's bytes.
-        let seen = host_out.lock().unwrap().as_slice().unwrap().to_vec();
+        let seen = host_out.lock().as_slice().unwrap().to_vec();
         assert_eq!(seen, expected(&input(round)), "round {round}");
     }
     stream.synchronize().unwrap();
@@ -152,7 +152,7 @@ fn a_buffer_the_graph_holds_is_freed_after_the_last_launch_of_its_last_holder() 
     }
     // The last holder goes while its launches run: the free waits for them on the home stream.
     drop(exec);
-    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x7f7f_7f7f; N], "the launches ran");
+    assert_eq!(host_out.lock().as_slice().unwrap(), vec![0x7f7f_7f7f; N], "the launches ran");
     stream.synchronize().unwrap();
     assert_eq!(pool.stats().unwrap().used_current, 0, "the buffer was freed after the launches");
 }
@@ -176,12 +176,12 @@ fn a_clone_replays_the_same_nodes_and_holds_the_memory_after_the_original_is_gon
     let exec = clone.instantiate().unwrap();
     drop(clone);
     exec.launch(&*stream).unwrap();
-    let seen = host_out.lock().unwrap().as_slice().unwrap().to_vec();
+    let seen = host_out.lock().as_slice().unwrap().to_vec();
     assert_eq!((seen[0], seen[1], seen[N - 2], seen[N - 1]), (0, 0x2222_2222, 0x2222_2222, 0));
 }
 
 #[test]
-fn a_locked_or_swapped_page_locked_buffer_refuses_the_launch_and_nothing_runs() {
+fn a_locked_page_locked_buffer_refuses_the_launch_and_nothing_runs_then_the_next_launch_copies_the_hosts_write() {
     let device = gpu_or_skip!();
     let stream = Arc::new(non_blocking_stream(device));
     let host_in = pinned(&input(7));
@@ -194,19 +194,21 @@ fn a_locked_or_swapped_page_locked_buffer_refuses_the_launch_and_nothing_runs() 
     builder.add_host_fn(move || token.run(), &[copy]).unwrap();
     let exec = graph.instantiate().unwrap();
     {
-        let _host = host_in.lock().unwrap();
+        let mut host = host_in.lock();
         assert!(matches!(exec.launch(&*stream), Err(Error::GraphMisuse(_))), "refused while the host holds the lock");
         let mut other = Graph::new(device).unwrap();
         let refused = other.builder().add_copy_from_pinned(&buffer, .., &host_in, .., &[]);
         assert!(matches!(refused, Err(Error::GraphMisuse(_))), "no node is added under the host's lock either");
+        assert!(host_in.try_lock().is_none(), "one guard at a time");
+        // The guard writes the elements (the buffer itself is out of its reach).
+        host.as_mut_slice().unwrap().copy_from_slice(&input(8));
     }
-    // Another buffer swapped into the mutex: the node's memory is gone.
-    let old = std::mem::replace(&mut *host_in.lock().unwrap(), PinnedBuffer::from_slice(&input(8)).unwrap());
-    drop(old);
-    assert!(matches!(exec.launch(&*stream), Err(Error::GraphMisuse(_))), "refused once the buffer was swapped");
     stream.synchronize().unwrap();
     assert_eq!(probe.runs(), 0, "no refused launch ran");
     assert_eq!(buffer.to_vec().unwrap(), vec![0; N]);
+    exec.launch(&*stream).unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), input(8), "the launch copied the host's write");
+    assert_eq!(host_in.len(), N);
 }
 
 #[test]
@@ -342,11 +344,11 @@ fn an_update_moves_the_executables_copy_to_other_buffers_and_the_old_ones_go_aft
     exec.update(&new).unwrap();
     drop(new);
     // The old buffer's last holder is gone; its free waits for the launch still running.
-    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x4444_4444; N], "the launch before the update");
+    assert_eq!(host_out.lock().as_slice().unwrap(), vec![0x4444_4444; N], "the launch before the update");
     stream.synchronize().unwrap();
     assert_eq!(pool.stats().unwrap().used_current, 0, "the old buffer was freed after its launch");
     exec.launch(&*stream).unwrap();
-    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x5555_5555; N], "the updated copy");
+    assert_eq!(host_out.lock().as_slice().unwrap(), vec![0x5555_5555; N], "the updated copy");
 }
 
 #[test]
@@ -418,9 +420,9 @@ fn a_capture_copies_in_computes_and_copies_out_with_buffers_its_graph_holds() {
     };
     let (exec, kept) = exec;
     for round in 1..=3u32 {
-        host_in.lock().unwrap().as_mut_slice().unwrap().copy_from_slice(&input(round));
+        host_in.lock().as_mut_slice().unwrap().copy_from_slice(&input(round));
         exec.launch(&*stream).unwrap();
-        let seen = host_out.lock().unwrap().as_slice().unwrap().to_vec();
+        let seen = host_out.lock().as_slice().unwrap().to_vec();
         assert_eq!(seen, expected(&input(round)), "round {round}");
     }
     assert!(kept.upgrade().is_some(), "the executable holds the buffer");
@@ -576,11 +578,11 @@ fn an_executable_points_its_memory_nodes_at_other_buffers_of_the_same_kind_only(
     // The change applies from the next launch on: the one enqueued still fills `first`.
     exec.set_fill_bytes(fill, &second, .., 0x32).unwrap();
     exec.set_copy_to_pinned(out, (&host_out, ..), (&second, ..)).unwrap();
-    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x3131_3131; N], "the launch before the change");
+    assert_eq!(host_out.lock().as_slice().unwrap(), vec![0x3131_3131; N], "the launch before the change");
     let kept = Arc::downgrade(&second);
     drop((first, second, graph));
     exec.launch(&*stream).unwrap();
-    assert_eq!(host_out.lock().unwrap().as_slice().unwrap(), vec![0x3232_3232; N], "the changed nodes");
+    assert_eq!(host_out.lock().as_slice().unwrap(), vec![0x3232_3232; N], "the changed nodes");
     assert!(kept.upgrade().is_some(), "the executable holds the new buffer");
 
     // Checked: a node of another kind, and a node of another graph, are refused before CUDA.

@@ -497,8 +497,8 @@ impl GraphExec {
     /// For a graph whose nodes use buffers: the errors of
     /// [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on); [`Error::DeviceMismatch`] for a
     /// stream of another device; [`Error::GraphMisuse`] while the lock of a
-    /// `Mutex<PinnedBuffer>` the graph copies to or from is held (by any thread), or once
-    /// another buffer was swapped into it (nothing is enqueued then): another launch that
+    /// [`SharedPinned`](crate::SharedPinned) the graph copies to or from is held (by any thread)
+    /// (nothing is enqueued then): another launch that
     /// copies the same memory, being enqueued on another thread, holds it too. CUDA's errors.
     ///
     /// [`GraphBuilder::add_copy`]: conditional::GraphBuilder::add_copy

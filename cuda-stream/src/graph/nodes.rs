@@ -26,7 +26,7 @@ impl GraphBuilder<'_> {
     /// once no graph, clone or executable needs it and their launches have completed. Inside
     /// `f`, calls of this crate are refused, as in every host function
     /// ([the rules](crate::host_fn)). `f` must not block on what the host holds while it waits
-    /// for the graph, above all the lock of a `Mutex<PinnedBuffer>` the graph copies (see
+    /// for the graph, above all the lock of a [`SharedPinned`](crate::SharedPinned) the graph copies (see
     /// [the memory docs](crate::memory#graphs)): the host would wait for `f`, and `f` for it.
     ///
     /// # Errors

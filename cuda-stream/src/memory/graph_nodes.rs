@@ -1,6 +1,6 @@
 //! Memcpy and memset nodes of graphs, built node by node or captured, over memory the graph
 //! holds: device buffers shared as `Arc<DeviceBuffer>`, page-locked buffers as
-//! `Arc<Mutex<PinnedBuffer>>`
+//! `Arc<SharedPinned>`
 //! ([`cudaGraphAddMemcpyNode1D`, `cudaGraphAddMemsetNode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html);
 //! `cudaMemcpyAsync` and `cudaMemsetAsync` during a capture), and a capture's kernels on such
 //! buffers (`Capture::use_on`). An operation is planned once ([`Planned`]: the checks, the
@@ -19,20 +19,16 @@
 //! host access. A buffer whose last `Arc` an executable drops is thus freed on its home stream
 //! after the launches that used it.
 //!
-//! A `Mutex<PinnedBuffer>` is the host's way in between launches (its guard gives
-//! `as_mut_slice`, which waits for the launches' copies). The launch takes the lock for as long
-//! as it orders and enqueues, with `try_lock`: a lock held elsewhere refuses the launch rather
-//! than wait, so no launch blocks behind the host. A node keeps the address and length of the
-//! buffer it copies to or from, and each launch checks that the buffer in the mutex still has
-//! them: a buffer elsewhere swapped in under the lock refuses the launch, never lets a node
-//! write memory that was freed (one at the same address and of the same length is the very
-//! memory the node copies, its copies tracked as that buffer's).
+//! A [`SharedPinned`] is the host's way in between launches (its guard gives `as_mut_slice`,
+//! which waits for the launches' copies, and never the buffer itself, which stays where the
+//! nodes expect it). The launch takes the lock for as long as it orders and enqueues, with a
+//! try: a lock held elsewhere refuses the launch rather than wait, so no launch blocks behind
+//! the host.
 
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
-use super::page_locked::PageLockedMemory;
-use super::page_locked::sealed::Token;
+use super::shared_pinned::{PinnedGuard, SharedPinned};
 use super::uses::{Hold, MAX_TOUCHED, Touched, Uses, ordered_use};
-use super::{DeviceBuffer, DeviceCopy, PinnedBuffer, checked_range, same_length};
+use super::{DeviceBuffer, DeviceCopy, checked_range, same_length};
 use crate::call::capture_mode::uncapturable_call;
 use crate::call::race::{Access, AccessKind, CapturedAccesses};
 use crate::conditional::{GraphBuilder, GraphNode, dependency_pointer};
@@ -49,14 +45,10 @@ use std::ffi::c_void;
 use std::fmt;
 use std::ops::{Range, RangeBounds};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::Arc;
 
 /// Why a launch or a node is refused while a page-locked buffer's lock is held.
-const LOCKED: &str = "the Mutex<PinnedBuffer> a graph copies to or from is locked (a guard is alive, on this thread or another, or another launch that copies it is being enqueued): a graph is not launched, nor a node added, while the lock is held elsewhere";
-
-/// Why a launch is refused after the buffer in a mutex was swapped.
-const SWAPPED: &str =
-    "the PinnedBuffer in a Mutex that a graph copies to or from is no longer the one its node was added with";
+const LOCKED: &str = "the SharedPinned a graph copies to or from is locked (a guard is alive, on this thread or another, or another launch that copies it is being enqueued): a graph is not launched, nor a node added, while the lock is held elsewhere";
 
 /// A device buffer a graph holds, its type erased.
 trait HeldBuffer: Send + Sync + fmt::Debug {
@@ -80,49 +72,39 @@ trait HeldPageLocked: Send + Sync + fmt::Debug {
     fn lock(&self) -> Result<Box<dyn LockedPageLocked + '_>>;
 }
 
-/// Locked page-locked memory: where it is, and its copies in flight.
+/// Locked page-locked memory: its copies in flight.
 trait LockedPageLocked {
-    /// Its address and length in elements.
-    fn place(&self) -> (usize, usize);
     fn order_copy(&mut self, stream: &StreamRef, span: &Span) -> Result<Ticket>;
     fn copied(&mut self, stream: &StreamRef, span: Span, ticket: Ticket, recorded: &mut UseEvent<SharedEvent>);
     /// Never touched or given back again (a copy in flight was not noted).
     fn leak(&mut self);
 }
 
-impl<T: DeviceCopy> HeldPageLocked for Mutex<PinnedBuffer<T>> {
+impl<T: DeviceCopy> HeldPageLocked for SharedPinned<T> {
     fn lock(&self) -> Result<Box<dyn LockedPageLocked + '_>> {
         match self.try_lock() {
-            Ok(guard) => Ok(Box::new(guard)),
-            // A panic under the lock leaves plain bytes and a consistent record of copies
-            // (every change to it is made by this crate, which does not unwind through it).
-            Err(TryLockError::Poisoned(poisoned)) => Ok(Box::new(poisoned.into_inner())),
-            Err(TryLockError::WouldBlock) => Err(Error::GraphMisuse(LOCKED)),
+            Some(guard) => Ok(Box::new(guard)),
+            None => Err(Error::GraphMisuse(LOCKED)),
         }
     }
 }
 
-impl<T: DeviceCopy> LockedPageLocked for MutexGuard<'_, PinnedBuffer<T>> {
-    fn place(&self) -> (usize, usize) {
-        (self.address() as usize, self.len())
-    }
-
+impl<T: DeviceCopy> LockedPageLocked for PinnedGuard<'_, T> {
     fn order_copy(&mut self, stream: &StreamRef, span: &Span) -> Result<Ticket> {
-        self.page_locked(Token(())).order_copy(stream, span)
+        self.memory().order_copy(stream, span)
     }
 
     fn copied(&mut self, stream: &StreamRef, span: Span, ticket: Ticket, recorded: &mut UseEvent<SharedEvent>) {
-        self.page_locked(Token(())).copied(stream, span, ticket, recorded);
+        self.memory().copied(stream, span, ticket, recorded);
     }
 
     fn leak(&mut self) {
-        self.page_locked(Token(())).mark_leaked();
+        self.memory().mark_leaked();
     }
 }
 
 /// The memory a graph's memcpy and memset nodes use (see the [module docs](self)): each buffer
-/// once, with the bytes its nodes touch (merged), and each page-locked buffer with the place
-/// its nodes were added at.
+/// once, with the bytes its nodes touch (merged), and each page-locked buffer likewise.
 #[derive(Clone, Debug, Default)]
 struct HeldMemory {
     buffers: Vec<(Arc<dyn HeldBuffer>, Span)>,
@@ -139,12 +121,10 @@ enum NodeKind {
     Fill,
 }
 
-/// Page-locked memory a graph holds, where its nodes found it, and the bytes they touch.
+/// Page-locked memory a graph holds, and the bytes its nodes touch.
 #[derive(Clone, Debug)]
 struct HeldPlace {
     memory: Arc<dyn HeldPageLocked>,
-    /// Its address and length in elements when the nodes were added.
-    place: (usize, usize),
     span: Span,
 }
 
@@ -179,20 +159,11 @@ impl HeldMemory {
         Ok(())
     }
 
-    /// Holds `memory`, at `place`, for a node that touches `span` of it: [`Error::GraphMisuse`]
-    /// for a mutex the graph holds at another place already (another buffer was swapped in
-    /// between two nodes: no launch could find both).
-    fn hold_page_locked(&mut self, memory: Arc<dyn HeldPageLocked>, place: (usize, usize), span: Span) -> Result<()> {
+    /// Holds `memory` for a node that touches `span` of it.
+    fn hold_page_locked(&mut self, memory: Arc<dyn HeldPageLocked>, span: Span) {
         match self.page_locked.iter_mut().find(|held| identity(&held.memory) == identity(&memory)) {
-            Some(held) if held.place != place => Err(Error::GraphMisuse(SWAPPED)),
-            Some(held) => {
-                held.span = held.span.merged(&span);
-                Ok(())
-            }
-            None => {
-                self.page_locked.push(HeldPlace { memory, place, span });
-                Ok(())
-            }
+            Some(held) => held.span = held.span.merged(&span),
+            None => self.page_locked.push(HeldPlace { memory, span }),
         }
     }
 }
@@ -207,11 +178,7 @@ impl GraphMemory for HeldMemory {
             .collect();
         let mut locked = Vec::with_capacity(self.page_locked.len());
         for held in &self.page_locked {
-            let memory = held.memory.lock()?;
-            if memory.place() != held.place {
-                return Err(Error::GraphMisuse(SWAPPED));
-            }
-            locked.push((memory, &held.span));
+            locked.push((held.memory.lock()?, &held.span));
         }
         ordered_use(stream, &touched, Hold::Throughout, |recorded| {
             let mut tickets = Vec::with_capacity(locked.len());
@@ -442,12 +409,13 @@ fn plan_pinned_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
     (buffer, device_range): (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
-    (pinned, pinned_range): (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+    (pinned, pinned_range): (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     into_device: bool,
 ) -> Result<Planned> {
     same_device("a graph's memcpy uses a buffer of the graph's device", device, buffer.device())?;
     let device_range = checked_range(&device_range, buffer.len())?;
-    let place = HeldPageLocked::lock(&**pinned)?.place();
+    // Where the buffer is: for as long as the `Arc` lives (no guard replaces it).
+    let place = pinned.try_lock().ok_or(Error::GraphMisuse(LOCKED))?.place();
     let pinned_range = checked_range(&pinned_range, place.1)?;
     same_length(device_range.len(), pinned_range.len())?;
     let host_address = (place.0 + pinned_range.start * size_of::<T>()) as *mut c_void;
@@ -457,7 +425,7 @@ fn plan_pinned_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
     let bytes = device_span.bytes.len();
     let mut memory = HeldMemory::of(held)?;
     memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, device_span)?;
-    memory.hold_page_locked(Arc::clone(pinned) as Arc<dyn HeldPageLocked>, place, host)?;
+    memory.hold_page_locked(Arc::clone(pinned) as Arc<dyn HeldPageLocked>, host);
     let operation = if into_device {
         let kind = sys::cudaMemcpyKind::cudaMemcpyHostToDevice;
         Operation::Copy { to: device_address, from: host_address.cast_const(), bytes, kind }
@@ -519,19 +487,18 @@ impl GraphBuilder<'_> {
     /// ([`cudaGraphAddMemcpyNode1D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)):
     /// a host-to-device copy, asynchronous. The graph holds both; each launch is ordered with
     /// the buffer's other uses as a write of `to_range`, and with the page-locked buffer's
-    /// copies in flight as a read of `from_range`, which its host access then waits for (lock
-    /// the mutex, then [`PinnedBuffer::as_mut_slice`]). A launch is refused while the mutex is
-    /// locked, or once the buffer in it is another one (see the
-    /// [module docs](crate::memory#graphs)).
+    /// copies in flight as a read of `from_range`, which its host access then waits for
+    /// ([`SharedPinned::lock`], then [`PinnedGuard::as_mut_slice`]). A launch is refused while
+    /// a guard of it is alive (see the [module docs](crate::memory#graphs)).
     ///
     /// # Errors
-    /// [`Error::GraphMisuse`] while the mutex is locked, and for a mutex the graph holds with
-    /// another buffer in it; otherwise as [`GraphBuilder::add_copy`].
+    /// [`Error::GraphMisuse`] while a guard of `from` is alive; otherwise as
+    /// [`GraphBuilder::add_copy`].
     pub fn add_copy_from_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
         &mut self,
         to: &Arc<DeviceBuffer<T, S>>,
         to_range: impl RangeBounds<usize>,
-        from: &Arc<Mutex<PinnedBuffer<T>>>,
+        from: &Arc<SharedPinned<T>>,
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
@@ -549,7 +516,7 @@ impl GraphBuilder<'_> {
     /// As [`GraphBuilder::add_copy_from_pinned`].
     pub fn add_copy_to_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
         &mut self,
-        to: &Arc<Mutex<PinnedBuffer<T>>>,
+        to: &Arc<SharedPinned<T>>,
         to_range: impl RangeBounds<usize>,
         from: &Arc<DeviceBuffer<T, S>>,
         from_range: impl RangeBounds<usize>,
@@ -629,7 +596,7 @@ impl<M: CaptureMode> Capture<'_, M> {
         &mut self,
         stream: impl AsStream,
         to: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
-        from: (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+        from: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let stream = stream.as_stream();
         let planned = plan_pinned_copy(self.memory(), stream.device(), to, from, true)?;
@@ -645,7 +612,7 @@ impl<M: CaptureMode> Capture<'_, M> {
     pub fn copy_to_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
         &mut self,
         stream: impl AsStream,
-        to: (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+        to: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
         from: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let stream = stream.as_stream();
@@ -748,7 +715,7 @@ impl GraphExec {
         &mut self,
         node: GraphNode,
         to: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
-        from: (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+        from: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let planned = plan_pinned_copy(self.memory().0, self.device(), to, from, true)?;
         self.set_planned(node, planned)
@@ -762,7 +729,7 @@ impl GraphExec {
     pub fn set_copy_to_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
         &mut self,
         node: GraphNode,
-        to: (&Arc<Mutex<PinnedBuffer<T>>>, impl RangeBounds<usize>),
+        to: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
         from: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let planned = plan_pinned_copy(self.memory().0, self.device(), from, to, false)?;

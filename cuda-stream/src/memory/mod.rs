@@ -61,8 +61,8 @@
 //! [`copy_from_pinned`](crate::Capture::copy_from_pinned),
 //! [`copy_to_pinned`](crate::Capture::copy_to_pinned), and
 //! [`use_on`](crate::Capture::use_on) for a captured kernel. They take buffers shared as
-//! `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say) and page-locked buffers as
-//! `Arc<Mutex<PinnedBuffer<T>>>`; a buffer's own copies and fills, which borrow it, stay refused
+//! `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say) and page-locked memory as
+//! `Arc<`[`SharedPinned`]`<T>>`; a buffer's own copies and fills, which borrow it, stay refused
 //! in a capture.
 //! * The graph, its clones and every executable made from it each keep a clone of those `Arc`s:
 //!   no launch is enqueued once the memory is gone, whichever value drops first. A capture
@@ -76,16 +76,15 @@
 //!   waits for the earlier uses its nodes conflict with, and later uses, the buffers' frees
 //!   and the host's access to the page-locked memory wait for the launch. A buffer whose last
 //!   `Arc` an executable drops is freed on its home stream after the launches that used it.
-//! * The host reaches the page-locked memory between launches through the mutex (lock it, then
-//!   `as_mut_slice` waits for the launches' copies). A launch takes the lock with `try_lock`
-//!   while it orders and enqueues: while a guard is alive, on any thread, the launch is refused
-//!   ([`Error::GraphMisuse`]) rather than wait; another launch that copies the same memory
-//!   and is being enqueued on another thread holds it too. A node keeps the address and the
-//!   length of the buffer it copies, and a launch after another `PinnedBuffer` at another
-//!   address or of another length was swapped into the mutex is refused (one at the same
-//!   address and of the same length is the very memory the node copies, and its copies are
-//!   tracked as that buffer's).
-//! * **A host function must not lock that mutex**, nor wait for anything the host does while
+//! * The host reaches the page-locked memory between launches through
+//!   [`SharedPinned::lock`]: its guard's `as_mut_slice` waits for the launches' copies, and no
+//!   guard reaches the buffer itself, so the memory a node copies stays where it is until the
+//!   last `Arc` goes (CUDA reads a memcpy node's host memory when it instantiates the graph, and
+//!   crashed, on an H100, when it had been freed). A launch takes the lock with a try while it
+//!   orders and enqueues: while a guard is alive, on any thread, the launch is refused
+//!   ([`Error::GraphMisuse`]) rather than wait; another launch that copies the same memory and
+//!   is being enqueued on another thread holds it too.
+//! * **A host function must not lock that memory**, nor wait for anything the host does while
 //!   it holds the guard: the host's `as_slice` waits, under the lock, for the launch, whose
 //!   last work may be that host function (a deadlock); and a launch holds the lock while CUDA
 //!   takes it, which can wait for room in CUDA's queue, behind an earlier launch's host
@@ -116,6 +115,7 @@ mod pinned_pool;
 mod pool;
 mod registered;
 mod scratch;
+mod shared_pinned;
 mod uses;
 mod view;
 
@@ -130,6 +130,7 @@ pub use pinned::PinnedBuffer;
 pub use pinned_pool::{PinnedPool, PinnedPoolStats};
 pub use pool::{MemPool, MemPoolStats, PoolAccess, ReusePolicy};
 pub use registered::{RegisteredSlice, register_host};
+pub use shared_pinned::{PinnedGuard, SharedPinned};
 pub use view::{ChunksMut, DeviceSlice, DeviceSliceMut};
 
 use crate::ffi::error::{Error, Result};
