@@ -596,3 +596,25 @@ fn an_executable_points_its_memory_nodes_at_other_buffers_of_the_same_kind_only(
     drop(exec);
     assert!(kept.upgrade().is_none());
 }
+
+#[test]
+fn the_last_holders_drop_never_waits_for_the_copies_of_page_locked_memory_it_held() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let exec = {
+        let host_out = pinned(&[1; N]);
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let start = slow_start(&mut builder, &stream);
+        builder.add_copy_to_pinned(&host_out, .., &buffer, .., &start).unwrap();
+        graph.instantiate().unwrap()
+        // The graph and this scope's Arc of the page-locked memory drop here.
+    };
+    exec.launch(&*stream).unwrap();
+    // The executable holds the last Arc: its drop frees the memory only once the launch's copy
+    // into it has completed, and does not wait for that here.
+    drop(exec);
+    assert!(!stream.query().unwrap(), "the drop returned while the launch still ran");
+    stream.synchronize().unwrap();
+}

@@ -204,6 +204,11 @@ impl<T: DeviceCopy> PageLocked<T> {
         self.ptr.as_ptr()
     }
 
+    /// Whether copies were noted that the memory has not waited for since.
+    pub(super) fn has_copies_in_flight(&self) -> bool {
+        self.in_flight.len() > 0
+    }
+
     /// Whether a copy could not be tracked (the memory must never be touched or given back).
     pub(super) fn leaked(&self) -> bool {
         self.leak

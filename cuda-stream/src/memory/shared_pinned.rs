@@ -2,11 +2,13 @@
 //! behind a lock whose guard reaches the elements but never the allocation: no guard can swap
 //! the memory out from under a graph's memcpy node, or free it (CUDA inspects a node's host
 //! memory when it instantiates the graph, and crashed, on an H100, when that memory had been
-//! freed).
+//! freed). Its last holder's drop never waits for the device: a buffer with copies in flight is
+//! dropped (its wait, then its free) on a thread of its own.
 
 use super::page_locked::{PageLocked, PageLockedMemory, sealed};
 use super::{DeviceCopy, PinnedBuffer};
 use crate::ffi::error::Result;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, Range};
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
@@ -22,14 +24,15 @@ use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 /// guard is alive anywhere, the launch is refused ([`Error::GraphMisuse`](crate::Error::GraphMisuse))
 /// rather than wait.
 pub struct SharedPinned<T: DeviceCopy> {
-    buffer: Mutex<PinnedBuffer<T>>,
+    /// Taken out only by the drop.
+    buffer: ManuallyDrop<Mutex<PinnedBuffer<T>>>,
     len: usize,
 }
 
 impl<T: DeviceCopy> SharedPinned<T> {
     /// Shares `buffer`.
     pub fn new(buffer: PinnedBuffer<T>) -> SharedPinned<T> {
-        SharedPinned { len: buffer.len(), buffer: Mutex::new(buffer) }
+        SharedPinned { len: buffer.len(), buffer: ManuallyDrop::new(Mutex::new(buffer)) }
     }
 
     /// The buffer, locked: waits while another guard or a launch holds it. A guard dropped by a
@@ -55,6 +58,24 @@ impl<T: DeviceCopy> SharedPinned<T> {
     /// Always `false`: it holds at least one element.
     pub fn is_empty(&self) -> bool {
         false
+    }
+}
+
+impl<T: DeviceCopy> Drop for SharedPinned<T> {
+    /// Drops the buffer, which waits for its copies in flight before it frees the memory: here
+    /// when none is in flight, else on a thread of its own, so that the last holder's drop (an
+    /// executable's, a graph's) never waits for the device.
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and never used again.
+        let mutex = unsafe { ManuallyDrop::take(&mut self.buffer) };
+        let mut buffer = mutex.into_inner().unwrap_or_else(PoisonError::into_inner);
+        if !buffer.page_locked(sealed::Token(())).has_copies_in_flight() {
+            return;
+        }
+        let waiting = std::thread::Builder::new().name("cuda-stream pinned drop".into()).spawn(move || drop(buffer));
+        // No thread: the closure, and the buffer with it, drops here, waiting as any
+        // `PinnedBuffer`'s drop does; never freed early either way.
+        drop(waiting);
     }
 }
 
