@@ -1,6 +1,8 @@
-//! Graphs that hold memory: device buffers shared as `Arc<DeviceBuffer>` and page-locked buffers
-//! as `Arc<Mutex<PinnedBuffer>>`, used by the memcpy and memset nodes of graphs built node by
-//! node (good and refused nodes, host-function nodes, node counts), by the memory work of the
+//! Graphs that hold memory: device buffers shared as `Arc<DeviceBuffer>` and page-locked memory
+//! as `Arc<SharedPinned>` (written and read on the host through its guard, which no launch
+//! waits for: a node or a launch over it is refused with `GraphMisuse` while the program holds
+//! a guard), used by the memcpy and memset nodes of graphs built node by node (good and refused
+//! nodes, host-function nodes, node counts), by the memory work of the
 //! program's captures (`Capture::copy`, `fill_bytes`, the pinned copies, `use_on`), and by
 //! captures of their own that end, fail, are dropped or are ended by raw FFI; the graphs cloned,
 //! instantiated, launched (also from another thread, and while the program holds a page-locked
@@ -10,7 +12,7 @@
 
 use super::*;
 use cuda_stream::conditional::{GraphBuilder, GraphNode};
-use cuda_stream::{DeviceBuffer, PinnedBuffer};
+use cuda_stream::{DeviceBuffer, PinnedBuffer, PinnedGuard, SharedPinned};
 use std::cell::Cell;
 use std::ops::Range;
 use std::sync::Weak;
@@ -26,12 +28,9 @@ const MAX_GRAPH_BUFFERS: usize = 12;
 /// A device buffer that graphs may hold.
 pub(crate) type SharedBuffer = Arc<DeviceBuffer<u32, Arc<Stream>>>;
 /// Page-locked memory that graphs may hold, behind the lock the host takes.
-pub(crate) type Locked = Arc<Mutex<PinnedBuffer<u32>>>;
-/// Where a page-locked buffer is: its address and its length in elements (what a node keeps,
-/// and each launch checks).
-type Place = (usize, usize);
-/// A page-locked buffer, not kept alive.
-type WeakLocked = Weak<Mutex<PinnedBuffer<u32>>>;
+pub(crate) type Locked = Arc<SharedPinned<u32>>;
+/// Page-locked memory, not kept alive.
+type WeakLocked = Weak<SharedPinned<u32>>;
 
 /// The homes of the buffers that captures may hold, made once per process before the baseline
 /// of live streams: a capture whose end fails leaks what it holds (as documented), and with a
@@ -62,15 +61,8 @@ fn weak_identity<T>(weak: &Weak<T>) -> usize {
     weak.as_ptr().cast::<()>() as usize
 }
 
-/// Where `buffer` is now; `None` when its elements cannot be read.
-fn place_of(buffer: &PinnedBuffer<u32>) -> Option<Place> {
-    let values = buffer.as_slice();
-    note("PinnedBuffer::as_slice (its place)", &values);
-    values.ok().map(|values| (values.as_ptr() as usize, values.len()))
-}
-
-fn lock(locked: &Locked) -> std::sync::MutexGuard<'_, PinnedBuffer<u32>> {
-    locked.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock(locked: &Locked) -> PinnedGuard<'_, u32> {
+    locked.lock()
 }
 
 /// A shared device buffer of the program.
@@ -82,20 +74,13 @@ pub(crate) struct Shared {
     pub(crate) capturable: bool,
 }
 
-/// A page-locked buffer and where it is now.
-#[derive(Clone)]
-struct PinAt {
-    pinned: Locked,
-    place: Place,
-}
-
 /// One memory operation of a graph, with its operands.
 #[derive(Clone)]
 enum Plan {
     Fill { buffer: Shared, range: Range<usize>, byte: u8 },
     Copy { to: Shared, to_range: Range<usize>, from: Shared, from_range: Range<usize> },
-    FromPinned { to: Shared, to_range: Range<usize>, from: PinAt, from_range: Range<usize> },
-    ToPinned { to: PinAt, to_range: Range<usize>, from: Shared, from_range: Range<usize> },
+    FromPinned { to: Shared, to_range: Range<usize>, from: Locked, from_range: Range<usize> },
+    ToPinned { to: Locked, to_range: Range<usize>, from: Shared, from_range: Range<usize> },
 }
 
 impl Plan {
@@ -108,7 +93,7 @@ impl Plan {
         }
     }
 
-    fn pinned(&self) -> Option<&PinAt> {
+    fn pinned(&self) -> Option<&Locked> {
         match self {
             Plan::FromPinned { from, .. } => Some(from),
             Plan::ToPinned { to, .. } => Some(to),
@@ -170,8 +155,8 @@ pub(crate) struct Holds {
     buffers: Vec<usize>,
     /// One of them lives on a home of the program: no capture writes into this graph.
     program_homed: bool,
-    /// The page-locked buffers its nodes copy (identities), where the nodes found them.
-    pinned: Vec<(usize, Place)>,
+    /// The page-locked buffers its nodes copy (identities).
+    pinned: Vec<usize>,
     /// What each launch leaves in page-locked memory.
     expect: Option<Expect>,
     /// Its nodes, for a graph built node by node: a graph of the same shape updates its
@@ -183,12 +168,8 @@ pub(crate) struct Holds {
 }
 
 impl Holds {
-    fn place_of(&self, id: usize) -> Option<Place> {
-        self.pinned.iter().find(|(held, _)| *held == id).map(|&(_, place)| place)
-    }
-
     fn holds_pinned(&self, id: usize) -> bool {
-        self.place_of(id).is_some()
+        self.pinned.contains(&id)
     }
 
     fn holds_buffer(&self, id: usize) -> bool {
@@ -205,16 +186,15 @@ impl Holds {
             self.program_homed |= !shared.capturable;
         }
         if let Some(pin) = plan.pinned() {
-            let id = identity(&pin.pinned);
+            let id = identity(pin);
             if !self.holds_pinned(id) {
-                self.pinned.push((id, pin.place));
+                self.pinned.push(id);
             }
         }
     }
 
     /// What adding `plan` (`bad`: with refused operands) to a graph that holds this must give:
-    /// [`Error::Size`] for bad operands or a 13th buffer, [`Error::GraphMisuse`] for a
-    /// page-locked buffer held at another place (swapped since).
+    /// [`Error::Size`] for bad operands or a 13th buffer.
     fn expected(&self, plan: &Plan, bad: bool) -> Expected {
         if bad {
             return Expected::Size;
@@ -231,11 +211,6 @@ impl Holds {
         }
         if buffers.len() > MAX_GRAPH_BUFFERS {
             return Expected::Size;
-        }
-        if let Some(pin) = plan.pinned() {
-            if self.place_of(identity(&pin.pinned)).is_some_and(|held| held != pin.place) {
-                return Expected::GraphMisuse;
-            }
         }
         Expected::Ok
     }
@@ -293,32 +268,15 @@ pub(crate) struct CaptureHolds {
 pub(crate) struct GraphMem {
     shared: Vec<Shared>,
     locked: Vec<Locked>,
-    /// Where each page-locked buffer the program made is now (a swap moves it).
-    places: Vec<(WeakLocked, Place)>,
     graphs: Vec<MemoryGraph>,
     execs: Vec<MemoryExec>,
     capture: Option<CaptureHolds>,
 }
 
 impl GraphMem {
-    fn register(&mut self, pinned: &Locked, place: Place) {
-        let id = identity(pinned);
-        self.places.retain(|(weak, _)| weak.strong_count() > 0 && weak_identity(weak) != id);
-        self.places.push((Arc::downgrade(pinned), place));
-    }
-
-    fn place_now(&self, id: usize) -> Option<Place> {
-        self.places.iter().find(|(weak, _)| weak_identity(weak) == id).map(|&(_, place)| place)
-    }
-
-    /// The page-locked buffers with their places now.
-    fn pins_now(&self) -> Vec<PinAt> {
-        self.locked
-            .iter()
-            .filter_map(|pinned| {
-                self.place_now(identity(pinned)).map(|place| PinAt { pinned: Arc::clone(pinned), place })
-            })
-            .collect()
+    /// The page-locked memory of the program.
+    fn pins_now(&self) -> Vec<Locked> {
+        self.locked.clone()
     }
 
     fn capturable(&self) -> Vec<Shared> {
@@ -326,13 +284,9 @@ impl GraphMem {
     }
 
     /// Whether a launch of what holds `holds` must be refused now ([`Error::GraphMisuse`]): a
-    /// page-locked buffer it copies is elsewhere (swapped), or is `guarded` (the program holds
-    /// its lock).
+    /// page-locked buffer it copies is `guarded` (the program holds its lock).
     fn refused(&self, holds: &Holds, guarded: Option<usize>) -> bool {
-        holds
-            .pinned
-            .iter()
-            .any(|&(id, place)| guarded == Some(id) || self.place_now(id).is_some_and(|now| now != place))
+        guarded.is_some_and(|id| holds.holds_pinned(id))
     }
 
     /// What a launch of what holds `holds` must give now (`guarded`: the program holds that
@@ -370,26 +324,6 @@ impl GraphMem {
         self.keep_graph(graph, holds);
     }
 
-    /// A page-locked buffer replaced by a new one under its lock (the old one dropped, after
-    /// its copies): the graphs that copy it refuse their launches, unless the new one happens
-    /// to have the old one's address and length.
-    fn swap(&mut self, pick: u32, tag: u8) {
-        if self.locked.is_empty() {
-            return;
-        }
-        let locked = Arc::clone(&self.locked[pick as usize % self.locked.len()]);
-        let fresh = PinnedBuffer::zeroed(LENGTHS[usize::from(tag) % LENGTHS.len()]);
-        note("PinnedBuffer::zeroed (swapped in)", &fresh);
-        let Ok(fresh) = fresh else { return };
-        let Some(place) = place_of(&fresh) else { return };
-        let old = std::mem::replace(&mut *lock(&locked), fresh);
-        if self.place_now(identity(&locked)) == Some(place) {
-            trace(format_args!("the buffer swapped in has the old one's address and length"));
-        }
-        self.register(&locked, place);
-        drop(old);
-    }
-
     fn new_locked(&mut self, tag: u8) {
         if self.locked.len() >= MAX_LOCKED {
             return;
@@ -397,12 +331,9 @@ impl GraphMem {
         let len = LENGTHS[usize::from(tag) % LENGTHS.len()];
         let made =
             if tag % 2 == 0 { PinnedBuffer::zeroed(len) } else { PinnedBuffer::from_slice(&vec![word(tag); len]) };
-        note("PinnedBuffer::new (locked)", &made);
-        let Ok(buffer) = made else { return };
-        if let Some(place) = place_of(&buffer) {
-            let locked = Arc::new(Mutex::new(buffer));
-            self.register(&locked, place);
-            self.locked.push(locked);
+        note("PinnedBuffer::new (shared)", &made);
+        if let Ok(buffer) = made {
+            self.locked.push(Arc::new(SharedPinned::new(buffer)));
         }
     }
 
@@ -435,7 +366,6 @@ impl GraphMem {
                 _ => {}
             }
         }
-        self.places.clear();
     }
 }
 
@@ -506,7 +436,7 @@ fn copy_ranges(rng: &mut Rng, to: usize, from: usize, same: bool, bad: bool) -> 
 
 /// An operation of `kind` on `shared` and `pins` (`None` when they lack what it needs), with
 /// refused operands when `bad`.
-fn make_plan(rng: &mut Rng, kind: Kind, shared: &[Shared], pins: &[PinAt], bad: bool) -> Option<Plan> {
+fn make_plan(rng: &mut Rng, kind: Kind, shared: &[Shared], pins: &[Locked], bad: bool) -> Option<Plan> {
     if shared.is_empty() {
         return None;
     }
@@ -529,13 +459,13 @@ fn make_plan(rng: &mut Rng, kind: Kind, shared: &[Shared], pins: &[PinAt], bad: 
         Kind::FromPinned => {
             let from = pin(rng)?;
             let to = buffer(rng);
-            let (to_range, from_range) = copy_ranges(rng, to.buffer.len(), from.place.1, false, bad);
+            let (to_range, from_range) = copy_ranges(rng, to.buffer.len(), from.len(), false, bad);
             Plan::FromPinned { to, to_range, from, from_range }
         }
         Kind::ToPinned | Kind::TailCopy => {
             let to = pin(rng)?;
             let from = buffer(rng);
-            let (to_range, from_range) = copy_ranges(rng, to.place.1, from.buffer.len(), false, bad);
+            let (to_range, from_range) = copy_ranges(rng, to.len(), from.buffer.len(), false, bad);
             Plan::ToPinned { to, to_range, from, from_range }
         }
         Kind::HostFn => return None,
@@ -544,14 +474,14 @@ fn make_plan(rng: &mut Rng, kind: Kind, shared: &[Shared], pins: &[PinAt], bad: 
 
 /// A fill of elements of a buffer with a byte, the copy of those elements to page-locked
 /// memory, and what a launch then leaves there.
-fn tail_plans(rng: &mut Rng, shared: &[Shared], pins: &[PinAt]) -> (Plan, Plan, Expect) {
+fn tail_plans(rng: &mut Rng, shared: &[Shared], pins: &[Locked]) -> (Plan, Plan, Expect) {
     let buffer = shared[rng.below(shared.len())].clone();
     let pin = pins[rng.below(pins.len())].clone();
-    let n = 1 + rng.below(buffer.buffer.len().min(pin.place.1));
+    let n = 1 + rng.below(buffer.buffer.len().min(pin.len()));
     let range = range_of(rng, buffer.buffer.len(), n);
-    let to_range = range_of(rng, pin.place.1, n);
+    let to_range = range_of(rng, pin.len(), n);
     let byte = byte(rng);
-    let expect = Expect { pinned: Arc::downgrade(&pin.pinned), range: to_range.clone(), byte };
+    let expect = Expect { pinned: Arc::downgrade(&pin), range: to_range.clone(), byte };
     let fill = Plan::Fill { buffer: buffer.clone(), range: range.clone(), byte };
     (fill, Plan::ToPinned { to: pin, to_range, from: buffer, from_range: range }, expect)
 }
@@ -564,10 +494,10 @@ fn add_planned(builder: &mut GraphBuilder<'_>, plan: &Plan, after: &[GraphNode])
             builder.add_copy(&to.buffer, to_range.clone(), &from.buffer, from_range.clone(), after)
         }
         Plan::FromPinned { to, to_range, from, from_range } => {
-            builder.add_copy_from_pinned(&to.buffer, to_range.clone(), &from.pinned, from_range.clone(), after)
+            builder.add_copy_from_pinned(&to.buffer, to_range.clone(), from, from_range.clone(), after)
         }
         Plan::ToPinned { to, to_range, from, from_range } => {
-            builder.add_copy_to_pinned(&to.pinned, to_range.clone(), &from.buffer, from_range.clone(), after)
+            builder.add_copy_to_pinned(to, to_range.clone(), &from.buffer, from_range.clone(), after)
         }
     }
 }
@@ -591,10 +521,10 @@ fn capture_planned(capture: &mut AnyCapture<'_>, stream: &StreamRef, plan: &Plan
             c.copy(stream, (&to.buffer, to_range.clone()), (&from.buffer, from_range.clone()))
         }
         Plan::FromPinned { to, to_range, from, from_range } => {
-            c.copy_from_pinned(stream, (&to.buffer, to_range.clone()), (&from.pinned, from_range.clone()))
+            c.copy_from_pinned(stream, (&to.buffer, to_range.clone()), (from, from_range.clone()))
         }
         Plan::ToPinned { to, to_range, from, from_range } => {
-            c.copy_to_pinned(stream, (&to.pinned, to_range.clone()), (&from.buffer, from_range.clone()))
+            c.copy_to_pinned(stream, (to, to_range.clone()), (&from.buffer, from_range.clone()))
         }
     })
 }
@@ -693,7 +623,8 @@ fn launchable(stream: &StreamRef, stranded: usize) -> bool {
 }
 
 /// Launches `entry` on `stream` and checks the result: [`Error::GraphMisuse`] when a
-/// page-locked buffer it copies was swapped, `Ok` when `strict`. Whether it was `Ok`.
+/// page-locked buffer it copies is locked (never here: the program holds no guard), `Ok` when
+/// `strict`. Whether it was `Ok`.
 fn launch_checked(mem: &GraphMem, entry: &MemoryExec, stream: &StreamRef, strict: bool, what: &str) -> bool {
     let expected = mem.launch_expected(&entry.holds, None, strict);
     let result = entry.exec.launch(stream);
@@ -705,8 +636,8 @@ fn launch_checked(mem: &GraphMem, entry: &MemoryExec, stream: &StreamRef, strict
 impl<'p> World<'p> {
     /// Shared memory: device buffers made (on the capture homes) or shared from the program's
     /// (and given back when no graph holds them), page-locked buffers made or shared from the
-    /// program's, written and read on the host under their lock, swapped, dropped here or on
-    /// another thread.
+    /// program's, written and read on the host through their guard, tried while a guard is alive
+    /// (`try_lock`), dropped here or on another thread.
     pub(crate) fn graph_mem_op(&mut self, pick: u32, action: u8, tag: u8, capturing: bool) {
         let gm = &mut self.graph_mem;
         let at = |len: usize| pick as usize % len;
@@ -730,11 +661,7 @@ impl<'p> World<'p> {
             3 if gm.locked.len() < MAX_LOCKED => gm.new_locked(tag),
             4 if !capturing && gm.locked.len() < MAX_LOCKED && !self.mem.pinned.is_empty() => {
                 let pin = self.mem.pinned.remove(at(self.mem.pinned.len()));
-                if let Some(place) = place_of(&pin.buffer) {
-                    let locked = Arc::new(Mutex::new(pin.buffer));
-                    gm.register(&locked, place);
-                    gm.locked.push(locked);
-                }
+                gm.locked.push(Arc::new(SharedPinned::new(pin.buffer)));
             }
             5 if !capturing && !gm.locked.is_empty() => {
                 let mut guard = lock(&gm.locked[at(gm.locked.len())]);
@@ -752,7 +679,15 @@ impl<'p> World<'p> {
                 let guard = lock(&gm.locked[at(gm.locked.len())]);
                 note("PinnedBuffer::as_slice (locked)", &guard.as_slice());
             }
-            7 if !capturing && !gm.locked.is_empty() => gm.swap(pick, tag),
+            7 if !gm.locked.is_empty() => {
+                // Nothing else holds the lock between operations (no launch is being enqueued,
+                // no host function takes it): a try takes it, and a second one is refused.
+                let locked = &gm.locked[at(gm.locked.len())];
+                let guard = locked.try_lock();
+                assert!(guard.is_some(), "SharedPinned::try_lock: nothing else holds the lock");
+                assert!(locked.try_lock().is_none(), "SharedPinned::try_lock while a guard is alive");
+                assert_eq!(guard.map(|guard| guard.len()), Some(locked.len()), "SharedPinned::len");
+            }
             8 if !gm.shared.is_empty() => {
                 let shared = gm.shared.swap_remove(at(gm.shared.len()));
                 if tag % 3 == 0 {
@@ -772,9 +707,8 @@ impl<'p> World<'p> {
     }
 
     /// A graph built node by node over the shared memory (good nodes, refused ones, host
-    /// functions; a page-locked buffer perhaps swapped in between), perhaps ending with a fill
-    /// and its copy to page-locked memory; its node counts checked; perhaps instantiated and
-    /// launched at once. Or a capture into a graph that holds memory already.
+    /// functions), perhaps ending with a fill and its copy to page-locked memory; its node
+    /// counts checked; perhaps instantiated and launched at once. Or a capture into a graph that holds memory already.
     pub(crate) fn graph_build(&mut self, seed: u64) {
         let mut rng = Rng::new(seed);
         if self.graph_mem.graphs.len() >= MAX_MEMORY_GRAPHS {
@@ -797,9 +731,6 @@ impl<'p> World<'p> {
         {
             let mut builder = graph.builder();
             for _ in 0..rng.below(6) {
-                if rng.below(10) == 0 {
-                    self.graph_mem.swap(pick(&mut rng), byte(&mut rng));
-                }
                 let (shared, pins) = (self.graph_mem.shared.clone(), self.graph_mem.pins_now());
                 const KINDS: [Kind; 5] = [Kind::Fill, Kind::Copy, Kind::FromPinned, Kind::ToPinned, Kind::HostFn];
                 let kind = KINDS[rng.below(KINDS.len())];
@@ -865,7 +796,7 @@ impl<'p> World<'p> {
         let (Plan::Fill { buffer, .. }, Some(pin)) = (&fill, copy.pinned()) else { unreachable!("a tail") };
         // The graph's own nodes run beside the captured ones: their bytes are known only where
         // the graph touched neither.
-        let apart = !holds.holds_buffer(identity(&buffer.buffer)) && !holds.holds_pinned(identity(&pin.pinned));
+        let apart = !holds.holds_buffer(identity(&buffer.buffer)) && !holds.holds_pinned(identity(pin));
         let begun = stream.begin_capture_into(graph, capture::ThreadLocal);
         note("StreamRef::begin_capture_into", &begun);
         let Ok(capture) = begun else { return };
@@ -996,7 +927,7 @@ impl<'p> World<'p> {
                 let kind = if coin(rng) { Kind::FromPinned } else { Kind::ToPinned };
                 let Some(plan) = make_plan(rng, kind, &shared, &pins, false) else { return skip() };
                 let Some(pin) = plan.pinned() else { unreachable!("a copy of page-locked memory") };
-                let _guard = lock(&pin.pinned);
+                let _guard = lock(pin);
                 at.capture(&mut active.capture, held, &plan, false, true);
             }
             _ => {
@@ -1057,9 +988,9 @@ impl<'p> World<'p> {
         let pins = self.graph_mem.pins_now();
         if !pins.is_empty() && coin(rng) {
             let to = pins[rng.below(pins.len())].clone();
-            let n = 1 + rng.below(len.min(to.place.1));
-            let (from_range, to_range) = (range_of(rng, len, n), range_of(rng, to.place.1, n));
-            let expect = Expect { pinned: Arc::downgrade(&to.pinned), range: to_range.clone(), byte };
+            let n = 1 + rng.below(len.min(to.len()));
+            let (from_range, to_range) = (range_of(rng, len, n), range_of(rng, to.len(), n));
+            let expect = Expect { pinned: Arc::downgrade(&to), range: to_range.clone(), byte };
             let copy = Plan::ToPinned { to, to_range, from: shared.clone(), from_range };
             let result = capture_planned(&mut capture, &stream, &copy);
             note("Capture::copy_to_pinned", &result);
@@ -1297,7 +1228,7 @@ impl<'p> World<'p> {
         });
         let empty = Holds::default();
         let other_holds = other.map_or(&empty, |index| &gm.execs[index].holds);
-        let shares = holds.pinned.iter().any(|&(id, _)| other_holds.holds_pinned(id)) && other_result.is_some();
+        let shares = holds.pinned.iter().any(|&id| other_holds.holds_pinned(id)) && other_result.is_some();
         let expected = |holds: &Holds, strict: bool| match gm.launch_expected(holds, None, strict) {
             Expected::Ok if shares => Expected::Typed,
             expected => expected,

@@ -36,8 +36,8 @@
 //!   completions on it, and makes the captured stream wait on it;
 //! * graphs that hold memory (`graph_memory.rs`): device buffers shared as `Arc`s (made on two
 //!   homes of the process, or the program's own buffers shared, and given back once no graph
-//!   holds them) and page-locked buffers as `Arc<Mutex<PinnedBuffer>>` (made, or the program's
-//!   shared; written and read on the host under their lock, swapped for another buffer,
+//!   holds them) and page-locked buffers as `Arc<SharedPinned>` (made, or the program's
+//!   shared; written and read on the host through their guard, tried while a guard is alive,
 //!   dropped here or on another thread); graphs built node by node over them: memset and
 //!   memcpy nodes (between buffers, from and to page-locked memory) with random ranges, some
 //!   refused (out of range, empty, reversed, sides of different lengths, overlapping sides in
