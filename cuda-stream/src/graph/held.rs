@@ -7,6 +7,7 @@ use crate::ffi::error::Result;
 use crate::stream::StreamRef;
 use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
 
 /// The memory a graph's nodes use, held by the graph (see the [module docs](self)).
 pub(crate) trait GraphMemory: Any + Send + Sync + fmt::Debug {
@@ -16,6 +17,10 @@ pub(crate) trait GraphMemory: Any + Send + Sync + fmt::Debug {
     /// # Errors
     /// Those of the ordering, and `launch`'s.
     fn ordered_launch(&self, stream: &StreamRef, launch: &mut dyn FnMut() -> Result<()>) -> Result<()>;
+
+    /// What names the nodes, without the memory: what an executable keeps of the graph it was
+    /// made from (to check a node whose memory it is asked to change), holding nothing.
+    fn nodes_only(&self) -> Arc<dyn GraphMemory>;
 
     /// The value itself, for the memory layer to grow it by a node (no trait upcasting at the
     /// crate's minimum Rust).

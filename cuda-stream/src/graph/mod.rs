@@ -195,7 +195,7 @@ impl Graph {
                 executables: Arc::clone(&self.executables),
                 race_accesses: self.tree.race_accesses.borrow().clone(),
                 memory: self.tree.memory.borrow().clone(),
-                origin: self.tree.memory.borrow().clone(),
+                origin: self.tree.memory.borrow().as_ref().map(|memory| memory.nodes_only()),
             }),
             Err(error) => {
                 self.executables.fetch_sub(1, Ordering::AcqRel);
@@ -470,8 +470,9 @@ pub struct GraphExec {
     race_accesses: Option<Arc<race::CapturedAccesses>>,
     /// The memory its memcpy and memset nodes use: each launch is ordered with its other uses.
     memory: Option<Arc<dyn GraphMemory>>,
-    /// The memory of the graph it was instantiated from, as it was then: it names the nodes
-    /// whose parameters the executable may change (see `memory/graph_nodes.rs`).
+    /// The memory nodes of the graph it was instantiated from, as they were then, holding no
+    /// memory: the nodes whose parameters the executable may change (see
+    /// `memory/graph_nodes.rs`).
     origin: Option<Arc<dyn GraphMemory>>,
 }
 

@@ -205,6 +205,10 @@ impl GraphMemory for HeldMemory {
         })
     }
 
+    fn nodes_only(&self) -> Arc<dyn GraphMemory> {
+        Arc::new(HeldMemory { nodes: self.nodes.clone(), ..HeldMemory::default() })
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
