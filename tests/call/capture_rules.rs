@@ -1057,25 +1057,25 @@ fn rows() -> Vec<Row> {
             let (buffer, _) = shared_memory(s.device);
             let mut graph = Graph::new(s.device)?;
             let node = graph.builder().add_copy(buffer, ..32, buffer, 32.., &[])?;
-            graph.instantiate()?.set_copy(node, (buffer, 32..), (buffer, ..32))
+            graph.instantiate()?.set_copy(&graph, node, (buffer, 32..), (buffer, ..32))
         }),
         row("GraphExec::set_fill_bytes", NotApplicable, RelaxedMode, |s, _| {
             let (buffer, _) = shared_memory(s.device);
             let mut graph = Graph::new(s.device)?;
             let node = graph.builder().add_fill_bytes(buffer, .., 0, &[])?;
-            graph.instantiate()?.set_fill_bytes(node, buffer, ..32, 1)
+            graph.instantiate()?.set_fill_bytes(&graph, node, buffer, ..32, 1)
         }),
         row("GraphExec::set_copy_from_pinned", NotApplicable, RelaxedMode, |s, _| {
             let (buffer, pinned) = shared_memory(s.device);
             let mut graph = Graph::new(s.device)?;
             let node = graph.builder().add_copy_from_pinned(buffer, .., pinned, .., &[])?;
-            graph.instantiate()?.set_copy_from_pinned(node, (buffer, ..), (pinned, ..))
+            graph.instantiate()?.set_copy_from_pinned(&graph, node, (buffer, ..), (pinned, ..))
         }),
         row("GraphExec::set_copy_to_pinned", NotApplicable, RelaxedMode, |s, _| {
             let (buffer, pinned) = shared_memory(s.device);
             let mut graph = Graph::new(s.device)?;
             let node = graph.builder().add_copy_to_pinned(pinned, .., buffer, .., &[])?;
-            graph.instantiate()?.set_copy_to_pinned(node, (pinned, ..), (buffer, ..))
+            graph.instantiate()?.set_copy_to_pinned(&graph, node, (pinned, ..), (buffer, ..))
         }),
         row("Device::graph_memory", NotApplicable, RelaxedMode, |s, _| s.device.graph_memory().map(drop)),
         row("Device::reset_graph_memory_peaks", NotApplicable, RelaxedMode, |s, _| s.device.reset_graph_memory_peaks()),

@@ -576,11 +576,11 @@ fn an_executable_points_its_memory_nodes_at_other_buffers_of_the_same_kind_only(
     let mut exec = graph.instantiate().unwrap();
     exec.launch(&*stream).unwrap();
     // The change applies from the next launch on: the one enqueued still fills `first`.
-    exec.set_fill_bytes(fill, &second, .., 0x32).unwrap();
-    exec.set_copy_to_pinned(out, (&host_out, ..), (&second, ..)).unwrap();
+    exec.set_fill_bytes(&graph, fill, &second, .., 0x32).unwrap();
+    exec.set_copy_to_pinned(&graph, out, (&host_out, ..), (&second, ..)).unwrap();
     assert_eq!(host_out.lock().as_slice().unwrap(), vec![0x3131_3131; N], "the launch before the change");
     let kept = Arc::downgrade(&second);
-    drop((first, second, graph));
+    drop((first, second));
     exec.launch(&*stream).unwrap();
     assert_eq!(host_out.lock().as_slice().unwrap(), vec![0x3232_3232; N], "the changed nodes");
     assert!(kept.upgrade().is_some(), "the executable holds the new buffer");
@@ -588,12 +588,23 @@ fn an_executable_points_its_memory_nodes_at_other_buffers_of_the_same_kind_only(
     // Checked: a node of another kind, and a node of another graph, are refused before CUDA.
     let other: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
     let misuse = |result: cuda_stream::Result<()>| matches!(result, Err(Error::GraphMisuse(_)));
-    assert!(misuse(exec.set_copy(fill, (&other, ..N / 2), (&other, N / 2..))), "a memset node is no memcpy node");
-    assert!(misuse(exec.set_fill_bytes(out, &other, .., 0)), "a memcpy node is no memset node");
+    assert!(
+        misuse(exec.set_copy(&graph, fill, (&other, ..N / 2), (&other, N / 2..))),
+        "a memset node is no memcpy node"
+    );
+    assert!(misuse(exec.set_fill_bytes(&graph, out, &other, .., 0)), "a memcpy node is no memset node");
     let mut foreign = Graph::new(device).unwrap();
     let foreign_fill = foreign.builder().add_fill_bytes(&other, .., 0, &[]).unwrap();
-    assert!(misuse(exec.set_fill_bytes(foreign_fill, &other, .., 0)), "a node of another graph");
-    drop(exec);
+    assert!(misuse(exec.set_fill_bytes(&graph, foreign_fill, &other, .., 0)), "a node of another graph");
+    assert!(misuse(exec.set_fill_bytes(&foreign, fill, &other, .., 0)), "another graph than the executable's own");
+    // A clone's executable: the original's nodes are not the clone's.
+    let clone = graph.try_clone().unwrap();
+    let mut clone_exec = clone.instantiate().unwrap();
+    assert!(
+        misuse(clone_exec.set_fill_bytes(&clone, fill, &other, .., 0)),
+        "the original's node in a clone's executable"
+    );
+    drop((exec, clone_exec, clone, graph));
     assert!(kept.upgrade().is_none());
 }
 

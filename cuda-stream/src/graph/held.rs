@@ -22,6 +22,9 @@ pub(crate) trait GraphMemory: Any + Send + Sync + fmt::Debug {
     /// made from (to check a node whose memory it is asked to change), holding nothing.
     fn nodes_only(&self) -> Arc<dyn GraphMemory>;
 
+    /// The memory without the names of the nodes (a clone's: they are the original's nodes).
+    fn without_nodes(&self) -> Arc<dyn GraphMemory>;
+
     /// The value itself, for the memory layer to grow it by a node (no trait upcasting at the
     /// crate's minimum Rust).
     fn as_any(&self) -> &dyn Any;

@@ -196,6 +196,7 @@ impl Graph {
                 race_accesses: self.tree.race_accesses.borrow().clone(),
                 memory: self.tree.memory.borrow().clone(),
                 origin: self.tree.memory.borrow().as_ref().map(|memory| memory.nodes_only()),
+                source: self.tree.level,
             }),
             Err(error) => {
                 self.executables.fetch_sub(1, Ordering::AcqRel);
@@ -432,9 +433,12 @@ impl<'a> InstantiateOptions<'a> {
 
 impl Drop for Graph {
     fn drop(&mut self) {
+        let memory = self.tree.memory.take();
         if self.tree.is_capturing() || self.tree.leak.get() {
             // CUDA may still capture into one of its levels (a capture leaked with
-            // `mem::forget`), or a capture into one failed: leaked, never destroyed.
+            // `mem::forget`), or a capture into one failed: leaked, never destroyed, and the
+            // memory its nodes use with it.
+            std::mem::forget(memory);
             return;
         }
         let (raw, device) = (self.raw as usize, self.device);
@@ -442,9 +446,12 @@ impl Drop for Graph {
             device.destroy_relaxed(move || {
                 // SAFETY: we own the graph and destroy it once, bodies included (no capture
                 // into it is open); executables made from it do not need it, and what its
-                // nodes use is owned by user objects CUDA releases.
+                // nodes use is owned by user objects CUDA releases, or held until after this.
                 let _ = check(unsafe { sys::cudaGraphDestroy(raw as sys::cudaGraph_t) }, "cudaGraphDestroy");
             });
+            // The memory its memory nodes use goes once the graph is gone (on another thread
+            // when the drop was made inside a host function).
+            drop(memory);
         });
     }
 }
@@ -474,6 +481,9 @@ pub struct GraphExec {
     /// memory: the nodes whose parameters the executable may change (see
     /// `memory/graph_nodes.rs`).
     origin: Option<Arc<dyn GraphMemory>>,
+    /// The level id of the graph it was instantiated from: a change of a node's parameters
+    /// needs that graph, alive and on this thread.
+    source: u64,
 }
 
 // SAFETY: an executable graph handle may be used from any thread, one call at a time.
@@ -637,10 +647,21 @@ impl GraphExec {
         self.raw
     }
 
-    /// The memory its nodes use now, and the memory of the graph it was instantiated from
-    /// (see [`held`]).
-    pub(crate) fn memory(&self) -> (Option<Arc<dyn GraphMemory>>, Option<&dyn GraphMemory>) {
-        (self.memory.clone(), self.origin.as_deref())
+    /// The memory its nodes use now (see [`held`]).
+    pub(crate) fn memory(&self) -> Option<Arc<dyn GraphMemory>> {
+        self.memory.clone()
+    }
+
+    /// The memory nodes of `graph`, if it is the graph this executable was instantiated from;
+    /// [`Error::GraphMisuse`] for another (or one whose body capture has not ended).
+    pub(crate) fn origin(&self, graph: &Graph) -> Result<Option<&dyn GraphMemory>> {
+        if graph.tree.level != self.source {
+            return Err(Error::GraphMisuse(
+                "a node's parameters change with the graph the executable was instantiated from, and no other",
+            ));
+        }
+        graph.refuse_incomplete()?;
+        Ok(self.origin.as_deref())
     }
 
     /// Has the executable hold `memory` instead of what it held (`memory` holds that too), and
@@ -660,6 +681,8 @@ impl Drop for GraphExec {
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device);
         let executables = Arc::clone(&self.executables);
+        // Dropped once the executable is destroyed (see `Graph`'s drop).
+        let memory = self.memory.take();
         call_outside_host_fn(move || {
             device.destroy_relaxed(move || {
                 // SAFETY: we own the executable and destroy it once. CUDA frees it after
@@ -670,6 +693,7 @@ impl Drop for GraphExec {
             });
             // Only now may a graph with conditional nodes be instantiated again.
             executables.fetch_sub(1, Ordering::AcqRel);
+            drop(memory);
         });
     }
 }

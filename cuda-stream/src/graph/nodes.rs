@@ -155,7 +155,8 @@ impl Graph {
             leak: Cell::new(false),
             conditional: Cell::new(false),
             race_accesses: RefCell::new(tree.race_accesses.borrow().clone()),
-            memory: RefCell::new(tree.memory.borrow().clone()),
+            // The same memory, held; none of its nodes (they are the original's).
+            memory: RefCell::new(tree.memory.borrow().as_ref().map(|memory| memory.without_nodes())),
         };
         Ok(Graph { raw: clone, device: self.device(), tree: cloned, executables: Arc::new(AtomicUsize::new(0)) })
     }

@@ -34,9 +34,9 @@ use crate::call::race::{Access, AccessKind, CapturedAccesses};
 use crate::conditional::{GraphBuilder, GraphNode, dependency_pointer};
 use crate::device::{Device, same_device};
 use crate::ffi::error::{Error, Result, check};
-use crate::graph::GraphExec;
 use crate::graph::capture::{Capture, CaptureMode};
 use crate::graph::held::GraphMemory;
+use crate::graph::{Graph, GraphExec};
 use crate::stream::enqueue::{InCapture, Work};
 use crate::stream::{AsStream, BorrowedStream, StreamRef};
 use crate::sys;
@@ -209,6 +209,10 @@ impl GraphMemory for HeldMemory {
         Arc::new(HeldMemory { nodes: self.nodes.clone(), ..HeldMemory::default() })
     }
 
+    fn without_nodes(&self) -> Arc<dyn GraphMemory> {
+        Arc::new(HeldMemory { nodes: Vec::new(), ..self.clone() })
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -288,10 +292,8 @@ impl Operation {
     ) -> Result<sys::cudaGraphNode_t> {
         let mut node: sys::cudaGraphNode_t = std::ptr::null_mut();
         let (deps, count) = (dependency_pointer(dependencies), dependencies.len());
-        // Adding a node reads no memory. When a launch runs it, a device buffer is one the
-        // graph holds, and page-locked memory is the buffer its mutex holds then: each launch
-        // checks the address under the lock, which it keeps until the copy is noted, and that
-        // buffer's drop waits for the noted copies.
+        // When a launch runs the node, its device buffer is one the graph holds, and its
+        // page-locked memory a `SharedPinned` the graph holds, which no guard moves or frees.
         let (code, api) = match self {
             Operation::Copy { to, from, bytes, kind } => (
                 // SAFETY: the caller's contract for the graph and its dependencies; `bytes` bytes
@@ -673,23 +675,27 @@ impl GraphExec {
     /// Points memcpy node `node` at other memory: elements `from_range` of `from` copied into
     /// `to_range` of `to`, from the next launch on
     /// ([`cudaGraphExecMemcpyNodeSetParams1D`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
-    /// `node` is a node [`GraphBuilder::add_copy`] added to the graph this executable was
-    /// instantiated from; launches already enqueued copy what they did. The executable holds
-    /// the new buffers (and still the old ones), and its launches are ordered with the uses of
-    /// both; the race detector replays both nodes' accesses.
+    /// `graph` is the graph this executable was instantiated from (CUDA names the node by that
+    /// graph's handle, which must be alive), and `node` a node [`GraphBuilder::add_copy`] added
+    /// to it; launches already enqueued copy what they did. The executable holds the new
+    /// buffers, and still the old ones until it drops or is updated: its launches stay ordered
+    /// with the uses of both, and they count towards its 12 buffers; the race detector replays
+    /// both nodes' accesses.
     ///
     /// # Errors
-    /// [`Error::GraphMisuse`] for a node that is not a device-to-device memcpy node this crate
-    /// added to that graph; otherwise as [`GraphBuilder::add_copy`]; CUDA's errors (the
-    /// executable is then unchanged).
+    /// [`Error::GraphMisuse`] for another graph than the one the executable was instantiated
+    /// from (or one whose body capture has not ended), and for a node that is not a
+    /// device-to-device memcpy node this crate added to it; otherwise as
+    /// [`GraphBuilder::add_copy`]; CUDA's errors (the executable is then unchanged).
     pub fn set_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R: AsStream + Send + Sync + 'static>(
         &mut self,
+        graph: &Graph,
         node: GraphNode,
         (to, to_range): (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
         (from, from_range): (&Arc<DeviceBuffer<T, R>>, impl RangeBounds<usize>),
     ) -> Result<()> {
-        let planned = plan_copy(self.memory().0, self.device(), to, to_range, from, from_range)?;
-        self.set_planned(node, planned)
+        let planned = plan_copy(self.memory(), self.device(), to, to_range, from, from_range)?;
+        self.set_planned(graph, node, planned)
     }
 
     /// Points memset node `node` ([`GraphBuilder::add_fill_bytes`]) at elements `range` of
@@ -701,13 +707,14 @@ impl GraphExec {
     /// As [`GraphExec::set_copy`], for a memset node.
     pub fn set_fill_bytes<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
         &mut self,
+        graph: &Graph,
         node: GraphNode,
         buffer: &Arc<DeviceBuffer<T, S>>,
         range: impl RangeBounds<usize>,
         byte: u8,
     ) -> Result<()> {
-        let planned = plan_fill(self.memory().0, self.device(), buffer, range, byte)?;
-        self.set_planned(node, planned)
+        let planned = plan_fill(self.memory(), self.device(), buffer, range, byte)?;
+        self.set_planned(graph, node, planned)
     }
 
     /// Points a host-to-device memcpy node ([`GraphBuilder::add_copy_from_pinned`]) at other
@@ -717,12 +724,13 @@ impl GraphExec {
     /// As [`GraphExec::set_copy`] and [`GraphBuilder::add_copy_from_pinned`].
     pub fn set_copy_from_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
         &mut self,
+        graph: &Graph,
         node: GraphNode,
         to: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
         from: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     ) -> Result<()> {
-        let planned = plan_pinned_copy(self.memory().0, self.device(), to, from, true)?;
-        self.set_planned(node, planned)
+        let planned = plan_pinned_copy(self.memory(), self.device(), to, from, true)?;
+        self.set_planned(graph, node, planned)
     }
 
     /// Points a device-to-host memcpy node ([`GraphBuilder::add_copy_to_pinned`]) at other
@@ -732,19 +740,20 @@ impl GraphExec {
     /// As [`GraphExec::set_copy_from_pinned`].
     pub fn set_copy_to_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
         &mut self,
+        graph: &Graph,
         node: GraphNode,
         to: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
         from: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
     ) -> Result<()> {
-        let planned = plan_pinned_copy(self.memory().0, self.device(), from, to, false)?;
-        self.set_planned(node, planned)
+        let planned = plan_pinned_copy(self.memory(), self.device(), from, to, false)?;
+        self.set_planned(graph, node, planned)
     }
 
     /// Changes node `node` to `planned`'s operation, once checked to be a memory node of the
     /// same kind in the graph this executable was made from; then holds its memory.
-    fn set_planned(&mut self, node: GraphNode, planned: Planned) -> Result<()> {
+    fn set_planned(&mut self, graph: &Graph, node: GraphNode, planned: Planned) -> Result<()> {
         let Planned { memory, operation } = planned;
-        let origin = self.memory().1.and_then(|origin| origin.as_any().downcast_ref::<HeldMemory>());
+        let origin = self.origin(graph)?.and_then(|origin| origin.as_any().downcast_ref::<HeldMemory>());
         let known = origin.and_then(|origin| origin.nodes.iter().find(|(held, _)| *held == node));
         match known {
             Some((_, kind)) if *kind == operation.kind() => {}
@@ -759,8 +768,9 @@ impl GraphExec {
         // It touches no stream: no capture in progress may refuse it.
         uncapturable_call(|| {
             // SAFETY: a live executable borrowed exclusively (`&mut self`); a node of the graph
-            // it was made from, of this operation's kind (checked above); the executable holds
-            // the operation's memory once the call succeeded.
+            // it was made from, which is alive and used by this thread only (`graph`, a `&Graph`
+            // of a !Sync type, checked to be that graph), of this operation's kind (checked
+            // above); the executable holds the operation's memory once the call succeeded.
             unsafe { operation.set_in(self.as_raw(), node.as_raw()) }
         })?;
         let accesses = CapturedAccesses::of_node(operation.node_name(), &operation.accesses());
