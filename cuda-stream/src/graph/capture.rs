@@ -373,7 +373,7 @@ use crate::ffi::inside_host_fn::run_guarded;
 use crate::host_fn::Counted;
 use crate::stream::AsStream;
 use crate::stream::StreamRef;
-use crate::stream::capture_node::{Added, CaptureNode, add_to_capture};
+use crate::stream::capture_node::{Added, CaptureNode, add_to_capture, dependency_pointer};
 use crate::stream::capture_status::{capture_state, refuse_legacy};
 use crate::stream::enqueue::{InCapture, Via, Work};
 use crate::sys;
@@ -452,7 +452,7 @@ impl StreamRef {
             // SAFETY: a live stream; the mode is a valid constant.
             None => (unsafe { sys::cudaStreamBeginCapture(self.as_raw(), M::RAW) }, "cudaStreamBeginCapture"),
             Some(target) => {
-                let dependencies = if leaves.is_empty() { std::ptr::null() } else { leaves.as_ptr() };
+                let dependencies = dependency_pointer(&leaves);
                 // SAFETY: a live stream; a live graph that nothing else uses (one we own, or
                 // the caller of `Target::Borrowed`'s); `leaves` are `leaves.len()` of its nodes
                 // (or null for none); no edge data means default edges; the mode is a valid

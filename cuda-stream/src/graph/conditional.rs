@@ -107,6 +107,7 @@ use crate::call::race;
 use crate::device::{Device, same_device};
 use crate::ffi::error::{Error, Result, check};
 use crate::stream::StreamRef;
+use crate::stream::capture_node::dependency_pointer;
 use crate::sys;
 use std::cell::Cell;
 use std::fmt;
@@ -197,11 +198,6 @@ impl Graph {
         let tree = self.tree();
         GraphBuilder { raw, device, path: vec![tree.level], tree, _graph: PhantomData }
     }
-}
-
-/// The dependency array CUDA takes: null for none.
-pub(crate) fn dependency_pointer(dependencies: &[sys::cudaGraphNode_t]) -> *const sys::cudaGraphNode_t {
-    if dependencies.is_empty() { std::ptr::null() } else { dependencies.as_ptr() }
 }
 
 impl<'g> GraphBuilder<'g> {

@@ -5,12 +5,13 @@
 //! kernel layer's.
 
 use super::capture::run_repeatable;
-use super::conditional::{GraphBuilder, GraphNode, dependency_pointer};
+use super::conditional::{GraphBuilder, GraphNode};
 use super::{Graph, Tree};
 use crate::call::capture_mode::uncapturable_call;
 use crate::device::keep_alive::keep_alive;
 use crate::ffi::error::{Error, Result, check};
 use crate::host_fn::Counted;
+use crate::stream::capture_node::dependency_pointer;
 use crate::sys;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;

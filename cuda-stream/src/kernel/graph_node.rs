@@ -8,6 +8,7 @@ use crate::call::race::CapturedAccesses;
 use crate::conditional::{ConditionHandle, GraphBuilder, GraphNode};
 use crate::ffi::error::{Error, Result, check};
 use crate::memory::DeviceCopy;
+use crate::stream::capture_node::dependency_pointer;
 use crate::sys;
 use std::sync::atomic::Ordering;
 
@@ -83,8 +84,7 @@ impl GraphBuilder<'_> {
                         extra: std::ptr::null_mut(),
                     };
                     let mut node: sys::cudaGraphNode_t = std::ptr::null_mut();
-                    let dependencies_ptr =
-                        if dependencies.is_empty() { std::ptr::null() } else { dependencies.as_ptr() };
+                    let dependencies_ptr = dependency_pointer(dependencies);
                     // SAFETY: the level's live graph, used by nothing else meanwhile (the
                     // builder's exclusive borrow); `dependencies` are nodes of it, checked by
                     // level; `func` a kernel's host stub (`Kernel::from_host_stub`), and one

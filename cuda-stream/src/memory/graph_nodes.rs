@@ -31,12 +31,13 @@ use super::uses::{Hold, MAX_TOUCHED, Touched, Uses, ordered_use};
 use super::{DeviceBuffer, DeviceCopy, checked_range, same_length};
 use crate::call::capture_mode::uncapturable_call;
 use crate::call::race::{Access, AccessKind, CapturedAccesses};
-use crate::conditional::{GraphBuilder, GraphNode, dependency_pointer};
+use crate::conditional::{GraphBuilder, GraphNode};
 use crate::device::{Device, same_device};
 use crate::ffi::error::{Error, Result, check};
 use crate::graph::capture::{Capture, CaptureMode};
 use crate::graph::held::GraphMemory;
 use crate::graph::{Graph, GraphExec};
+use crate::stream::capture_node::dependency_pointer;
 use crate::stream::enqueue::{InCapture, Work};
 use crate::stream::{AsStream, BorrowedStream, StreamRef};
 use crate::sys;
@@ -108,7 +109,7 @@ impl<T: DeviceCopy> LockedPageLocked for PinnedGuard<'_, T> {
 #[derive(Clone, Debug, Default)]
 struct HeldMemory {
     buffers: Vec<(Arc<dyn HeldBuffer>, Span)>,
-    page_locked: Vec<HeldPlace>,
+    page_locked: Vec<(Arc<dyn HeldPageLocked>, Span)>,
     /// The memcpy and memset nodes added to the graph by hand, and what each does: the nodes
     /// an executable may point at other memory of the same kind.
     nodes: Vec<(GraphNode, NodeKind)>,
@@ -121,16 +122,20 @@ enum NodeKind {
     Fill,
 }
 
-/// Page-locked memory a graph holds, and the bytes its nodes touch.
-#[derive(Clone, Debug)]
-struct HeldPlace {
-    memory: Arc<dyn HeldPageLocked>,
-    span: Span,
-}
-
 /// The identity of the value behind an `Arc`.
 fn identity<T: ?Sized>(arc: &Arc<T>) -> *const () {
     Arc::as_ptr(arc).cast::<()>()
+}
+
+/// Merges `span` into the entry of `held` that holds `memory`; `false` when it has none.
+fn merge_into<T: ?Sized>(held: &mut [(Arc<T>, Span)], memory: &Arc<T>, span: &Span) -> bool {
+    match held.iter_mut().find(|(entry, _)| identity(entry) == identity(memory)) {
+        Some((_, held)) => {
+            *held = held.merged(span);
+            true
+        }
+        None => false,
+    }
 }
 
 impl HeldMemory {
@@ -148,8 +153,7 @@ impl HeldMemory {
 
     /// Holds `buffer` for a node that touches `span` of it.
     fn hold_buffer(&mut self, buffer: Arc<dyn HeldBuffer>, span: Span) -> Result<()> {
-        if let Some((_, held)) = self.buffers.iter_mut().find(|(held, _)| identity(held) == identity(&buffer)) {
-            *held = held.merged(&span);
+        if merge_into(&mut self.buffers, &buffer, &span) {
             return Ok(());
         }
         if self.buffers.len() == MAX_TOUCHED {
@@ -161,9 +165,8 @@ impl HeldMemory {
 
     /// Holds `memory` for a node that touches `span` of it.
     fn hold_page_locked(&mut self, memory: Arc<dyn HeldPageLocked>, span: Span) {
-        match self.page_locked.iter_mut().find(|held| identity(&held.memory) == identity(&memory)) {
-            Some(held) => held.span = held.span.merged(&span),
-            None => self.page_locked.push(HeldPlace { memory, span }),
+        if !merge_into(&mut self.page_locked, &memory, &span) {
+            self.page_locked.push((memory, span));
         }
     }
 }
@@ -177,8 +180,8 @@ impl GraphMemory for HeldMemory {
             .map(|(home, (buffer, span))| Touched { home, uses: buffer.uses(), span: span.clone() })
             .collect();
         let mut locked = Vec::with_capacity(self.page_locked.len());
-        for held in &self.page_locked {
-            locked.push((held.memory.lock()?, &held.span));
+        for (memory, span) in &self.page_locked {
+            locked.push((memory.lock()?, span));
         }
         ordered_use(stream, &touched, Hold::Throughout, |recorded| {
             let mut tickets = Vec::with_capacity(locked.len());

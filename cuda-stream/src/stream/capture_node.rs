@@ -43,6 +43,11 @@ use crate::ffi::error::{Result, check};
 use crate::sys;
 use std::ffi::{c_ulonglong, c_void};
 
+/// The dependency array CUDA's graph calls take: null for none.
+pub(crate) fn dependency_pointer(dependencies: &[sys::cudaGraphNode_t]) -> *const sys::cudaGraphNode_t {
+    if dependencies.is_empty() { std::ptr::null() } else { dependencies.as_ptr() }
+}
+
 /// The node to add, built from the address of the object the graph keeps.
 pub(crate) enum CaptureNode {
     /// A host node running `function(data)` at each launch.
@@ -95,7 +100,7 @@ pub(crate) fn add_to_capture<T: Send + 'static>(
         return Ok(Added::NotCapturing);
     }
     let data = keep_alive_locked(graph, stream.device(), object, &serialized)?;
-    let dependencies_ptr = if dependencies.is_empty() { std::ptr::null() } else { dependencies.as_ptr() };
+    let dependencies_ptr = dependency_pointer(&dependencies);
     let mut added: sys::cudaGraphNode_t = std::ptr::null_mut();
     let code = match node {
         CaptureNode::Host(function) => {
