@@ -515,6 +515,8 @@ enum Side {
 trait Guard {
     fn launch_host_fn(&mut self, stream: &StreamRef) -> Result<()>;
     fn scratch(&mut self, stream: &StreamRef) -> Result<()>;
+    fn alloc(&mut self, stream: &StreamRef) -> Result<()>;
+    fn free(&mut self, stream: &StreamRef) -> Result<()>;
     fn memory(&mut self, stream: &StreamRef, which: MemoryCall) -> Result<()>;
 }
 
@@ -535,6 +537,23 @@ impl<M: CaptureMode> Guard for Capture<'_, M> {
 
     fn scratch(&mut self, stream: &StreamRef) -> Result<()> {
         Capture::scratch::<u32, _>(self, stream, 4, |_, _| ())
+    }
+
+    fn alloc(&mut self, stream: &StreamRef) -> Result<()> {
+        let mut block = Capture::alloc::<u32>(self, stream, 4)?;
+        Capture::free(self, stream, &mut block)
+    }
+
+    /// A block of the captured stream, freed on `stream` (or, refused there, on the captured
+    /// stream: the graph is launched more than once).
+    fn free(&mut self, stream: &StreamRef) -> Result<()> {
+        let own = self.stream();
+        let mut block = Capture::alloc::<u32>(self, own, 4)?;
+        let freed = Capture::free(self, stream, &mut block);
+        if freed.is_err() {
+            Capture::free(self, own, &mut block)?;
+        }
+        freed
     }
 
     fn memory(&mut self, stream: &StreamRef, which: MemoryCall) -> Result<()> {
@@ -884,6 +903,18 @@ fn rows() -> Vec<Row> {
             on_the_capture: Captured,
             elsewhere: Refused,
             call: Call::Guard(|guard, s, side| guard.scratch(on(s, side))),
+        },
+        Row {
+            name: "Capture::alloc",
+            on_the_capture: Captured,
+            elsewhere: Refused,
+            call: Call::Guard(|guard, s, side| guard.alloc(on(s, side))),
+        },
+        Row {
+            name: "Capture::free",
+            on_the_capture: Captured,
+            elsewhere: Refused,
+            call: Call::Guard(|guard, s, side| guard.free(on(s, side))),
         },
         Row {
             name: "Capture::copy",

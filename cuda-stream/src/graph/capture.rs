@@ -178,6 +178,8 @@
 //! | `GraphBuilder::capture` | **refused** (as `begin_capture`) | **allowed** (a capture of its own) |
 //! | `Capture::launch_host_fn` | **captured** (a host node the graph owns) | **refused** (a stream outside the capture) |
 //! | `Capture::scratch` | **captured** (an allocation and a free of the graph) | **refused** (a stream outside the capture) |
+//! | `Capture::alloc` | **captured** (an allocation of the graph) | **refused** (a stream outside the capture) |
+//! | `Capture::free` | **captured** (a free of the graph, after the buffer's uses) | **refused** (a stream outside the capture) |
 //! | `Capture::copy` | **captured** (a memcpy node; the graph holds the buffers) | **refused** (a stream outside the capture) |
 //! | `Capture::fill_bytes` | **captured** (a memset node; the graph holds the buffer) | **refused** (a stream outside the capture) |
 //! | `Capture::copy_from_pinned` | **captured** (a memcpy node; the graph holds both) | **refused** (a stream outside the capture) |

@@ -25,6 +25,7 @@
 //! try: a lock held elsewhere refuses the launch rather than wait, so no launch blocks behind
 //! the host.
 
+use super::capture_buffer::{CaptureAllocation, CaptureBuffer};
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
 use super::shared_pinned::{PinnedGuard, SharedPinned};
 use super::uses::{Hold, MAX_TOUCHED, Touched, Uses, ordered_use};
@@ -44,7 +45,7 @@ use crate::sys;
 use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;
-use std::ops::{Range, RangeBounds};
+use std::ops::RangeBounds;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
@@ -64,6 +65,82 @@ impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> HeldBuffer for DeviceBu
 
     fn uses(&self) -> &Uses {
         DeviceBuffer::uses(self)
+    }
+}
+
+/// Device memory that a capture's memcpy, memset and `use_on` work takes: a buffer the graph
+/// holds, `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say), or memory the
+/// capture's graph allocated, a [`CaptureBuffer`]. Sealed.
+pub trait CaptureMemory<T: DeviceCopy>: side::Side<T> {}
+
+/// What the capture's memory calls read of their device memory (see [`CaptureMemory`]).
+pub(super) mod side {
+    use super::{CaptureAllocation, HeldBuffer, Span};
+    use crate::device::Device;
+    use std::ffi::c_void;
+    use std::ops::Range;
+    use std::sync::Arc;
+
+    pub trait Side<T> {
+        fn side(&self) -> Memory<'_>;
+    }
+
+    /// Device memory as the capture's memory calls see it.
+    pub struct Memory<'a> {
+        pub(super) device: Device,
+        /// Its length in elements.
+        pub(super) len: usize,
+        /// The address of its first element.
+        pub(super) start: *mut c_void,
+        pub(super) element_size: usize,
+        /// The buffer the graph holds for it; `None` for the graph's own memory.
+        pub(super) held: Option<Arc<dyn HeldBuffer>>,
+        /// The capture's allocation it is, whose uses are ordered in the capture.
+        pub(super) allocation: Option<&'a CaptureAllocation>,
+    }
+
+    impl std::fmt::Debug for Memory<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Memory").field("device", &self.device).field("len", &self.len).finish_non_exhaustive()
+        }
+    }
+
+    impl Memory<'_> {
+        /// The address of element `range.start`, and the bytes `range` covers.
+        pub(super) fn at(&self, range: &Range<usize>, writes: bool) -> (*mut c_void, Span) {
+            let bytes = range.start * self.element_size..range.end * self.element_size;
+            (self.start.wrapping_byte_add(bytes.start), Span { bytes, writes })
+        }
+    }
+}
+
+impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> CaptureMemory<T> for Arc<DeviceBuffer<T, S>> {}
+
+impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> side::Side<T> for Arc<DeviceBuffer<T, S>> {
+    fn side(&self) -> side::Memory<'_> {
+        side::Memory {
+            device: self.device(),
+            len: self.len(),
+            start: self.element(0),
+            element_size: size_of::<T>(),
+            held: Some(Arc::clone(self) as Arc<dyn HeldBuffer>),
+            allocation: None,
+        }
+    }
+}
+
+impl<T: DeviceCopy> CaptureMemory<T> for CaptureBuffer<T> {}
+
+impl<T: DeviceCopy> side::Side<T> for CaptureBuffer<T> {
+    fn side(&self) -> side::Memory<'_> {
+        side::Memory {
+            device: self.device(),
+            len: self.len(),
+            start: self.allocation().at(0),
+            element_size: size_of::<T>(),
+            held: None,
+            allocation: Some(self.allocation()),
+        }
     }
 }
 
@@ -358,55 +435,58 @@ fn fill_params(to: *mut c_void, bytes: usize, byte: u8) -> sys::cudaMemsetParams
     sys::cudaMemsetParams { dst: to, pitch: 0, value: u32::from(byte), elementSize: 1, width: bytes, height: 1 }
 }
 
-/// A device buffer an operation uses: the address of element `range.start`, and its bytes.
-fn device_side<T: DeviceCopy, S: AsStream>(
-    buffer: &DeviceBuffer<T, S>,
-    range: &Range<usize>,
-    writes: bool,
-) -> (*mut c_void, Span) {
-    (buffer.element(range.start), buffer.span(range.start, range.len(), writes))
+/// Holds `side` (a buffer the graph keeps; nothing for the graph's own memory) in `memory`
+/// for a node that touches `span` of it.
+fn hold_side(memory: &mut HeldMemory, side: side::Memory<'_>, span: Span) -> Result<()> {
+    match side.held {
+        Some(buffer) => memory.hold_buffer(buffer, span),
+        None => Ok(()),
+    }
 }
 
 /// Elements `range` of `buffer` set to bytes `byte`, by a graph of `device` that holds `held`.
-fn plan_fill<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+fn plan_fill<T: DeviceCopy>(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
-    buffer: &Arc<DeviceBuffer<T, S>>,
+    buffer: &impl CaptureMemory<T>,
     range: impl RangeBounds<usize>,
     byte: u8,
 ) -> Result<Planned> {
-    same_device("a graph's memset uses a buffer of the graph's device", device, buffer.device())?;
-    let range = checked_range(&range, buffer.len())?;
-    let (to, span) = device_side(buffer, &range, true);
+    let buffer = buffer.side();
+    same_device("a graph's memset uses a buffer of the graph's device", device, buffer.device)?;
+    let range = checked_range(&range, buffer.len)?;
+    let (to, span) = buffer.at(&range, true);
     let bytes = span.bytes.len();
     let mut memory = HeldMemory::of(held)?;
-    memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, span)?;
+    hold_side(&mut memory, buffer, span)?;
     Ok(Planned { memory, operation: Operation::Fill { to, bytes, byte } })
 }
 
 /// Elements `from_range` of `from` copied into `to_range` of `to`, by a graph of `device` that
 /// holds `held`.
-fn plan_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R: AsStream + Send + Sync + 'static>(
+fn plan_copy<T: DeviceCopy>(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
-    to: &Arc<DeviceBuffer<T, S>>,
-    to_range: impl RangeBounds<usize>,
-    from: &Arc<DeviceBuffer<T, R>>,
-    from_range: impl RangeBounds<usize>,
+    (to, to_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
+    (from, from_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
 ) -> Result<Planned> {
-    same_device("a graph's memcpy copies between buffers of the graph's device", device, to.device())?;
-    same_device("a graph's memcpy copies between buffers of the graph's device", device, from.device())?;
-    let (to_range, from_range) = (checked_range(&to_range, to.len())?, checked_range(&from_range, from.len())?);
+    let (to, from) = (to.side(), from.side());
+    same_device("a graph's memcpy copies between buffers of the graph's device", device, to.device)?;
+    same_device("a graph's memcpy copies between buffers of the graph's device", device, from.device)?;
+    let (to_range, from_range) = (checked_range(&to_range, to.len)?, checked_range(&from_range, from.len)?);
     same_length(to_range.len(), from_range.len())?;
-    if identity(to) == identity(from) && to_range.start < from_range.end && from_range.start < to_range.end {
+    let (destination, written) = to.at(&to_range, true);
+    let (source, read) = from.at(&from_range, false);
+    let bytes = written.bytes.len();
+    // Two buffers never share an address: only two ranges of one buffer can overlap.
+    let (to_bytes, from_bytes) =
+        (destination as usize..destination as usize + bytes, source as usize..source as usize + bytes);
+    if to_bytes.start < from_bytes.end && from_bytes.start < to_bytes.end {
         return Err(Error::Size("the two sides of a copy within one buffer overlap"));
     }
-    let (destination, written) = device_side(to, &to_range, true);
-    let (source, read) = device_side(from, &from_range, false);
-    let bytes = written.bytes.len();
     let mut memory = HeldMemory::of(held)?;
-    memory.hold_buffer(Arc::clone(to) as Arc<dyn HeldBuffer>, written)?;
-    memory.hold_buffer(Arc::clone(from) as Arc<dyn HeldBuffer>, read)?;
+    hold_side(&mut memory, to, written)?;
+    hold_side(&mut memory, from, read)?;
     let kind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
     Ok(Planned { memory, operation: Operation::Copy { to: destination, from: source, bytes, kind } })
 }
@@ -414,15 +494,16 @@ fn plan_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R: AsStream + S
 /// A copy between elements `device_range` of `buffer` and `pinned_range` of the page-locked
 /// buffer in `pinned`, into the device (`into_device`) or out of it, by a graph of `device`
 /// that holds `held`.
-fn plan_pinned_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+fn plan_pinned_copy<T: DeviceCopy>(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
-    (buffer, device_range): (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+    (buffer, device_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
     (pinned, pinned_range): (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     into_device: bool,
 ) -> Result<Planned> {
-    same_device("a graph's memcpy uses a buffer of the graph's device", device, buffer.device())?;
-    let device_range = checked_range(&device_range, buffer.len())?;
+    let buffer = buffer.side();
+    same_device("a graph's memcpy uses a buffer of the graph's device", device, buffer.device)?;
+    let device_range = checked_range(&device_range, buffer.len)?;
     // Where the buffer is: for as long as the `Arc` lives (no guard replaces it).
     let place = pinned.try_lock().ok_or(Error::GraphMisuse(LOCKED))?.place();
     let pinned_range = checked_range(&pinned_range, place.1)?;
@@ -430,10 +511,10 @@ fn plan_pinned_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
     let host_address = (place.0 + pinned_range.start * size_of::<T>()) as *mut c_void;
     let host =
         Span { bytes: pinned_range.start * size_of::<T>()..pinned_range.end * size_of::<T>(), writes: !into_device };
-    let (device_address, device_span) = device_side(buffer, &device_range, into_device);
+    let (device_address, device_span) = buffer.at(&device_range, into_device);
     let bytes = device_span.bytes.len();
     let mut memory = HeldMemory::of(held)?;
-    memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, device_span)?;
+    hold_side(&mut memory, buffer, device_span)?;
     memory.hold_page_locked(Arc::clone(pinned) as Arc<dyn HeldPageLocked>, host);
     let operation = if into_device {
         let kind = sys::cudaMemcpyKind::cudaMemcpyHostToDevice;
@@ -487,7 +568,7 @@ impl GraphBuilder<'_> {
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
-        let planned = plan_copy(self.memory(), self.device(), to, to_range, from, from_range)?;
+        let planned = plan_copy(self.memory(), self.device(), (to, to_range), (from, from_range))?;
         self.add_planned(after, planned)
     }
 
@@ -556,60 +637,65 @@ impl<M: CaptureMode> Capture<'_, M> {
     /// captured stream or one that joined this capture: the copy becomes a memcpy node of the
     /// capture's graph, after the stream's captured work
     /// ([`cudaMemcpyAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)
-    /// during capture). The graph holds both buffers, as a built graph's memcpy node does (see
-    /// [`GraphBuilder::add_copy`] and [the memory docs](crate::memory#graphs)): each launch of
-    /// an executable made from it is ordered with their other uses. Between streams of the
-    /// capture, order their work as for kernels (a fork and a join).
+    /// during capture). Each side is a shared buffer, `Arc<DeviceBuffer>`, which the graph then
+    /// holds as a built graph's memcpy node does (see [`GraphBuilder::add_copy`] and
+    /// [the memory docs](crate::memory#graphs)): each launch of an executable made from it is
+    /// ordered with their other uses; or a [`CaptureBuffer`] of this capture, whose use is
+    /// ordered after its allocation and before its free. Between streams of the capture,
+    /// order the work on shared buffers as for kernels (a fork and a join).
     ///
     /// # Errors
-    /// [`Error::CaptureMisuse`] for a stream that is not part of this capture; otherwise as
-    /// [`GraphBuilder::add_copy`] (nothing is captured then).
-    pub fn copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R: AsStream + Send + Sync + 'static>(
+    /// [`Error::CaptureMisuse`] for a stream that is not part of this capture, or a capture
+    /// buffer of another capture or freed; otherwise as [`GraphBuilder::add_copy`] (nothing is
+    /// captured then).
+    pub fn copy<T: DeviceCopy>(
         &mut self,
         stream: impl AsStream,
-        (to, to_range): (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
-        (from, from_range): (&Arc<DeviceBuffer<T, R>>, impl RangeBounds<usize>),
+        (to, to_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
+        (from, from_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let stream = stream.as_stream();
-        let planned = plan_copy(self.memory(), stream.device(), to, to_range, from, from_range)?;
-        self.capture_planned(&stream, planned)
+        let planned = plan_copy(self.memory(), stream.device(), (to, to_range), (from, from_range))?;
+        self.capture_planned(&stream, planned, [to.side().allocation, from.side().allocation])
     }
 
     /// Sets the bytes of elements `range` of `buffer` to `byte` on `stream`, a stream of this
-    /// capture: a memset node of its graph, which holds the buffer
+    /// capture: a memset node of its graph
     /// ([`cudaMemsetAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)
     /// during capture; see [`Capture::copy`]).
     ///
     /// # Errors
     /// As [`Capture::copy`] and [`GraphBuilder::add_fill_bytes`].
-    pub fn fill_bytes<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    pub fn fill_bytes<T: DeviceCopy>(
         &mut self,
         stream: impl AsStream,
-        buffer: &Arc<DeviceBuffer<T, S>>,
+        buffer: &impl CaptureMemory<T>,
         range: impl RangeBounds<usize>,
         byte: u8,
     ) -> Result<()> {
         let stream = stream.as_stream();
         let planned = plan_fill(self.memory(), stream.device(), buffer, range, byte)?;
-        self.capture_planned(&stream, planned)
+        self.capture_planned(&stream, planned, [buffer.side().allocation, None])
     }
 
     /// Copies elements `from_range` of the page-locked buffer in `from` into elements
     /// `to_range` of `to` on `stream`, a stream of this capture: a memcpy node of its graph,
-    /// which holds both, as [`GraphBuilder::add_copy_from_pinned`] describes (the host's access
-    /// and the launches through the mutex).
+    /// which holds the page-locked buffer (and `to`, a shared buffer), as
+    /// [`GraphBuilder::add_copy_from_pinned`] describes (the host's access and the launches
+    /// through the mutex).
     ///
     /// # Errors
     /// As [`Capture::copy`] and [`GraphBuilder::add_copy_from_pinned`].
-    pub fn copy_from_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    pub fn copy_from_pinned<T: DeviceCopy>(
         &mut self,
         stream: impl AsStream,
-        to: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+        to: (&impl CaptureMemory<T>, impl RangeBounds<usize>),
         from: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let stream = stream.as_stream();
+        let allocation = to.0.side().allocation;
         let planned = plan_pinned_copy(self.memory(), stream.device(), to, from, true)?;
-        self.capture_planned(&stream, planned)
+        self.capture_planned(&stream, planned, [allocation, None])
     }
 
     /// Copies elements `from_range` of `from` into elements `to_range` of the page-locked
@@ -618,59 +704,133 @@ impl<M: CaptureMode> Capture<'_, M> {
     ///
     /// # Errors
     /// As [`Capture::copy_from_pinned`].
-    pub fn copy_to_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    pub fn copy_to_pinned<T: DeviceCopy>(
         &mut self,
         stream: impl AsStream,
         to: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
-        from: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+        from: (&impl CaptureMemory<T>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let stream = stream.as_stream();
+        let allocation = from.0.side().allocation;
         let planned = plan_pinned_copy(self.memory(), stream.device(), from, to, false)?;
-        self.capture_planned(&stream, planned)
+        self.capture_planned(&stream, planned, [allocation, None])
     }
 
     /// Runs `launch` with `stream`, a stream of this capture, and `buffer`'s device address:
-    /// the kernels it launches there are captured, and the graph holds the buffer, whose every
-    /// element they may read and write. Each launch of an executable made from the graph is
-    /// then ordered with the buffer's other uses as a write of all of it (see
-    /// [the memory docs](crate::memory#graphs)). `launch` runs outside the crate's hold, as
-    /// [`DeviceBuffer::use_on`]'s does; launching a kernel stays `unsafe`, and its contract
+    /// the kernels it launches there are captured. A shared buffer is then held by the graph,
+    /// whose every element they may read and write: each launch of an executable made from
+    /// the graph is ordered with the buffer's other uses as a write of all of it (see
+    /// [the memory docs](crate::memory#graphs)). A [`CaptureBuffer`] of this capture: `stream`
+    /// first waits for its allocation, and its free waits for what `launch` enqueued (an event
+    /// recorded after `launch` returns, or unwinds). `launch` runs outside the crate's hold,
+    /// as [`DeviceBuffer::use_on`]'s does; launching a kernel stays `unsafe`, and its contract
     /// is `use_on`'s: use the address only in work that `launch` enqueues on `stream` while
     /// `stream` is part of this capture. The race detector sees what those kernels declare
     /// ([`StreamRef::declare_accesses`], or a typed launch's accesses), as for any captured
     /// kernel.
     ///
     /// # Errors
-    /// [`Error::CaptureMisuse`] for a stream that is not part of this capture (checked before
-    /// `launch`, which then does not run); [`Error::DeviceMismatch`] for a buffer of another
-    /// device; [`Error::Size`] for a 13th device buffer; [`Error::InsideHostFn`].
-    pub fn use_on<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R>(
+    /// [`Error::CaptureMisuse`] for a stream that is not part of this capture, or a capture
+    /// buffer of another capture or freed (checked before `launch`, which then does not run);
+    /// [`Error::DeviceMismatch`] for a buffer of another device; [`Error::Size`] for a 13th
+    /// device buffer; [`Error::InsideHostFn`]; CUDA's errors ordering a capture buffer's use
+    /// (if its event cannot be recorded after `launch`, its free fails).
+    pub fn use_on<T: DeviceCopy, R>(
         &mut self,
         stream: impl AsStream,
-        buffer: &Arc<DeviceBuffer<T, S>>,
+        buffer: &impl CaptureMemory<T>,
         launch: impl FnOnce(&StreamRef, *mut T) -> R,
     ) -> Result<R> {
         let stream = stream.as_stream();
-        same_device("a capture uses a buffer of its stream's device", stream.device(), buffer.device())?;
-        stream.outside_transitions(InCapture::Captured, || self.refuse_outside(&stream))?;
+        let buffer = buffer.side();
+        same_device("a capture uses a buffer of its stream's device", stream.device(), buffer.device)?;
+        let allocation = buffer.allocation;
+        let (address, span) = buffer.at(&(0..buffer.len), true);
+        let used = stream.outside_transitions(InCapture::Captured, || {
+            self.refuse_outside(&stream)?;
+            allocation.map(|allocation| before_use(allocation, self.id(), &stream)).transpose()
+        })?;
         let mut memory = HeldMemory::of(self.memory())?;
-        memory.hold_buffer(Arc::clone(buffer) as Arc<dyn HeldBuffer>, buffer.span(0, buffer.len(), true))?;
+        hold_side(&mut memory, buffer, span)?;
         self.hold_memory(Arc::new(memory));
-        Ok(launch(&stream, buffer.element(0).cast()))
+        // Recorded after `launch`'s work, also when it unwinds (its kernels may be in).
+        let noted =
+            allocation.zip(used).map(|(allocation, used)| UseNote { stream: &stream, allocation, used: Some(used) });
+        let result = launch(&stream, address.cast());
+        noted.map_or(Ok(()), UseNote::finish)?;
+        Ok(result)
     }
 
     /// Captures `planned`'s operation on `stream`, a stream of this capture, once the capture
-    /// holds its memory.
-    fn capture_planned(&mut self, stream: &StreamRef, planned: Planned) -> Result<()> {
+    /// holds its memory; the capture buffers in `allocations` (of this capture, checked) are
+    /// ordered after their allocation and before their free.
+    fn capture_planned(
+        &mut self,
+        stream: &StreamRef,
+        planned: Planned,
+        allocations: [Option<&CaptureAllocation>; 2],
+    ) -> Result<()> {
         let Planned { memory, operation } = planned;
-        stream.outside_transitions(InCapture::Captured, || self.refuse_outside(stream))?;
+        stream.outside_transitions(InCapture::Captured, || {
+            self.refuse_outside(stream)?;
+            allocations.iter().flatten().try_for_each(|allocation| allocation.refuse_unusable(self.id()))
+        })?;
         // Held before CUDA has the work. No capture of this crate ends between the check
         // and the enqueue (the hold), and the foreign entry points' contract keeps another
         // library's end of this capture from overlapping a call of this crate on any of its
         // streams (`BorrowedStream::borrow_raw`, `StreamRef::to_cudarc`).
         self.hold_memory(Arc::new(memory));
         let uses = move || operation.accesses().into_iter().map(|access| access.as_use()).collect();
-        self.enqueue_captured(stream, Work::named(operation.call_name()).uses(uses), |_| operation.enqueue(stream))
+        let work = Work::named(operation.call_name()).uses(uses);
+        self.enqueue_captured(stream, work, |_| {
+            // Under the same hold as the check: the stream is still this capture's.
+            let mut used = Vec::with_capacity(2);
+            for allocation in allocations.iter().flatten() {
+                used.push((allocation, allocation.before_use(stream)?));
+            }
+            operation.enqueue(stream)?;
+            used.into_iter().try_for_each(|(allocation, used)| allocation.used_on(stream, used))
+        })
+    }
+}
+
+/// [`CaptureAllocation::before_use`], once the allocation is checked to be capture `id`'s.
+fn before_use(allocation: &CaptureAllocation, id: u64, stream: &StreamRef) -> Result<crate::event::Event> {
+    allocation.refuse_unusable(id)?;
+    allocation.before_use(stream)
+}
+
+/// The event a capture buffer's use in [`Capture::use_on`] leaves, recorded when the use is
+/// finished or unwinds.
+struct UseNote<'a> {
+    stream: &'a StreamRef,
+    allocation: &'a CaptureAllocation,
+    used: Option<crate::event::Event>,
+}
+
+impl UseNote<'_> {
+    fn finish(mut self) -> Result<()> {
+        self.record()
+    }
+
+    /// Records the event under the enqueue path's hold (if the hold is refused, the free is
+    /// refused in turn: see [`CaptureAllocation::used_on`]).
+    fn record(&mut self) -> Result<()> {
+        let Some(used) = self.used.take() else { return Ok(()) };
+        let mut used = Some(used);
+        let recorded = self.stream.outside_transitions(InCapture::Captured, || {
+            used.take().map_or(Ok(()), |used| self.allocation.used_on(self.stream, used))
+        });
+        if used.is_some() {
+            self.allocation.mark_unordered();
+        }
+        recorded
+    }
+}
+
+impl Drop for UseNote<'_> {
+    fn drop(&mut self) {
+        let _ = self.record();
     }
 }
 
@@ -697,7 +857,7 @@ impl GraphExec {
         (to, to_range): (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
         (from, from_range): (&Arc<DeviceBuffer<T, R>>, impl RangeBounds<usize>),
     ) -> Result<()> {
-        let planned = plan_copy(self.memory(), self.device(), to, to_range, from, from_range)?;
+        let planned = plan_copy(self.memory(), self.device(), (to, to_range), (from, from_range))?;
         self.set_planned(graph, node, planned)
     }
 

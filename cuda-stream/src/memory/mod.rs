@@ -37,8 +37,10 @@
 //!   capture's own copies, fills and `use_on` take shared buffers, which the graph then holds
 //!   (see [Graphs](#graphs)). A buffer
 //!   whose home stream is being captured when it drops is leaked, not freed into the graph.
-//!   Memory a graph owns comes from [`Capture::scratch`](crate::Capture::scratch): allocated
-//!   and freed inside the capture, as the graph's own memory nodes. Graphs built node by node
+//!   Memory a graph owns comes from [`Capture::alloc`](crate::Capture::alloc) (a
+//!   [`CaptureBuffer`], freed by [`Capture::free`](crate::Capture::free)) and
+//!   [`Capture::scratch`](crate::Capture::scratch): allocated and freed inside the capture, as
+//!   the graph's own memory nodes (see [Graphs](#graphs)). Graphs built node by node
 //!   copy and fill buffers they hold (see [Graphs](#graphs)).
 //! * Sizes are checked before CUDA sees them: a zero length, a byte size that overflows, and
 //!   copies between sides of different lengths are [`Error::Size`]; running
@@ -94,6 +96,13 @@
 //!   [`set_fill_bytes`](crate::GraphExec::set_fill_bytes), and the page-locked ones); it then
 //!   holds the new memory too. [`GraphExec::update`](crate::GraphExec::update) takes the
 //!   memory of the graph it updates from.
+//! * Memory the graph allocates itself during a capture, a [`CaptureBuffer`]
+//!   ([`Capture::alloc`](crate::Capture::alloc)), goes wherever a shared buffer goes in the
+//!   capture's calls above. Its uses are ordered in the graph: each waits for the allocation,
+//!   whichever stream of the capture it is on, and [`Capture::free`](crate::Capture::free)
+//!   waits for every use, so the graph's allocator hands the block to a later allocation only
+//!   after the reads on forked streams (PyTorch's `record_stream` in a capture). One never
+//!   freed outlives each launch (CUDA's rules for that are on [`CaptureBuffer`]).
 //! * A graph holds at most 12 device buffers (one launch orders at most 12, as one kernel
 //!   launch does), and one that holds any is not instantiated for device launch, whose launches
 //!   the host would not see.
@@ -105,6 +114,7 @@
 // Layer 10 of docs/architecture.md, memory. May use: ffi, call, device, event, stream, graph.
 
 mod buffer;
+mod capture_buffer;
 mod graph_nodes;
 mod launch_args;
 mod ledger;
@@ -114,12 +124,13 @@ mod pinned;
 mod pinned_pool;
 mod pool;
 mod registered;
-mod scratch;
 mod shared_pinned;
 mod uses;
 mod view;
 
 pub use buffer::DeviceBuffer;
+pub use capture_buffer::CaptureBuffer;
+pub use graph_nodes::CaptureMemory;
 pub use launch_args::ArgUse;
 pub(crate) use launch_args::ordered_launch;
 pub use mem_ops::{

@@ -1,0 +1,221 @@
+//! Memory a capture's graph allocates and frees (`Capture::alloc`, `Capture::free`), used on
+//! forked streams of the capture, on a GPU: PyTorch's reclaim and `record_stream` graph tests
+//! adapted. Each test observes the GPU: forked readers spin before they read a block, so a free
+//! that did not wait for them would let the block's next owner overwrite it first; the graph's
+//! allocator is seen to reuse the block (the same address), and the readers still read what was
+//! there before.
+
+use cuda_stream::capture::ThreadLocal;
+use cuda_stream::{CaptureBuffer, DeviceBuffer, Error, GraphExec, InstantiateOptions, Stream};
+use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, spin};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const N: usize = 1 << 16;
+
+/// How long the first forked reader spins before it reads; the others longer.
+const SLOW: Duration = Duration::from_millis(30);
+
+type Buffer = Arc<DeviceBuffer<u32, Arc<Stream>>>;
+
+/// One test at a time that uses CUDA's graph allocator, which reuses blocks across graphs.
+fn graph_memory_alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: Mutex<()> = Mutex::new(());
+    ALONE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn output(home: &Arc<Stream>) -> Buffer {
+    Arc::new(DeviceBuffer::zeroed(Arc::clone(home), N).unwrap())
+}
+
+/// The address a capture buffer has in the graph.
+fn address_of(
+    capture: &mut cuda_stream::Capture<'_, ThreadLocal>,
+    stream: &Stream,
+    buffer: &CaptureBuffer<u32>,
+) -> usize {
+    capture.use_on(stream, buffer, |_, address| address as usize).unwrap()
+}
+
+/// PyTorch's `test_graph_capture_reclaim_{2,4}_streams`, adapted: block `a`, filled with bytes
+/// 0x11, is read by each of `readers` (forked from the capturing stream; each spins first, the
+/// later ones longer) into its own output, and freed on the capturing stream before the join.
+/// Block `b`, allocated after that free on the same stream, is filled with bytes 0x22 and
+/// copied out. Returns the executable, and whether `b` got `a`'s address.
+fn reclaim_graph(capturing: &Stream, readers: &[Stream], outputs: &[Buffer], b_out: &Buffer) -> (GraphExec, bool) {
+    let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+    let mut a = capture.alloc::<u32>(capturing, N).unwrap();
+    capture.fill_bytes(capturing, &a, .., 0x11).unwrap();
+    let a_address = address_of(&mut capture, capturing, &a);
+    for ((reader, out), i) in readers.iter().zip(outputs).zip(1..) {
+        reader.wait_stream(capturing).unwrap();
+        spin(reader, SLOW * i).unwrap();
+        capture.copy(reader, (out, ..), (&a, ..)).unwrap();
+    }
+    // Freed on the capturing stream while the readers still spin: the free waits for them.
+    capture.free(capturing, &mut a).unwrap();
+    let mut b = capture.alloc::<u32>(capturing, N).unwrap();
+    let reused = address_of(&mut capture, capturing, &b) == a_address;
+    capture.fill_bytes(capturing, &b, .., 0x22).unwrap();
+    capture.copy(capturing, (b_out, ..), (&b, ..)).unwrap();
+    capture.free(capturing, &mut b).unwrap();
+    for reader in readers {
+        capturing.wait_stream(reader).unwrap();
+    }
+    (capture.end().unwrap().instantiate().unwrap(), reused)
+}
+
+fn reclaim_after_forked_reads(readers: usize) {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let home = Arc::new(non_blocking_stream(device));
+    let capturing = non_blocking_stream(device);
+    let forked: Vec<Stream> = (0..readers).map(|_| non_blocking_stream(device)).collect();
+    let outputs: Vec<Buffer> = (0..readers).map(|_| output(&home)).collect();
+    let b_out = output(&home);
+    let (exec, reused) = reclaim_graph(&capturing, &forked, &outputs, &b_out);
+    assert!(reused, "the graph's allocator gave the freed block to the next allocation (else this test shows nothing)");
+    for _ in 0..3 {
+        exec.launch(&capturing).unwrap();
+    }
+    for (i, out) in outputs.iter().enumerate() {
+        assert_eq!(out.to_vec().unwrap(), vec![0x1111_1111; N], "reader {i} read block a before b's fill took it");
+    }
+    assert_eq!(b_out.to_vec().unwrap(), vec![0x2222_2222; N], "block b held its own fill");
+}
+
+#[test]
+fn a_block_read_on_a_forked_stream_is_reused_only_after_the_read_2_streams() {
+    reclaim_after_forked_reads(1);
+}
+
+#[test]
+fn a_block_read_on_three_forked_streams_is_reused_only_after_every_read_4_streams() {
+    reclaim_after_forked_reads(3);
+}
+
+/// PyTorch's `test_graph_record_stream`, adapted: a buffer with a slow use pending on another
+/// stream is dropped just before the capture (its free must not disturb it); inside the
+/// capture a block cloned from a shared buffer is filled on a forked stream and freed there
+/// (PyTorch's `record_stream` on the forked stream, then `del`), before the join.
+#[test]
+fn a_capture_buffer_freed_on_a_forked_stream_replays_and_a_pending_free_outside_does_not_break_the_capture() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let home = Arc::new(non_blocking_stream(device));
+    let (s0, s1, s2) = (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let values: Vec<u32> = (0..N as u32).collect();
+    let a: Buffer = Arc::new(DeviceBuffer::from_slice(Arc::clone(&home), &values).unwrap());
+    let (copied, filled) = (output(&home), output(&home));
+    {
+        let mut potential_problem = DeviceBuffer::<u32, _>::zeroed(&s0, N).unwrap();
+        potential_problem.use_on(&s2, |stream, _| spin(stream, SLOW * 2).unwrap()).unwrap();
+        potential_problem.fill_bytes(&s0, 0x01).unwrap();
+    }
+    let mut capture = s1.begin_capture(ThreadLocal).unwrap();
+    let mut b = capture.alloc::<u32>(&s1, N).unwrap();
+    capture.copy(&s1, (&b, ..), (&a, ..)).unwrap();
+    capture.copy(&s1, (&copied, ..), (&b, ..)).unwrap();
+    s2.wait_stream(&s1).unwrap();
+    spin(&s2, SLOW).unwrap();
+    capture.fill_bytes(&s2, &b, .., 0x01).unwrap();
+    capture.copy(&s2, (&filled, ..), (&b, ..)).unwrap();
+    capture.free(&s2, &mut b).unwrap();
+    s1.wait_stream(&s2).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    for _ in 0..2 {
+        exec.launch(&s1).unwrap();
+    }
+    // An allocation after the graph's frees (PyTorch's "dummy allocation").
+    let after = DeviceBuffer::<u32, _>::zeroed(&s1, N).unwrap();
+    assert_eq!(after.to_vec().unwrap(), vec![0; N]);
+    assert_eq!(copied.to_vec().unwrap(), values, "the clone of the shared buffer");
+    assert_eq!(filled.to_vec().unwrap(), vec![0x0101_0101; N], "the forked stream's fill");
+}
+
+/// A stream forked before the allocation waits for it before its use (else its memset would
+/// run on memory the graph has not mapped yet).
+#[test]
+fn a_stream_forked_before_the_allocation_uses_the_block_after_it() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let home = Arc::new(non_blocking_stream(device));
+    let (s0, s1) = (non_blocking_stream(device), non_blocking_stream(device));
+    let out = output(&home);
+    let mut capture = s0.begin_capture(ThreadLocal).unwrap();
+    s1.wait_stream(&s0).unwrap();
+    spin(&s0, SLOW).unwrap();
+    let mut block = capture.alloc::<u32>(&s0, N).unwrap();
+    capture.fill_bytes(&s1, &block, .., 0x5a).unwrap();
+    capture.copy(&s1, (&out, ..), (&block, ..)).unwrap();
+    // Freed on the allocating stream: it waits for the forked stream's uses.
+    capture.free(&s0, &mut block).unwrap();
+    assert!(matches!(capture.fill_bytes(&s0, &block, .., 0), Err(Error::CaptureMisuse(_))), "a freed block");
+    assert!(matches!(capture.free(&s0, &mut block), Err(Error::CaptureMisuse(_))), "freed once");
+    s0.wait_stream(&s1).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&s0).unwrap();
+    assert_eq!(out.to_vec().unwrap(), vec![0x5a5a_5a5a; N]);
+}
+
+#[test]
+fn a_capture_buffer_is_refused_outside_its_capture_and_a_free_outside_the_capture_is_refused() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let home = Arc::new(non_blocking_stream(device));
+    let (s0, s1, outside) = (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let out = output(&home);
+    let mut first = s0.begin_capture(ThreadLocal).unwrap();
+    let mut second = s1.begin_capture(ThreadLocal).unwrap();
+    assert!(matches!(first.alloc::<u32>(&outside, N), Err(Error::CaptureMisuse(_))), "a stream outside the capture");
+    assert!(matches!(first.alloc::<u32>(&s0, 0), Err(Error::Size(_))));
+    let mut block = first.alloc::<u32>(&s0, N).unwrap();
+    let misuse = |result: cuda_stream::Result<()>| matches!(result, Err(Error::CaptureMisuse(_)));
+    assert!(misuse(second.fill_bytes(&s1, &block, .., 0)), "another capture's memset");
+    assert!(misuse(second.copy(&s1, (&out, ..), (&block, ..))), "another capture's memcpy");
+    let mut ran = false;
+    let refused = second.use_on(&s1, &block, |_, _| ran = true);
+    assert!(matches!(refused, Err(Error::CaptureMisuse(_))) && !ran, "another capture's kernel never runs");
+    assert!(misuse(first.fill_bytes(&s1, &block, .., 0)), "a stream of another capture");
+    assert!(misuse(first.free(&outside, &mut block)), "a free outside the capture");
+    assert!(misuse(second.free(&s1, &mut block)), "another capture's free");
+    // Refused frees lose nothing: the block is still used and freed in its own capture.
+    first.copy(&s0, (&out, ..), (&block, ..)).unwrap();
+    first.free(&s0, &mut block).unwrap();
+    // Neither capture was broken by the refusals.
+    second.end().unwrap();
+    first.end().unwrap();
+}
+
+/// A capture buffer never freed is CUDA's graph memory that outlives a launch: the executable's
+/// second launch fails until something frees it, unless it frees the last launch's itself
+/// (`auto_free_on_launch`).
+#[test]
+fn a_capture_buffer_never_freed_outlives_the_launch_and_only_auto_free_relaunches() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let home = Arc::new(non_blocking_stream(device));
+    let stream = non_blocking_stream(device);
+    let out = output(&home);
+    let mut capture = stream.begin_capture(ThreadLocal).unwrap();
+    let kept = capture.alloc::<u32>(&stream, N).unwrap();
+    capture.fill_bytes(&stream, &kept, .., 0x33).unwrap();
+    capture.copy(&stream, (&out, ..), (&kept, ..)).unwrap();
+    drop(kept);
+    let graph = capture.end().unwrap();
+    {
+        let exec = graph.instantiate().unwrap();
+        exec.launch(&stream).unwrap();
+        let again = exec.launch(&stream);
+        println!("second launch with the allocation outstanding: {again:?}");
+        assert!(again.is_err(), "CUDA refuses to relaunch while the graph's allocation is outstanding");
+        stream.synchronize().unwrap();
+    }
+    assert_eq!(out.to_vec().unwrap(), vec![0x3333_3333; N]);
+    let exec = graph.instantiate_with(InstantiateOptions::new().auto_free_on_launch()).unwrap();
+    for _ in 0..3 {
+        exec.launch(&stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    assert_eq!(out.to_vec().unwrap(), vec![0x3333_3333; N]);
+}
