@@ -8,18 +8,20 @@
 
 use cuda_stream::race::{Access, AccessKind, RaceMode, race_scope};
 use cuda_stream::{
-    Device, DeviceBuffer, Event, EventFlags, LaunchConfig, PinnedBuffer, Stream, StreamOptions, StreamPool, capture,
-    check, sys,
+    Device, DeviceBuffer, Event, EventFlags, LaunchConfig, PinnedBuffer, SharedPinned, Stream, StreamOptions,
+    StreamPool, capture, check, sys,
 };
 use cuda_stream_tests::Stats;
 use cuda_stream_tests::bench::{cs_floor, time, write_json};
 use std::ffi::c_void;
 use std::hint::black_box;
+use std::sync::Arc;
 
 unsafe extern "C" {
     fn cs_floor_driver_has(op: i32) -> i32;
     fn cs_floor_driver(op: i32, iters: i32, a: sys::cudaStream_t, b: sys::cudaStream_t, e: sys::cudaEvent_t) -> f64;
     fn cs_bench_launch_empty(stream: sys::cudaStream_t) -> sys::cudaError_t;
+    fn cs_bench_launch_halve_add(stream: sys::cudaStream_t, data: *mut f32, n: i32) -> sys::cudaError_t;
     fn cs_bench_noop_host_fn(data: *mut c_void);
 }
 
@@ -51,11 +53,15 @@ enum FloorOp {
     PinnedCopy = 17,
     PinnedCopyBack = 18,
     LaunchEx = 19,
+    GraphReplayCopyKernelCopy = 20,
 }
 
 /// The bytes of one allocation and of one pinned copy, as in `kernels/bench_floor.cu`.
 const ALLOC_BYTES: usize = 4096;
 const PINNED_COPY_BYTES: usize = 64 << 20;
+/// The floats of the copy-kernel-copy graph, as `kCopyKernelCopyFloats` in
+/// `kernels/bench_floor.cu` (16 KiB each way: the launch's overhead dominates).
+const COPY_KERNEL_COPY_FLOATS: usize = 4096;
 
 const REPETITIONS: usize = 7;
 
@@ -91,7 +97,8 @@ fn main() {
     };
     let range = device.priority_range().unwrap();
     let high = range.most_urgent();
-    let a = Stream::new(device, StreamOptions::non_blocking()).unwrap();
+    // Shared: the home of the copy-kernel-copy graph's buffer, which the graph holds.
+    let a = Arc::new(Stream::new(device, StreamOptions::non_blocking()).unwrap());
     let b = Stream::new(device, StreamOptions::non_blocking()).unwrap();
     let event = Event::new(device, EventFlags::default()).unwrap();
     a.record(&event).unwrap();
@@ -130,6 +137,35 @@ fn main() {
         capture.end().unwrap().instantiate().unwrap()
     };
     graph_exec.upload(&a).unwrap();
+    a.synchronize().unwrap();
+    // The safe copy-kernel-copy graph, captured as the floor's (`CopyKernelCopy` in
+    // `kernels/bench_floor.cu`): a copy out of page-locked memory into a buffer homed on `a`,
+    // the kernel over the buffer, the copy back. The executable is all that holds the memory
+    // once this block ends, and each launch orders itself with the memory's other uses.
+    let copy_kernel_copy_exec = {
+        let data = Arc::new(DeviceBuffer::<f32, _>::zeroed(Arc::clone(&a), COPY_KERNEL_COPY_FLOATS).unwrap());
+        let host = Arc::new(SharedPinned::new(PinnedBuffer::<f32>::zeroed(COPY_KERNEL_COPY_FLOATS).unwrap()));
+        a.synchronize().unwrap();
+        let mut capture = a.begin_capture(capture::ThreadLocal).unwrap();
+        capture.copy_from_pinned(&*a, (&data, ..), (&host, ..)).unwrap();
+        capture
+            .use_on(&*a, &data, |stream, data| {
+                // SAFETY: `use_on`'s contract: the address is used only by this kernel, enqueued
+                // on `stream` while it is part of the capture. The kernel reads and writes the
+                // buffer's COPY_KERNEL_COPY_FLOATS floats (all of it, as `use_on` declares), which
+                // the graph holds for every launch, each launch ordered with the buffer's other
+                // uses.
+                check(
+                    unsafe { cs_bench_launch_halve_add(stream.as_raw(), data, COPY_KERNEL_COPY_FLOATS as i32) },
+                    "launch",
+                )
+            })
+            .unwrap()
+            .unwrap();
+        capture.copy_to_pinned(&*a, (&host, ..), (&data, ..)).unwrap();
+        capture.end().unwrap().instantiate().unwrap()
+    };
+    copy_kernel_copy_exec.upload(&a).unwrap();
     a.synchronize().unwrap();
     // The buffers of the memory rows.
     let mut used_elsewhere = DeviceBuffer::<u8, _>::new(&a, ALLOC_BYTES).unwrap();
@@ -518,6 +554,20 @@ fn main() {
                 })
             }),
             per_iter: 100.0,
+        },
+        Op {
+            name: "graph replay, copy-kernel-copy (captured)",
+            iters: 2_000,
+            cpp: Some(floor(FloorOp::GraphReplayCopyKernelCopy)),
+            driver: driver_floor(FloorOp::GraphReplayCopyKernelCopy),
+            ffi: None,
+            safe: Box::new(|n| {
+                time(n, || {
+                    copy_kernel_copy_exec.launch(&a).unwrap();
+                    a.synchronize().unwrap();
+                })
+            }),
+            per_iter: 1.0,
         },
         Op {
             name: "direct launch, per kernel of 100",

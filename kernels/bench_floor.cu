@@ -17,6 +17,13 @@
 namespace {
 __global__ void floor_empty_kernel() {}
 void floor_noop_host_fn(void*) {}
+
+// The kernel of the copy-kernel-copy graph: each of the `n` floats halved plus one (the values
+// stay finite however often the graph replays).
+__global__ void floor_halve_add_kernel(float* data, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] = data[i] * 0.5f + 1.0f;
+}
 }  // namespace
 
 // The operations, numbered as in benches/overhead.rs (enum FloorOp).
@@ -41,11 +48,16 @@ enum FloorOp {
   PinnedCopy = 17,
   PinnedCopyBack = 18,
   LaunchEx = 19,
+  GraphReplayCopyKernelCopy = 20,
 };
 
 // The bytes of one stream-ordered allocation (AllocFree) and of one pinned copy (PinnedCopy).
 static const size_t kAllocBytes = 4096;
 static const size_t kPinnedCopyBytes = 64u << 20;
+// The floats of the copy-kernel-copy graph (16 KiB each way: launch overhead dominates), and
+// the threads per block of its kernel.
+static const int kCopyKernelCopyFloats = 4096;
+static const int kCopyKernelCopyThreads = 256;
 
 namespace {
 // The graph of 100 empty kernels that the replay rows launch, instantiated and uploaded on `a`;
@@ -62,6 +74,71 @@ cudaGraphExec_t replay_graph(cudaStream_t a) {
   if (!ok && exec) cudaGraphExecDestroy(exec);
   return ok ? exec : nullptr;
 }
+
+// Launches the copy-kernel-copy graph's kernel over `n` floats at `data` on `stream`.
+void launch_halve_add(float* data, int n, cudaStream_t stream) {
+  int blocks = (n + kCopyKernelCopyThreads - 1) / kCopyKernelCopyThreads;
+  floor_halve_add_kernel<<<blocks, kCopyKernelCopyThreads, 0, stream>>>(data, n);
+}
+
+// The copy-kernel-copy graph of GraphReplayCopyKernelCopy, captured on `a`: a host-to-device
+// copy out of page-locked memory (cudaHostAlloc), the kernel over the device buffer (a
+// stream-ordered allocation, made before the capture), the device-to-host copy back into the
+// page-locked memory; instantiated and uploaded on `a`. What the safe side builds by capture
+// with `Capture::copy_from_pinned`, `Capture::use_on` and `Capture::copy_to_pinned`.
+struct CopyKernelCopy {
+  float* pinned = nullptr;
+  float* device = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaStream_t stream = nullptr;
+
+  // Everything made, or false (what was made is freed by the destructor).
+  bool make(cudaStream_t a) {
+    stream = a;
+    const size_t bytes = kCopyKernelCopyFloats * sizeof(float);
+    if (cudaHostAlloc(reinterpret_cast<void**>(&pinned), bytes, cudaHostAllocDefault) != cudaSuccess) {
+      pinned = nullptr;
+      return false;
+    }
+    for (int i = 0; i < kCopyKernelCopyFloats; ++i) pinned[i] = 0.0f;
+    if (cudaMallocAsync(reinterpret_cast<void**>(&device), bytes, a) != cudaSuccess) {
+      device = nullptr;
+      return false;
+    }
+    if (cudaStreamSynchronize(a) != cudaSuccess) return false;
+    cudaGraph_t graph;
+    if (cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return false;
+    bool ok = cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, a) == cudaSuccess;
+    launch_halve_add(device, kCopyKernelCopyFloats, a);
+    ok = cudaGetLastError() == cudaSuccess && ok;
+    ok = cudaMemcpyAsync(pinned, device, bytes, cudaMemcpyDeviceToHost, a) == cudaSuccess && ok;
+    // Ended whatever failed (a failure may have invalidated the capture: then no graph).
+    if (cudaStreamEndCapture(a, &graph) != cudaSuccess) return false;
+    if (!ok) {
+      cudaGraphDestroy(graph);
+      return false;
+    }
+    ok = cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    if (!ok) exec = nullptr;
+    ok = cudaGraphDestroy(graph) == cudaSuccess && ok;
+    return ok && cudaGraphUpload(exec, a) == cudaSuccess && cudaStreamSynchronize(a) == cudaSuccess;
+  }
+
+  // Frees everything made; false if a call failed.
+  bool release() {
+    bool ok = true;
+    if (exec) ok = cudaGraphExecDestroy(exec) == cudaSuccess && ok;
+    if (device) ok = cudaFreeAsync(device, stream) == cudaSuccess && ok;
+    if (device) ok = cudaStreamSynchronize(stream) == cudaSuccess && ok;
+    if (pinned) ok = cudaFreeHost(pinned) == cudaSuccess && ok;
+    exec = nullptr;
+    device = nullptr;
+    pinned = nullptr;
+    return ok;
+  }
+
+  ~CopyKernelCopy() { release(); }
+};
 }  // namespace
 
 // Runs `iters` operations of `op` with streams `a`, `b` and event `e`; returns ns per operation,
@@ -73,6 +150,8 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
   };
   cudaGraphExec_t exec = nullptr;
   if (op == GraphReplay100 && !(exec = replay_graph(a))) return -1.0;
+  CopyKernelCopy copy_kernel_copy;
+  if (op == GraphReplayCopyKernelCopy && !copy_kernel_copy.make(a)) return -1.0;
   void* pinned = nullptr;
   void* device = nullptr;
   if (op == PinnedCopy || op == PinnedCopyBack) {
@@ -146,6 +225,10 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
         ok(cudaGraphLaunch(exec, a));
         ok(cudaStreamSynchronize(a));
         break;
+      case GraphReplayCopyKernelCopy:
+        ok(cudaGraphLaunch(copy_kernel_copy.exec, a));
+        ok(cudaStreamSynchronize(a));
+        break;
       case DirectLaunch100:
         for (int k = 0; k < 100; ++k) floor_empty_kernel<<<1, 1, 0, a>>>();
         ok(cudaGetLastError());
@@ -170,6 +253,7 @@ extern "C" double cs_floor(int op, int iters, cudaStream_t a, cudaStream_t b, cu
   if (op == LaunchEmpty || op == LaunchEx || op == EventRecord || op == RecordWaitEvent || op == AllocFree) ok(cudaDeviceSynchronize());
   auto end = std::chrono::steady_clock::now();
   if (exec) ok(cudaGraphExecDestroy(exec));
+  if (!copy_kernel_copy.release()) failed = cudaErrorUnknown;
   if (pinned) ok(cudaFreeHost(pinned));
   if (device) ok(cudaFree(device));
   if (failed != cudaSuccess) return -1.0;
@@ -221,7 +305,7 @@ const DriverFloor& driver_floor() {
 extern "C" int cs_floor_driver_has(int op) {
   switch (op) {
     case QueryIdle: case SynchronizeIdle: case EventRecord: case RecordWaitEvent: case EventQuery:
-    case EventSynchronize: case HostFnRoundTrip: case GraphReplay100: return 1;
+    case EventSynchronize: case HostFnRoundTrip: case GraphReplay100: case GraphReplayCopyKernelCopy: return 1;
     default: return 0;
   }
 }
@@ -241,6 +325,8 @@ extern "C" double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_
   };
   CUgraphExec exec = nullptr;
   if (op == GraphReplay100 && !(exec = replay_graph(a))) return -1.0;
+  CopyKernelCopy copy_kernel_copy;
+  if (op == GraphReplayCopyKernelCopy && !copy_kernel_copy.make(a)) return -1.0;
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
     switch (op) {
@@ -261,11 +347,16 @@ extern "C" double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_
         ok(d.graph_launch(exec, sa));
         ok(d.stream_synchronize(sa));
         break;
+      case GraphReplayCopyKernelCopy:
+        ok(d.graph_launch(copy_kernel_copy.exec, sa));
+        ok(d.stream_synchronize(sa));
+        break;
     }
   }
   if (op == EventRecord || op == RecordWaitEvent) ok(cudaDeviceSynchronize() == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
   auto end = std::chrono::steady_clock::now();
   if (exec) ok(cudaGraphExecDestroy(exec) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+  if (!copy_kernel_copy.release()) failed = CUDA_ERROR_UNKNOWN;
   if (failed != CUDA_SUCCESS) return -1.0;
   return std::chrono::duration<double, std::nano>(end - start).count() / iters;
 }
@@ -428,6 +519,13 @@ extern "C" double cs_scale_floor(int op, int api, const cudaStream_t* streams, i
 // An empty kernel launch for the Rust sides of the benchmark (same kernel shape).
 extern "C" cudaError_t cs_bench_launch_empty(cudaStream_t stream) {
   floor_empty_kernel<<<1, 1, 0, stream>>>();
+  return cudaGetLastError();
+}
+
+// The copy-kernel-copy graph's kernel over `n` floats at `data`, for the safe side of the
+// overhead benchmark's copy-kernel-copy row (launched inside its capture, as the floor's).
+extern "C" cudaError_t cs_bench_launch_halve_add(cudaStream_t stream, float* data, int n) {
+  launch_halve_add(data, n, stream);
   return cudaGetLastError();
 }
 

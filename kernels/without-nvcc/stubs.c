@@ -41,6 +41,10 @@ double cs_floor_driver(int op, int iters, cudaStream_t a, cudaStream_t b, cudaEv
   return -1.0;
 }
 cudaError_t cs_bench_launch_empty(cudaStream_t s) { (void)s; return cudaErrorNotSupported; }
+cudaError_t cs_bench_launch_halve_add(cudaStream_t s, float* data, int n) {
+  (void)s; (void)data; (void)n;
+  return cudaErrorNotSupported;
+}
 void cs_bench_noop_host_fn(void* data) { (void)data; }
 void cs_bench_set_flag_host_fn(void* flag) { (void)flag; }
 int cs_floor_event_synchronize(cudaEvent_t e, double* wall_ns, double* cpu_ns) {
