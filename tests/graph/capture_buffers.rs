@@ -219,3 +219,84 @@ fn a_capture_buffer_never_freed_outlives_the_launch_and_only_auto_free_relaunche
     stream.synchronize().unwrap();
     assert_eq!(out.to_vec().unwrap(), vec![0x3333_3333; N]);
 }
+
+/// An executable is not updated from a graph with allocation nodes: CUDA would keep the
+/// executable's allocation where it is mapped while the new memset names the new graph's block.
+#[test]
+fn an_executable_is_not_updated_from_a_graph_that_allocates() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let home = Arc::new(non_blocking_stream(device));
+    let stream = non_blocking_stream(device);
+    let out = output(&home);
+    let graph_with = |byte: u8| {
+        let mut capture = stream.begin_capture(ThreadLocal).unwrap();
+        let mut block = capture.alloc::<u32>(&stream, N).unwrap();
+        capture.fill_bytes(&stream, &block, .., byte).unwrap();
+        capture.copy(&stream, (&out, ..), (&block, ..)).unwrap();
+        capture.free(&stream, &mut block).unwrap();
+        capture.end().unwrap()
+    };
+    let (first, second) = (graph_with(0x44), graph_with(0x55));
+    let mut exec = first.instantiate().unwrap();
+    assert!(matches!(exec.update(&second), Err(Error::GraphMisuse(_))));
+    exec.launch(&stream).unwrap();
+    assert_eq!(out.to_vec().unwrap(), vec![0x4444_4444; N], "the executable is unchanged");
+}
+
+/// A kernel launcher that unwinds inside `use_on` still leaves its use event: the free waits for
+/// the kernel it enqueued before the panic, and the graph replays.
+#[test]
+fn a_use_that_unwinds_is_still_ordered_before_the_free() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let home = Arc::new(non_blocking_stream(device));
+    let (s0, s1) = (non_blocking_stream(device), non_blocking_stream(device));
+    let out = output(&home);
+    let mut capture = s0.begin_capture(ThreadLocal).unwrap();
+    let mut block = capture.alloc::<u32>(&s0, N).unwrap();
+    capture.fill_bytes(&s0, &block, .., 0x66).unwrap();
+    let block_address = address_of(&mut capture, &s0, &block);
+    s1.wait_stream(&s0).unwrap();
+    let copy_then_panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        capture.use_on(&s1, &block, |stream, address| {
+            // SAFETY: the block and the output hold N u32s of the device; the block until its
+            // free (which waits for this kernel), the output for every launch (the test reads it
+            // back before it drops).
+            unsafe { cuda_stream_tests::spin_copy(stream, address, out.as_ptr().cast_mut(), N, SLOW) }.unwrap();
+            panic!("the launcher fails after its kernel is in");
+        })
+    }));
+    assert!(copy_then_panic.is_err());
+    capture.free(&s0, &mut block).unwrap();
+    let mut next = capture.alloc::<u32>(&s0, N).unwrap();
+    assert_eq!(address_of(&mut capture, &s0, &next), block_address, "the block is reused (else this shows nothing)");
+    capture.fill_bytes(&s0, &next, .., 0x77).unwrap();
+    capture.free(&s0, &mut next).unwrap();
+    s0.wait_stream(&s1).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&s0).unwrap();
+    s0.synchronize().unwrap();
+    assert_eq!(out.to_vec().unwrap(), vec![0x6666_6666; N], "the unwound use read the block before its reuse");
+}
+
+/// A capture buffer dropped on another thread while its capture ends: its events, recorded into
+/// the capture, are destroyed outside the end (a destroy racing an end crashed libcuda).
+#[test]
+fn capture_buffers_dropped_on_other_threads_while_their_capture_ends() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let stream = non_blocking_stream(device);
+    for _ in 0..200 {
+        let mut capture = stream.begin_capture(cuda_stream::capture::Relaxed).unwrap();
+        let mut blocks: Vec<CaptureBuffer<u32>> = (0..4).map(|_| capture.alloc::<u32>(&stream, 256).unwrap()).collect();
+        for block in &mut blocks {
+            capture.fill_bytes(&stream, &*block, .., 0).unwrap();
+            capture.free(&stream, block).unwrap();
+        }
+        let dropper = std::thread::spawn(move || drop(blocks));
+        let graph = capture.end().unwrap();
+        dropper.join().unwrap();
+        drop(graph);
+    }
+}

@@ -180,11 +180,11 @@
 //! | `Capture::scratch` | **captured** (an allocation and a free of the graph) | **refused** (a stream outside the capture) |
 //! | `Capture::alloc` | **captured** (an allocation of the graph) | **refused** (a stream outside the capture) |
 //! | `Capture::free` | **captured** (a free of the graph, after the buffer's uses) | **refused** (a stream outside the capture) |
-//! | `Capture::copy` | **captured** (a memcpy node; the graph holds the buffers) | **refused** (a stream outside the capture) |
-//! | `Capture::fill_bytes` | **captured** (a memset node; the graph holds the buffer) | **refused** (a stream outside the capture) |
-//! | `Capture::copy_from_pinned` | **captured** (a memcpy node; the graph holds both) | **refused** (a stream outside the capture) |
-//! | `Capture::copy_to_pinned` | **captured** (a memcpy node; the graph holds both) | **refused** (a stream outside the capture) |
-//! | `Capture::use_on` | **captured** (the graph holds the buffer) | **refused** (a stream outside the capture) |
+//! | `Capture::copy` | **captured** (a memcpy node; the graph holds the shared buffers) | **refused** (a stream outside the capture) |
+//! | `Capture::fill_bytes` | **captured** (a memset node; the graph holds a shared buffer) | **refused** (a stream outside the capture) |
+//! | `Capture::copy_from_pinned` | **captured** (a memcpy node; the graph holds the shared memory) | **refused** (a stream outside the capture) |
+//! | `Capture::copy_to_pinned` | **captured** (a memcpy node; the graph holds the shared memory) | **refused** (a stream outside the capture) |
+//! | `Capture::use_on` | **captured** (the graph holds a shared buffer) | **refused** (a stream outside the capture) |
 //! | `Event::new` | **—** | **allowed** |
 //! | `drop(Event)` | **—** | **allowed** |
 //! | `Event::ipc_handle` | **—** | **allowed** |

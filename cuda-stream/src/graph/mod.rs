@@ -596,8 +596,9 @@ impl GraphExec {
     /// # Errors
     /// [`Error::DeviceMismatch`] for a graph of another device; [`Error::InsideHostFn`];
     /// [`Error::GraphMisuse`] for a graph whose body capture has not ended, failed, or was
-    /// dropped before `end`, and for a graph whose memory nodes use buffers when the executable
-    /// was instantiated for device launch;
+    /// dropped before `end`, for a graph whose memory nodes use buffers when the executable
+    /// was instantiated for device launch, and for a graph with memory allocation or free
+    /// nodes ([`Capture::alloc`](crate::Capture::alloc), [`Capture::scratch`](crate::Capture::scratch));
     /// [`Error::GraphUpdate`] with CUDA's [`GraphExecUpdateResult`] (e.g.
     /// [`GraphExecUpdateResult::TOPOLOGY_CHANGED`]) when CUDA refuses: the executable is then
     /// unchanged and still usable.
@@ -608,6 +609,15 @@ impl GraphExec {
         graph.refuse_incomplete()?;
         if self.device_launch && graph.tree.memory.borrow().is_some() {
             return Err(Error::GraphMisuse(DEVICE_LAUNCH_WITH_MEMORY));
+        }
+        // SAFETY: a live graph used by this thread only (`&Graph` of a !Sync type), with no
+        // capture into it open (checked above).
+        if unsafe { nodes::has_graph_memory_nodes(graph.raw)? } {
+            // CUDA keeps an executable's allocation where it was mapped, while the new graph's
+            // nodes name the new graph's address.
+            return Err(Error::GraphMisuse(
+                "an executable is not updated from a graph that allocates or frees graph memory (its nodes would name memory the executable does not map)",
+            ));
         }
         let mut info = sys::cudaGraphExecUpdateResultInfo {
             result: sys::cudaGraphExecUpdateResult::cudaGraphExecUpdateSuccess,

@@ -174,6 +174,27 @@ pub(super) unsafe fn node_count_of(graph: sys::cudaGraph_t) -> Result<usize> {
     Ok(count)
 }
 
+/// Whether `graph` has a memory allocation or free node (graph memory: a capture's
+/// [`Capture::alloc`](crate::Capture::alloc) and [`Capture::free`](crate::Capture::free),
+/// [`Capture::scratch`](crate::Capture::scratch), or raw captured `cudaMallocAsync`).
+///
+/// # Safety
+/// As [`node_count_of`].
+pub(super) unsafe fn has_graph_memory_nodes(graph: sys::cudaGraph_t) -> Result<bool> {
+    // SAFETY: the caller's contract.
+    for node in unsafe { nodes_of(graph)? } {
+        let mut kind = sys::cudaGraphNodeType::cudaGraphNodeTypeKernel;
+        // SAFETY: a node of the live graph; a valid out-pointer.
+        check(unsafe { sys::cudaGraphNodeGetType(node, &mut kind) }, "cudaGraphNodeGetType")?;
+        if kind == sys::cudaGraphNodeType::cudaGraphNodeTypeMemAlloc
+            || kind == sys::cudaGraphNodeType::cudaGraphNodeTypeMemFree
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The nodes of `graph`.
 ///
 /// # Safety

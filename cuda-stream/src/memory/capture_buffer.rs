@@ -11,11 +11,12 @@
 //! captured records: they order nodes of the graph, and nothing ever queries them.
 
 use super::{DeviceCopy, byte_size};
-use crate::device::Device;
+use crate::call::transitions::no_capture_transitions;
 use crate::device::keep_alive::graph_mutations;
+use crate::device::{Device, same_device};
 use crate::event::Event;
 use crate::ffi::error::{Error, Result, check};
-use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::ffi::inside_host_fn::{call_outside_host_fn, refuse_inside_host_fn};
 use crate::graph::capture::{Capture, CaptureMode};
 use crate::stream::enqueue::InCapture;
 use crate::stream::{AsStream, StreamRef};
@@ -90,7 +91,8 @@ pub(super) struct CaptureAllocation {
     device: Device,
     capture: u64,
     /// Recorded on the allocating stream right after the allocation: every use waits for it.
-    allocated: Event,
+    /// `None` only in the drop.
+    allocated: Option<Event>,
     /// One event recorded after each use: the free waits for all of them.
     used: Mutex<Vec<Event>>,
     /// A use whose event could not be recorded after it: the free is refused.
@@ -122,7 +124,9 @@ impl CaptureAllocation {
     /// use is enqueued.
     pub(super) fn before_use(&self, stream: &StreamRef) -> Result<Event> {
         let used = Event::internal(self.device)?;
-        stream.wait_raw(self.allocated.as_raw(), 0)?;
+        if let Some(allocated) = &self.allocated {
+            stream.wait_raw(allocated.as_raw(), 0)?;
+        }
         Ok(used)
     }
 
@@ -141,6 +145,21 @@ impl CaptureAllocation {
     /// A use was made whose end no event marks: no free is ordered after it.
     pub(super) fn mark_unordered(&self) {
         self.unordered.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for CaptureAllocation {
+    fn drop(&mut self) {
+        // The events were recorded into the capture (`record_raw` marks no record state): they
+        // are destroyed where no capture transition of this crate overlaps, as an `Event` whose
+        // last record went into a capture is (a destroy racing the capture's end on another
+        // thread crashed libcuda); inside a host function, outside it.
+        let mut events = std::mem::take(self.used.get_mut().unwrap_or_else(PoisonError::into_inner));
+        events.extend(self.allocated.take());
+        call_outside_host_fn(move || {
+            let _transitions = no_capture_transitions();
+            drop(events);
+        });
     }
 }
 
@@ -187,7 +206,7 @@ impl<M: CaptureMode> Capture<'_, M> {
             address: address as usize,
             device: stream.device(),
             capture: self.id(),
-            allocated,
+            allocated: Some(allocated),
             used: Mutex::new(Vec::new()),
             unordered: AtomicBool::new(false),
             freed: AtomicBool::new(false),
@@ -204,10 +223,12 @@ impl<M: CaptureMode> Capture<'_, M> {
     /// # Errors
     /// [`Error::CaptureMisuse`] for a stream that is not part of this capture, a buffer of
     /// another capture or one already freed, and a buffer one of whose uses could not be
-    /// ordered (its event was not recorded); [`Error::InsideHostFn`]; CUDA's errors. The
-    /// buffer is then not freed, and may be freed again.
+    /// ordered (its event was not recorded: such a buffer is never freed);
+    /// [`Error::DeviceMismatch`] for a stream of another device; [`Error::InsideHostFn`];
+    /// CUDA's errors. The buffer is then not freed, and the free may be tried again.
     pub fn free<T: DeviceCopy>(&mut self, stream: impl AsStream, buffer: &mut CaptureBuffer<T>) -> Result<()> {
         let stream = stream.as_stream();
+        same_device("a capture buffer is freed on a stream of its device", buffer.device(), stream.device())?;
         refuse_inside_host_fn()?;
         let allocation = &buffer.allocation;
         stream.outside_transitions(InCapture::Captured, || {

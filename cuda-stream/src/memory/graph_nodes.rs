@@ -240,6 +240,11 @@ impl HeldMemory {
         Ok(())
     }
 
+    /// Whether it holds nothing and names no node.
+    fn is_empty(&self) -> bool {
+        self.buffers.is_empty() && self.page_locked.is_empty() && self.nodes.is_empty()
+    }
+
     /// Holds `memory` for a node that touches `span` of it.
     fn hold_page_locked(&mut self, memory: Arc<dyn HeldPageLocked>, span: Span) {
         if !merge_into(&mut self.page_locked, &memory, &span) {
@@ -750,9 +755,11 @@ impl<M: CaptureMode> Capture<'_, M> {
             self.refuse_outside(&stream)?;
             allocation.map(|allocation| before_use(allocation, self.id(), &stream)).transpose()
         })?;
-        let mut memory = HeldMemory::of(self.memory())?;
-        hold_side(&mut memory, buffer, span)?;
-        self.hold_memory(Arc::new(memory));
+        if buffer.held.is_some() {
+            let mut memory = HeldMemory::of(self.memory())?;
+            hold_side(&mut memory, buffer, span)?;
+            self.hold_memory(Arc::new(memory));
+        }
         // Recorded after `launch`'s work, also when it unwinds (its kernels may be in).
         let noted =
             allocation.zip(used).map(|(allocation, used)| UseNote { stream: &stream, allocation, used: Some(used) });
@@ -778,8 +785,11 @@ impl<M: CaptureMode> Capture<'_, M> {
         // Held before CUDA has the work. No capture of this crate ends between the check
         // and the enqueue (the hold), and the foreign entry points' contract keeps another
         // library's end of this capture from overlapping a call of this crate on any of its
-        // streams (`BorrowedStream::borrow_raw`, `StreamRef::to_cudarc`).
-        self.hold_memory(Arc::new(memory));
+        // streams (`BorrowedStream::borrow_raw`, `StreamRef::to_cudarc`). Work on the graph's
+        // own memory only holds nothing.
+        if !memory.is_empty() {
+            self.hold_memory(Arc::new(memory));
+        }
         let uses = move || operation.accesses().into_iter().map(|access| access.as_use()).collect();
         let work = Work::named(operation.call_name()).uses(uses);
         self.enqueue_captured(stream, work, |_| {
@@ -789,7 +799,8 @@ impl<M: CaptureMode> Capture<'_, M> {
                 used.push((allocation, allocation.before_use(stream)?));
             }
             operation.enqueue(stream)?;
-            used.into_iter().try_for_each(|(allocation, used)| allocation.used_on(stream, used))
+            // Every event is recorded (or its buffer marked unordered), whatever the others did.
+            used.into_iter().map(|(allocation, used)| allocation.used_on(stream, used)).fold(Ok(()), Result::and)
         })
     }
 }
