@@ -300,3 +300,69 @@ fn capture_buffers_dropped_on_other_threads_while_their_capture_ends() {
         drop(graph);
     }
 }
+
+/// Captures a graph that fills a capture buffer with `byte` after a spin and keeps it: CUDA's
+/// graph memory freed outside the graph.
+fn output_graph(stream: &Stream, byte: u8) -> (cuda_stream::Graph, cuda_stream::GraphOutput<u32>) {
+    let mut capture = stream.begin_capture(ThreadLocal).unwrap();
+    let block = capture.alloc::<u32>(stream, N).unwrap();
+    spin(stream, SLOW).unwrap();
+    capture.fill_bytes(stream, &block, .., byte).unwrap();
+    let output = capture.keep(block).unwrap();
+    (capture.end().unwrap(), output)
+}
+
+#[test]
+fn a_kept_capture_buffer_is_taken_after_each_launch_and_the_next_launch_waits_for_its_free() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let (launching, home, relaunching) =
+        (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let (graph, output) = output_graph(&launching, 0x11);
+    let exec = graph.instantiate().unwrap();
+    let misuse = |result: cuda_stream::Result<()>| matches!(result, Err(Error::GraphMisuse(_)));
+    assert!(output.take(&home).is_err(), "no launch yet");
+    exec.launch(&launching).unwrap();
+    assert!(misuse(exec.launch(&launching)), "the first launch's output is not taken yet");
+    let taken = output.take(&home).unwrap();
+    assert!(output.take(&home).is_err(), "taken once");
+    assert!(misuse(exec.launch(&launching)), "the taken buffer is alive");
+    assert_eq!(taken.to_vec().unwrap(), vec![0x1111_1111; N], "home waited for the launch");
+    // A slow read of the output on its home stream, then the drop frees it there: the next
+    // launch, on a third stream, waits for that free (it writes the same address again).
+    let mut seen = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    let target = seen.as_mut_ptr();
+    // SAFETY: both hold N u32s of the device; the output until its free, which the home stream
+    // orders after this kernel; `seen` until the test reads it back.
+    unsafe { cuda_stream_tests::spin_copy(&home, taken.as_ptr(), target, N, SLOW * 2) }.unwrap();
+    drop(taken);
+    exec.launch(&relaunching).unwrap();
+    assert_eq!(seen.to_vec().unwrap(), vec![0x1111_1111; N], "the relaunch waited for the free after the read");
+    let again = output.take(&home).unwrap();
+    assert_eq!(again.to_vec().unwrap(), vec![0x1111_1111; N]);
+    drop(again);
+    exec.launch(&launching).unwrap();
+    drop(output.take(&launching).unwrap());
+}
+
+#[test]
+fn an_auto_free_executable_relaunches_and_never_hands_its_output_out() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let stream = non_blocking_stream(device);
+    let (graph, output) = output_graph(&stream, 0x22);
+    let exec = graph.instantiate_with(InstantiateOptions::new().auto_free_on_launch()).unwrap();
+    for _ in 0..3 {
+        exec.launch(&stream).unwrap();
+    }
+    assert!(matches!(output.take(&stream), Err(Error::GraphMisuse(_))), "its next launch would free it");
+    stream.synchronize().unwrap();
+    drop(exec);
+    // The next executable of the graph (one at a time), not auto-free: the auto-free
+    // executable's last output outlived it (CUDA's rule); it is taken before a launch.
+    let exec = graph.instantiate().unwrap();
+    assert!(matches!(exec.launch(&stream), Err(Error::GraphMisuse(_))), "the last output is still allocated");
+    assert_eq!(output.take(&stream).unwrap().to_vec().unwrap(), vec![0x2222_2222; N]);
+    exec.launch(&stream).unwrap();
+    assert_eq!(output.take(&stream).unwrap().to_vec().unwrap(), vec![0x2222_2222; N]);
+}

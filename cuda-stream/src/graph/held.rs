@@ -25,6 +25,10 @@ pub(crate) trait GraphMemory: Any + Send + Sync + fmt::Debug {
     /// The memory without the names of the nodes (a clone's: they are the original's nodes).
     fn without_nodes(&self) -> Arc<dyn GraphMemory>;
 
+    /// Notes how an executable of the graph was instantiated (`auto_free`: with
+    /// `cudaGraphInstantiateFlagAutoFreeOnLaunch`).
+    fn instantiated(&self, auto_free: bool);
+
     /// The value itself, for the memory layer to grow it by a node (no trait upcasting at the
     /// crate's minimum Rust).
     fn as_any(&self) -> &dyn Any;

@@ -186,12 +186,15 @@ impl Graph {
     }
 
     /// The executable `raw` if CUDA made it (`made`), else the claim undone.
-    fn instantiated(&self, raw: sys::cudaGraphExec_t, made: Result<()>, device_launch: bool) -> Result<GraphExec> {
+    fn instantiated(&self, raw: sys::cudaGraphExec_t, made: Result<()>, flags: InstantiateFlags) -> Result<GraphExec> {
+        if let (Ok(()), Some(memory)) = (&made, &*self.tree.memory.borrow()) {
+            memory.instantiated(flags.contains(InstantiateFlags::AUTO_FREE_ON_LAUNCH));
+        }
         match made {
             Ok(()) => Ok(GraphExec {
                 raw,
                 device: self.device,
-                device_launch,
+                device_launch: flags.contains(InstantiateFlags::DEVICE_LAUNCH),
                 executables: Arc::clone(&self.executables),
                 race_accesses: self.tree.race_accesses.borrow().clone(),
                 memory: self.tree.memory.borrow().clone(),
@@ -226,7 +229,7 @@ impl Graph {
             // capture into it is open: `claim_executable`); `exec` is a valid out-pointer.
             check(unsafe { sys::cudaGraphInstantiate(&mut exec, self.raw, 0) }, "cudaGraphInstantiate")
         });
-        self.instantiated(exec, made, false)
+        self.instantiated(exec, made, InstantiateFlags(0))
     }
 
     /// Instantiates the graph with `options`: flags, and an upload into a stream
@@ -276,7 +279,7 @@ impl Graph {
                     other => other,
                 }
             });
-            self.instantiated(exec, made, options.flags.contains(InstantiateFlags::DEVICE_LAUNCH))
+            self.instantiated(exec, made, options.flags)
         };
         match options.upload {
             // An upload is work on its stream, which must not be capturing.

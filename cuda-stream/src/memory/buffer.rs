@@ -133,6 +133,17 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         Ok(DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, _owns: PhantomData })
     }
 
+    /// A buffer of memory allocated elsewhere that `home` may use from now on (a graph's
+    /// output, after its launch), freed on `home` when dropped.
+    pub(super) fn adopt(home: S, ptr: NonNull<T>, len: usize) -> Self {
+        let (home_raw, device, home_identity) = {
+            let stream = home.as_stream();
+            (stream.as_raw(), stream.device(), (stream.identity(), stream.known_id()))
+        };
+        let uses = Uses::allocated(len * size_of::<T>());
+        DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, _owns: PhantomData }
+    }
+
     /// The number of elements.
     pub fn len(&self) -> usize {
         self.len

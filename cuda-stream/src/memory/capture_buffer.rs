@@ -34,8 +34,9 @@ use std::sync::{Mutex, PoisonError};
 /// [`Capture::copy_from_pinned`], [`Capture::copy_to_pinned`], [`Capture::use_on`]); nothing
 /// else reaches its address.
 ///
-/// A `CaptureBuffer` never frees anything when dropped. One dropped without a
-/// [`Capture::free`] that succeeded is memory the graph allocates and never frees:
+/// A `CaptureBuffer` never frees anything when dropped. To hand the memory to the program
+/// after each launch, give it to [`Capture::keep`](crate::Capture::keep). One dropped without
+/// a [`Capture::free`] that succeeded, nor kept, is memory the graph allocates and never frees:
 /// CUDA's graph memory that outlives a launch. Nothing in this crate frees it then: a second
 /// launch of an executable fails (CUDA's `cudaErrorInvalidValue`) unless it was instantiated
 /// with [`auto_free_on_launch`](crate::InstantiateOptions::auto_free_on_launch), where each

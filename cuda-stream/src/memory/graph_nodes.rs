@@ -26,6 +26,7 @@
 //! the host.
 
 use super::capture_buffer::{CaptureAllocation, CaptureBuffer};
+use super::graph_outputs::OutputSlot;
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
 use super::shared_pinned::{PinnedGuard, SharedPinned};
 use super::uses::{Hold, MAX_TOUCHED, Touched, Uses, ordered_use};
@@ -184,12 +185,19 @@ impl<T: DeviceCopy> LockedPageLocked for PinnedGuard<'_, T> {
 /// The memory a graph's memcpy and memset nodes use (see the [module docs](self)): each buffer
 /// once, with the bytes its nodes touch (merged), and each page-locked buffer likewise.
 #[derive(Clone, Debug, Default)]
-struct HeldMemory {
+pub(super) struct HeldMemory {
     buffers: Vec<(Arc<dyn HeldBuffer>, Span)>,
     page_locked: Vec<(Arc<dyn HeldPageLocked>, Span)>,
     /// The memcpy and memset nodes added to the graph by hand, and what each does: the nodes
     /// an executable may point at other memory of the same kind.
     nodes: Vec<(GraphNode, NodeKind)>,
+    /// The graph's allocations that outlive its launches ([`Capture::keep`]).
+    outputs: Vec<Arc<OutputSlot>>,
+}
+
+/// What a capture holds so far, to grow by the capture's next work (see [`HeldMemory::of`]).
+pub(super) fn held_memory_of(memory: Option<Arc<dyn GraphMemory>>) -> Result<HeldMemory> {
+    HeldMemory::of(memory)
 }
 
 /// What a memory node does, which a change of its parameters keeps.
@@ -242,7 +250,12 @@ impl HeldMemory {
 
     /// Whether it holds nothing and names no node.
     fn is_empty(&self) -> bool {
-        self.buffers.is_empty() && self.page_locked.is_empty() && self.nodes.is_empty()
+        self.buffers.is_empty() && self.page_locked.is_empty() && self.nodes.is_empty() && self.outputs.is_empty()
+    }
+
+    /// Keeps the state of an allocation that outlives the graph's launches.
+    pub(super) fn keep_output(&mut self, slot: Arc<OutputSlot>) {
+        self.outputs.push(slot);
     }
 
     /// Holds `memory` for a node that touches `span` of it.
@@ -270,7 +283,12 @@ impl GraphMemory for HeldMemory {
             for (memory, span) in &mut locked {
                 tickets.push(memory.order_copy(stream, span)?);
             }
+            for output in &self.outputs {
+                output.before_launch(stream)?;
+            }
             launch()?;
+            // Every output is noted (a failed note refuses the next launch), whatever the others did.
+            let outputs = self.outputs.iter().map(|output| output.launched(stream)).fold(Ok(()), Result::and);
             // One event after the launch serves every side: the first page-locked note records
             // it, the others and the buffers' marks share it. A note that unwinds (a bug) leaves
             // its memory leaked, never touched again, and the others are noted all the same.
@@ -286,8 +304,14 @@ impl GraphMemory for HeldMemory {
             if let Some(payload) = unwound {
                 resume_unwind(payload);
             }
-            Ok(())
+            outputs
         })
+    }
+
+    fn instantiated(&self, auto_free: bool) {
+        for output in &self.outputs {
+            output.instantiated(auto_free);
+        }
     }
 
     fn nodes_only(&self) -> Arc<dyn GraphMemory> {

@@ -101,8 +101,13 @@
 //!   capture's calls above. Its uses are ordered in the graph: each waits for the allocation,
 //!   whichever stream of the capture it is on, and [`Capture::free`](crate::Capture::free)
 //!   waits for every use, so the graph's allocator hands the block to a later allocation only
-//!   after the reads on forked streams (PyTorch's `record_stream` in a capture). One never
-//!   freed outlives each launch (CUDA's rules for that are on [`CaptureBuffer`]).
+//!   after the reads on forked streams (PyTorch's `record_stream` in a capture).
+//! * A capture buffer given to [`Capture::keep`](crate::Capture::keep) outlives each launch
+//!   (CUDA's graph memory freed outside the graph): after a launch,
+//!   [`GraphOutput::take`] hands it over as a [`DeviceBuffer`] whose drop frees it; the next
+//!   launch waits for that free and is refused until it is made, and an executable
+//!   instantiated with `auto_free_on_launch` frees its outputs itself and never hands them
+//!   out. One neither freed nor kept is never freed (see [`CaptureBuffer`]).
 //! * A graph holds at most 12 device buffers (one launch orders at most 12, as one kernel
 //!   launch does), and one that holds any is not instantiated for device launch, whose launches
 //!   the host would not see.
@@ -116,6 +121,7 @@
 mod buffer;
 mod capture_buffer;
 mod graph_nodes;
+mod graph_outputs;
 mod launch_args;
 mod ledger;
 pub mod mem_ops;
@@ -131,6 +137,7 @@ mod view;
 pub use buffer::DeviceBuffer;
 pub use capture_buffer::CaptureBuffer;
 pub use graph_nodes::CaptureMemory;
+pub use graph_outputs::{GraphOutput, GraphOutputHome};
 pub use launch_args::ArgUse;
 pub(crate) use launch_args::ordered_launch;
 pub use mem_ops::{
