@@ -366,3 +366,20 @@ fn an_auto_free_executable_relaunches_and_never_hands_its_output_out() {
     exec.launch(&stream).unwrap();
     assert_eq!(output.take(&stream).unwrap().to_vec().unwrap(), vec![0x2222_2222; N]);
 }
+
+/// An output is not taken on a stream being captured (the wait for the launch would break the
+/// capture): refused, the capture intact, the output still there to take.
+#[test]
+fn an_output_is_not_taken_on_a_capturing_stream() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let (stream, capturing) = (non_blocking_stream(device), non_blocking_stream(device));
+    let (graph, output) = output_graph(&stream, 0x33);
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    let capture = capturing.begin_capture(ThreadLocal).unwrap();
+    assert!(matches!(output.take(&capturing), Err(Error::CaptureMisuse(_))));
+    spin(&capturing, Duration::ZERO).unwrap();
+    capture.end().unwrap().instantiate().unwrap().launch(&capturing).unwrap();
+    assert_eq!(output.take(&capturing).unwrap().to_vec().unwrap(), vec![0x3333_3333; N]);
+}
