@@ -173,8 +173,10 @@ impl<'p> World<'p> {
     /// Joins back every stream that joined the capture, then ends it (or drops the guard),
     /// while its racers (if any) call the events recorded in it.
     pub(crate) fn end_capture(&mut self, active: Active<'_>, discard: bool) {
-        let Active { capture, origin, generation, checked, racers } = active;
+        let Active { mut capture, origin, generation, checked, racers } = active;
         let id = capture.id();
+        // Its capture buffers still allocated are freed before the joins (`graph_memory.rs`).
+        free_before_end(self, &mut capture, origin, generation);
         for slot in &self.slots {
             if is_legacy(&slot.stream) {
                 continue;

@@ -4,18 +4,24 @@
 //! a guard), used by the memcpy and memset nodes of graphs built node by node (good and refused
 //! nodes, host-function nodes, node counts), by the memory work of the
 //! program's captures (`Capture::copy`, `fill_bytes`, the pinned copies, `use_on`), and by
-//! captures of their own that end, fail, are dropped or are ended by raw FFI; the graphs cloned,
+//! captures of their own that end, fail, are dropped or are ended by raw FFI; capture buffers,
+//! memory those captures' graphs allocate and free themselves, in both kinds of capture
+//! (`graph_memory/capture_buffers.rs`); the graphs cloned,
 //! instantiated, launched (also from another thread, and while the program holds a page-locked
 //! buffer's lock), updated and dropped in any order with launches pending. A graph whose last
 //! memory nodes fill elements of a buffer with a byte and copy them to page-locked memory is
-//! checked after its launches: the host reads that byte there.
+//! checked after its launches: the host reads that byte there; so is a fill of a capture
+//! buffer copied out to page-locked memory or a shared buffer (read back with `to_vec`).
 
 use super::*;
 use cuda_stream::conditional::{GraphBuilder, GraphNode};
-use cuda_stream::{DeviceBuffer, PinnedBuffer, PinnedGuard, SharedPinned};
+use cuda_stream::{CaptureBuffer, DeviceBuffer, PinnedBuffer, PinnedGuard, SharedPinned};
 use std::cell::Cell;
 use std::ops::Range;
 use std::sync::Weak;
+
+use capture_buffers::Scratch;
+pub(crate) use capture_buffers::free_before_end;
 
 /// Bounds on what one program holds at a time.
 const MAX_SHARED: usize = 6;
@@ -120,12 +126,50 @@ impl Plan {
     }
 }
 
-/// What a launch leaves: elements `range` of this page-locked buffer hold bytes `byte`.
+/// What a launch leaves: elements `range` of this page-locked buffer (or shared device buffer)
+/// hold bytes `byte`.
 #[derive(Clone)]
 struct Expect {
-    pinned: WeakLocked,
+    place: Place,
     range: Range<usize>,
     byte: u8,
+}
+
+/// Where a launch leaves what [`Expect`] says: memory not kept alive by it.
+#[derive(Clone)]
+enum Place {
+    Pinned(WeakLocked),
+    /// A shared device buffer, read back with `to_vec` (ordered after the launch).
+    Device(Weak<DeviceBuffer<u32, Arc<Stream>>>),
+}
+
+impl Expect {
+    fn pinned(pinned: &Locked, range: Range<usize>, byte: u8) -> Expect {
+        Expect { place: Place::Pinned(Arc::downgrade(pinned)), range, byte }
+    }
+
+    fn device(buffer: &SharedBuffer, range: Range<usize>, byte: u8) -> Expect {
+        Expect { place: Place::Device(Arc::downgrade(buffer)), range, byte }
+    }
+}
+
+/// Memory the graph allocates itself (capture buffers, `capture_buffers.rs`), as far as the
+/// program knows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum OwnMemory {
+    /// No memory node.
+    #[default]
+    None,
+    /// Every capture buffer is freed in the graph: launches as any other (CUDA allows one
+    /// executable of it at a time: a second instantiation fails, a typed error).
+    Freed,
+    /// A capture buffer is never freed: a launch after the first (of this executable, or of
+    /// another while one's allocation is outstanding) fails with CUDA's error. Only for an
+    /// executable instantiated without `auto_free_on_launch`.
+    Unfreed,
+    /// A clone of a graph with memory nodes: where CUDA puts its allocations is not the
+    /// program's to know, nor so whether its launches meet another's outstanding allocation.
+    Cloned,
 }
 
 /// What a node of a built graph is; `TailFill` and `TailCopy` are its last memory nodes: a
@@ -165,6 +209,8 @@ pub(crate) struct Holds {
     /// Memory work into it failed with an error after which it may or may not hold the
     /// memory: what it holds is an upper bound, and its launches' refusals are not known.
     uncertain: bool,
+    /// Memory its graph allocates itself.
+    own: OwnMemory,
 }
 
 impl Holds {
@@ -178,19 +224,30 @@ impl Holds {
 
     /// Now also what `plan` uses.
     fn add(&mut self, plan: &Plan) {
-        for shared in plan.buffers() {
+        self.add_parts(&plan.buffers(), plan.pinned());
+    }
+
+    /// Now also the shared buffers `buffers` and the page-locked buffer `pinned`.
+    fn add_parts(&mut self, buffers: &[&Shared], pinned: Option<&Locked>) {
+        for shared in buffers {
             let id = identity(&shared.buffer);
             if !self.holds_buffer(id) {
                 self.buffers.push(id);
             }
             self.program_homed |= !shared.capturable;
         }
-        if let Some(pin) = plan.pinned() {
+        if let Some(pin) = pinned {
             let id = identity(pin);
             if !self.holds_pinned(id) {
                 self.pinned.push(id);
             }
         }
+    }
+
+    /// Its launches' results are not known: memory work that failed into it, or memory of
+    /// its own that a launch may find outstanding.
+    fn launches_unknown(&self) -> bool {
+        self.uncertain || matches!(self.own, OwnMemory::Unfreed | OwnMemory::Cloned)
     }
 
     /// What adding `plan` (`bad`: with refused operands) to a graph that holds this must give:
@@ -261,6 +318,8 @@ pub(crate) struct CaptureHolds {
     off_origin: bool,
     /// Some of it may have been captured: the graph goes to this family.
     used: bool,
+    /// Its capture buffers, and the streams forked for them (`capture_buffers.rs`).
+    scratch: Scratch,
 }
 
 /// The shared memory of a program, and the graphs and executables that hold it.
@@ -271,6 +330,8 @@ pub(crate) struct GraphMem {
     graphs: Vec<MemoryGraph>,
     execs: Vec<MemoryExec>,
     capture: Option<CaptureHolds>,
+    /// A capture buffer of a capture that ended: refused by every later capture.
+    stale: Option<CaptureBuffer<u32>>,
 }
 
 impl GraphMem {
@@ -295,8 +356,9 @@ impl GraphMem {
         if holds.uncertain {
             Expected::Typed
         } else if self.refused(holds, guarded) {
+            // Refused before CUDA sees the launch, whatever its memory of its own.
             Expected::GraphMisuse
-        } else if strict {
+        } else if strict && !holds.launches_unknown() {
             Expected::Ok
         } else {
             Expected::Typed
@@ -312,7 +374,14 @@ impl GraphMem {
     /// What capture `generation` holds, when it used this family's memory: its graph is then
     /// kept here (see `World::end_capture`).
     pub(crate) fn capture_ended(&mut self, generation: u64) -> Option<Holds> {
-        let capture = self.capture.take().filter(|capture| capture.generation == generation && capture.used)?;
+        let mut capture = self.capture.take()?;
+        // Its forks leave with the capture's end; a capture buffer of it is kept to be refused.
+        if let Some(block) = capture.scratch.ended() {
+            self.stale = Some(block);
+        }
+        if capture.generation != generation || !capture.used {
+            return None;
+        }
         let mut holds = capture.holds;
         if capture.off_origin {
             holds.expect = None;
@@ -357,6 +426,7 @@ impl GraphMem {
     /// Drops everything in a random order (graphs, executables, buffers, page-locked buffers).
     pub(crate) fn drop_all(&mut self, rng: &mut Rng) {
         self.capture = None;
+        self.stale = None;
         while !self.graphs.is_empty() || !self.execs.is_empty() || !self.shared.is_empty() || !self.locked.is_empty() {
             match rng.below(4) {
                 0 if !self.graphs.is_empty() => drop(self.graphs.swap_remove(rng.below(self.graphs.len()))),
@@ -481,7 +551,7 @@ fn tail_plans(rng: &mut Rng, shared: &[Shared], pins: &[Locked]) -> (Plan, Plan,
     let range = range_of(rng, buffer.buffer.len(), n);
     let to_range = range_of(rng, pin.len(), n);
     let byte = byte(rng);
-    let expect = Expect { pinned: Arc::downgrade(&pin), range: to_range.clone(), byte };
+    let expect = Expect::pinned(&pin, to_range.clone(), byte);
     let fill = Plan::Fill { buffer: buffer.clone(), range: range.clone(), byte };
     (fill, Plan::ToPinned { to: pin, to_range, from: buffer, from_range: range }, expect)
 }
@@ -512,6 +582,9 @@ macro_rules! on_capture {
         }
     };
 }
+
+// After `on_capture!`, which it uses.
+mod capture_buffers;
 
 /// Captures `plan` on `stream`.
 fn capture_planned(capture: &mut AnyCapture<'_>, stream: &StreamRef, plan: &Plan) -> Result<()> {
@@ -601,18 +674,33 @@ impl Built {
     }
 }
 
-/// Checks what a launch of what holds `holds` left in page-locked memory.
+/// Checks what a launch of what holds `holds` left in page-locked memory (or a shared buffer).
 fn check_expect(holds: &Holds, what: &str) {
     let Some(expect) = &holds.expect else { return };
-    let Some(pinned) = expect.pinned.upgrade() else { return };
-    let guard = lock(&pinned);
-    let values = guard.as_slice();
-    note("PinnedBuffer::as_slice (after a graph's launch)", &values);
-    if let Ok(values) = values {
+    let check = |values: &[u32]| {
         let Some(values) = values.get(expect.range.clone()) else {
-            panic!("{what}: {:?} lies outside the page-locked buffer the launch copied to", expect.range)
+            panic!("{what}: {:?} lies outside the memory the launch copied to", expect.range)
         };
         expect_bytes(what, Some(expect.byte), values);
+    };
+    match &expect.place {
+        Place::Pinned(pinned) => {
+            let Some(pinned) = pinned.upgrade() else { return };
+            let guard = lock(&pinned);
+            let values = guard.as_slice();
+            note("PinnedBuffer::as_slice (after a graph's launch)", &values);
+            if let Ok(values) = values {
+                check(values);
+            }
+        }
+        Place::Device(buffer) => {
+            let Some(buffer) = buffer.upgrade() else { return };
+            let values = buffer.to_vec();
+            note("DeviceBuffer::to_vec (after a graph's launch)", &values);
+            if let Ok(values) = values {
+                check(&values);
+            }
+        }
     }
 }
 
@@ -780,8 +868,9 @@ impl<'p> World<'p> {
     /// captures may hold: a fill and its copy to page-locked memory are added to what it holds.
     fn capture_into(&mut self, rng: &mut Rng) {
         let gm = &mut self.graph_mem;
-        let candidates: Vec<usize> =
-            (0..gm.graphs.len()).filter(|&index| !gm.graphs[index].holds.program_homed).collect();
+        let candidates: Vec<usize> = (0..gm.graphs.len())
+            .filter(|&index| !gm.graphs[index].holds.program_homed && gm.graphs[index].holds.own == OwnMemory::None)
+            .collect();
         let (shared, pins) = (gm.capturable(), gm.pins_now());
         if candidates.is_empty() || shared.is_empty() || pins.is_empty() {
             return skip();
@@ -845,7 +934,15 @@ impl<'p> World<'p> {
         let mut rng = Rng::new(seed);
         match active {
             Some(active) => self.captured_memory(s, &mut rng, active),
-            None => self.capture_of_its_own(s, &mut rng),
+            None => {
+                // Capture buffers: not in programs under the race detector (see `capture_buffers.rs`).
+                let buffers = rng.below(3) == 0;
+                if buffers && !self.race_checked {
+                    self.capture_buffers_of_its_own(s, &mut rng);
+                } else {
+                    self.capture_of_its_own(s, &mut rng);
+                }
+            }
         }
     }
 
@@ -862,7 +959,14 @@ impl<'p> World<'p> {
             return skip();
         }
         let intact = self.quiet() && capture_intact(origin, id);
-        let what = rng.below(8);
+        let what = rng.below(11);
+        if what >= 8 {
+            // Capture buffers: not in programs under the race detector (see `capture_buffers.rs`).
+            if self.race_checked {
+                return skip();
+            }
+            return self.capture_buffers_in_capture(rng, active, intact);
+        }
         // The stream: the captured one, a stream of the program, or (7) a new one.
         let fresh = if what == 7 {
             let stream = Stream::new(self.device, StreamOptions::non_blocking());
@@ -886,7 +990,7 @@ impl<'p> World<'p> {
         };
         let gm = &mut self.graph_mem;
         if gm.capture.as_ref().is_none_or(|capture| capture.generation != generation) {
-            gm.capture = Some(CaptureHolds { generation, holds: Holds::default(), off_origin: false, used: false });
+            gm.capture = Some(CaptureHolds::new(generation));
         }
         let Some(held) = gm.capture.as_mut() else { unreachable!("set above") };
         let at = Site { stream: target, origin, id, on_origin, outside, intact };
@@ -990,7 +1094,7 @@ impl<'p> World<'p> {
             let to = pins[rng.below(pins.len())].clone();
             let n = 1 + rng.below(len.min(to.len()));
             let (from_range, to_range) = (range_of(rng, len, n), range_of(rng, to.len(), n));
-            let expect = Expect { pinned: Arc::downgrade(&to), range: to_range.clone(), byte };
+            let expect = Expect::pinned(&to, to_range.clone(), byte);
             let copy = Plan::ToPinned { to, to_range, from: shared.clone(), from_range };
             let result = capture_planned(&mut capture, &stream, &copy);
             note("Capture::copy_to_pinned", &result);
@@ -1143,7 +1247,10 @@ impl<'p> World<'p> {
                     let (mine, theirs) = (clone.node_count(), entry.graph.node_count());
                     note("Graph::node_count", &mine);
                     assert_eq!(mine.ok(), theirs.ok(), "a clone has the graph's nodes");
-                    let holds = entry.holds.clone();
+                    let mut holds = entry.holds.clone();
+                    if holds.own != OwnMemory::None {
+                        holds.own = OwnMemory::Cloned;
+                    }
                     gm.graphs.push(MemoryGraph { graph: clone, holds });
                 }
             }
@@ -1460,7 +1567,11 @@ impl<'p> World<'p> {
 /// Whether what a launch left (`expect`) stays beside another launch of what holds `other`
 /// (`launched`: it was enqueued): unless it copies the same page-locked buffer.
 fn stays(expect: &Expect, other: &Holds, launched: bool) -> bool {
-    !launched || !other.holds_pinned(weak_identity(&expect.pinned))
+    !launched
+        || match &expect.place {
+            Place::Pinned(pinned) => !other.holds_pinned(weak_identity(pinned)),
+            Place::Device(buffer) => !other.holds_buffer(weak_identity(buffer)),
+        }
 }
 
 /// Where the program's capture's memory work goes, and what is known of it.
@@ -1522,6 +1633,38 @@ impl Site<'_> {
 }
 
 impl CaptureHolds {
+    fn new(generation: u64) -> CaptureHolds {
+        CaptureHolds {
+            generation,
+            holds: Holds::default(),
+            off_origin: false,
+            used: false,
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// After memory work on capture buffers and the shared buffers `buffers` and page-locked
+    /// `pinned` that gave `result` (`ordered`: on the captured stream, or on a stream forked
+    /// from it just before and joined back just after): what the capture may hold.
+    fn captured_parts(
+        &mut self,
+        buffers: &[&Shared],
+        pinned: Option<&Locked>,
+        result: &Result<impl Sized>,
+        ordered: bool,
+    ) {
+        if refused_by_checks(result) {
+            return;
+        }
+        self.holds.uncertain |= result.is_err();
+        self.used = true;
+        self.off_origin |= !ordered;
+        if !buffers.is_empty() || pinned.is_some() {
+            self.holds.add_parts(buffers, pinned);
+            self.holds.expect = None;
+        }
+    }
+
     /// After memory work (`plan`'s operands) that gave `result`: what the capture may hold.
     fn captured(&mut self, plan: &Plan, result: &Result<impl Sized>, on_origin: bool) {
         if refused_by_checks(result) {

@@ -54,7 +54,16 @@
 //!   with the buffers, graphs and clones, in any order with launches pending. The buffers that
 //!   captures may hold live on two streams made once per process, before the baseline of live
 //!   streams: a capture whose end fails leaks its hold (as documented), and with a buffer the
-//!   stream it lives on.
+//!   stream it lives on. Capture buffers (`graph_memory/capture_buffers.rs`: graph memory,
+//!   `Capture::alloc` and `Capture::free`) in both kinds of capture: allocated on the captured
+//!   stream and on streams forked from it (before or after the allocation), filled, copied
+//!   between two of them, with shared buffers and page-locked memory, used through `use_on`,
+//!   with refused operands too; freed on the allocating stream, the captured one or another
+//!   fork; refused once freed, from another capture (one ended, or a second capture of the
+//!   same thread, which refuses this one's in turn) and on a stream outside the capture; in a
+//!   capture of its own, perhaps one never freed, instantiated with `auto_free_on_launch` or
+//!   not, then freed by raw `cudaFreeAsync` after the launches (so that no program leaks
+//!   device memory). Not in race-checked programs (see below);
 //!
 //! And actors the crate does not control:
 //! * events recorded inside a capture, then queried, synchronized, timed and awaited (polled, or
@@ -149,6 +158,22 @@
 //!   one hold per capture that used it, shared by its graph and executables, let go by a
 //!   dropped capture and by the last of them, and kept (leaked) by a capture whose end failed
 //!   or that raw FFI ended;
+//! * capture buffers: their allocation, memory work and free on a stream of an intact capture
+//!   (the captured stream, or a fork made to wait for it) are `Ok`, refused operands
+//!   [`Error::Size`] (also an allocation of no element); a freed buffer, another capture's
+//!   buffer (a `use_on` then runs nothing) and a stream outside the capture are
+//!   [`Error::CaptureMisuse`], and the capture is intact after each refusal; a capture of
+//!   its own has a node per allocation, free and memory work, and ends `Ok` once its forks
+//!   joined back; a byte filled into a capture buffer on a fork (perhaps copied through a
+//!   second one) and copied out to a shared buffer or page-locked memory is what the graph's
+//!   launches leave there (`to_vec` of the buffer, the host's read under the lock), checked
+//!   after the launches of its executable and, in the family, as its other fills are; with a
+//!   buffer never freed, every launch of an executable instantiated with
+//!   `auto_free_on_launch` is `Ok`, while without it the relaunch is CUDA's error until a raw
+//!   `cudaFreeAsync` frees the allocation, then it is `Ok` again. A graph of the family with
+//!   memory of its own is never captured into, a clone of it and one that keeps a buffer
+//!   unfreed launch with any typed result, and CUDA's one executable at a time makes a second
+//!   instantiation any typed result;
 //! * afterwards every closure is freed, every completion has resolved, and the live counts of
 //!   streams, events and host closures are back where they started.
 //!
@@ -191,14 +216,18 @@
 //!   nothing orders a graph launched on an arbitrary stream with them). What captures hold
 //!   through the crate's own memory work is ordered at each launch, as above; accesses within
 //!   one graph are not checked against each other. Raw captures and the non-primary context
-//!   touch no memory.
-//! * so no operation is left out of race-checked programs: every access the detector is told
-//!   of is ordered by the crate (a buffer's uses, through its events and home stream) or made
-//!   on one stream; no raw work touches a buffer behind the crate's back (the raw fill runs
-//!   inside `use_on`, the typed launch's `x` is used on its home stream only, the log's
-//!   kernels on its home stream only). A report there is a bug of the crate's ordering or of
-//!   the detector, and fails the program with the reports (both operations, their streams,
-//!   the missing edge) and its seed.
+//!   touch no memory. Capture buffers are not drawn in race-checked programs (their
+//!   operations draw something else there, or nothing): the detector replays a graph's
+//!   accesses of its own memory at each launch on the launch's stream, and knows neither that
+//!   CUDA orders the launches of one executable nor how a graph's allocator reuses addresses
+//!   once a graph is gone, so it would report races between launches that CUDA orders.
+//! * so no operation but capture buffers is left out of race-checked programs: every access
+//!   the detector is told of is ordered by the crate (a buffer's uses, through its events and
+//!   home stream) or made on one stream; no raw work touches a buffer behind the crate's back
+//!   (the raw fill runs inside `use_on`, the typed launch's `x` is used on its home stream
+//!   only, the log's kernels on its home stream only). A report there is a bug of the crate's
+//!   ordering or of the detector, and fails the program with the reports (both operations,
+//!   their streams, the missing edge) and its seed.
 //! * the planted race (`World::plant_race`), once per planting program, at a random point at
 //!   the top level (no capture in progress): a fresh buffer zeroed on a program home, two
 //!   owned streams of the program outside any capture (fresh ones where fewer) made to wait
@@ -216,7 +245,8 @@
 //! recorded in captures), `captures.rs` (captures, graphs, executables), `foreign.rs` (raw
 //! captures, the non-primary context), `threads.rs`, `memory.rs`, `launches.rs`, `scopes.rs`
 //! (also the race detector over whole programs, its oracle and the planted race), `joins.rs`
-//! and `graph_memory.rs` (graphs that hold memory; the capture homes).
+//! and `graph_memory.rs` (graphs that hold memory; the capture homes), with
+//! `graph_memory/capture_buffers.rs` (capture buffers).
 //!
 //! Knobs:
 //! * `CUDA_STREAM_FUZZ_PROGRAMS`: how many programs; default 1,000, or 50 under
