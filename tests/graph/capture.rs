@@ -205,3 +205,30 @@ fn foreign_capture_records_in_launchers_child() {
     }
     println!("both records refused");
 }
+
+/// A thread that forked and joined streams of a capture (`wait_stream`, through its own marker
+/// event, recorded into the capture) exits while another thread ends the capture: the marker is
+/// destroyed outside the end (a destroy racing an end crashed libcuda).
+#[test]
+fn a_thread_that_joined_streams_of_a_capture_exits_while_the_capture_ends() {
+    let device = gpu_or_skip!();
+    let _serial = serial();
+    let options = StreamOptions::non_blocking();
+    let (a, b) = (Stream::new(device, options).unwrap(), Stream::new(device, options).unwrap());
+    for _ in 0..200 {
+        let capture = a.begin_capture(capture::ThreadLocal).unwrap();
+        let (joined, wait_joined) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                b.wait_stream(&a).unwrap();
+                cuda_stream_tests::spin(&b, Duration::ZERO).unwrap();
+                a.wait_stream(&b).unwrap();
+                joined.send(()).unwrap();
+                // The thread's markers are destroyed as it exits, beside the end below.
+            });
+            wait_joined.recv().unwrap();
+            let graph = capture.end().unwrap();
+            assert_eq!(graph.node_count().unwrap(), 1, "the forked kernel, joined back");
+        });
+    }
+}

@@ -23,6 +23,7 @@ use crate::stream::{AsStream, StreamRef};
 use crate::sys;
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -87,8 +88,9 @@ impl<T: DeviceCopy> std::fmt::Debug for CaptureBuffer<T> {
 
 /// A capture's allocation, and the events its uses left (see the [module docs](self)).
 pub(super) struct CaptureAllocation {
-    /// The graph's address of it (fixed for an executable's every launch).
+    /// The graph's address of it (fixed for an executable's every launch), and its size.
     address: usize,
+    bytes: usize,
     device: Device,
     capture: u64,
     /// Recorded on the allocating stream right after the allocation: every use waits for it.
@@ -106,6 +108,11 @@ impl CaptureAllocation {
     /// The address of byte `offset` of it.
     pub(super) fn at(&self, offset: usize) -> *mut c_void {
         (self.address + offset) as *mut c_void
+    }
+
+    /// The addresses of its bytes.
+    pub(super) fn byte_range(&self) -> Range<u64> {
+        self.address as u64..(self.address + self.bytes) as u64
     }
 
     /// [`Error::CaptureMisuse`] unless it is capture `id`'s, and not freed.
@@ -205,6 +212,7 @@ impl<M: CaptureMode> Capture<'_, M> {
         })?;
         let allocation = CaptureAllocation {
             address: address as usize,
+            bytes,
             device: stream.device(),
             capture: self.id(),
             allocated: Some(allocated),

@@ -46,7 +46,7 @@ use crate::sys;
 use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;
-use std::ops::RangeBounds;
+use std::ops::{Range, RangeBounds};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
@@ -814,7 +814,15 @@ impl<M: CaptureMode> Capture<'_, M> {
         if !memory.is_empty() {
             self.hold_memory(Arc::new(memory));
         }
-        let uses = move || operation.accesses().into_iter().map(|access| access.as_use()).collect();
+        // The graph's own memory is not declared to the race detector: nothing outside the
+        // graph reaches it (an output is reached through the buffer `take` orders after the
+        // launch), and inside the graph CUDA orders it (a free node after its uses, each launch
+        // of an executable after the last), which the detector does not model.
+        let owned: Vec<Range<u64>> = allocations.iter().flatten().map(|allocation| allocation.byte_range()).collect();
+        let uses = move || {
+            let declared = |access: &Access| !owned.iter().any(|range| range.contains(&access.address()));
+            operation.accesses().into_iter().filter(declared).map(|access| access.as_use()).collect()
+        };
         let work = Work::named(operation.call_name()).uses(uses);
         self.enqueue_captured(stream, work, |_| {
             // Under the same hold as the check: the stream is still this capture's.

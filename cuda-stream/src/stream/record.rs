@@ -28,7 +28,20 @@ thread_local! {
     /// One marker event per device for `wait_stream`, so that no event is created or destroyed
     /// per call. Thread-local: the record and the wait that use it happen on this thread, in
     /// order, so no other call can re-record it in between. Not counted in `live_events`.
-    static MARKERS: RefCell<Vec<Option<Event>>> = const { RefCell::new(Vec::new()) };
+    static MARKERS: RefCell<Markers> = const { RefCell::new(Markers(Vec::new())) };
+}
+
+/// This thread's marker events, by device ordinal. A marker's last record may have gone into a
+/// capture (a `wait_stream` between two streams of one): at the thread's exit they are
+/// destroyed under the read side of the capture-transition lock, never beside a capture's end
+/// on another thread (a destroy racing an end crashed libcuda; see `Event`'s drop).
+struct Markers(Vec<Option<Event>>);
+
+impl Drop for Markers {
+    fn drop(&mut self) {
+        let _transitions = no_capture_transitions();
+        self.0.clear();
+    }
 }
 
 impl StreamRef {
@@ -435,7 +448,7 @@ impl StreamRef {
     #[inline]
     pub(crate) fn wait_stream_now(&self, other: &StreamRef) -> Result<()> {
         MARKERS.with(|markers| {
-            let mut markers = markers.borrow_mut();
+            let markers = &mut markers.borrow_mut().0;
             let slot = other.device.ordinal() as usize;
             if markers.len() <= slot {
                 markers.resize_with(slot + 1, || None);

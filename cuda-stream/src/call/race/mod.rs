@@ -238,6 +238,11 @@ pub struct Access {
 }
 
 impl Access {
+    /// The address of its first byte.
+    pub(crate) fn address(&self) -> u64 {
+        self.address
+    }
+
     /// Reads `len` elements at `pointer`.
     pub fn read<T>(pointer: *const T, len: usize) -> Access {
         Access::of(pointer, len, AccessKind::Read)
