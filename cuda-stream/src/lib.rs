@@ -262,8 +262,8 @@ pub use kernel::{
 };
 pub use memory::{
     ArgUse, CaptureBuffer, CaptureMemory, ChunksMut, DeviceBuffer, DeviceCopy, DeviceSlice, DeviceSliceMut,
-    GraphOutput, GraphOutputHome, MemPool, MemPoolStats, PageLockedMemory, PinnedBuffer, PinnedGuard, PinnedPool,
-    PinnedPoolStats, PinnedSliceMut, PoolAccess, RegisteredSlice, ReusePolicy, SharedPinned, register_host,
+    GraphOutput, MemPool, MemPoolStats, PageLockedMemory, PinnedBuffer, PinnedGuard, PinnedPool, PinnedPoolStats,
+    PinnedSliceMut, PoolAccess, RegisteredSlice, ReusePolicy, SharedPinned, register_host,
 };
 pub use memory::{BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words};
 pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};

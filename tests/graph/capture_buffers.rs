@@ -383,3 +383,40 @@ fn an_output_is_not_taken_on_a_capturing_stream() {
     capture.end().unwrap().instantiate().unwrap().launch(&capturing).unwrap();
     assert_eq!(output.take(&capturing).unwrap().to_vec().unwrap(), vec![0x3333_3333; N]);
 }
+
+/// A home that lends one stream, then (once armed) another: the buffer's drop finds its home
+/// changed and leaks the memory rather than free it where its uses were not ordered.
+struct Switch<'s> {
+    a: &'s Stream,
+    b: &'s Stream,
+    armed: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl cuda_stream::AsStream for Switch<'_> {
+    fn as_stream(&self) -> cuda_stream::BorrowedStream<'_> {
+        if self.armed.get() { self.b.as_stream() } else { self.a.as_stream() }
+    }
+}
+
+/// A buffer taken from an output that leaks its memory (its home changed) leaves the output
+/// allocated, perhaps in use: the graph is not launched again, by this executable or another.
+#[test]
+fn an_output_whose_buffer_leaked_is_never_allocated_again() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let (launching, a, b) = (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let (graph, output) = output_graph(&launching, 0x44);
+    let exec = graph.instantiate().unwrap();
+    assert!(matches!(graph.instantiate(), Err(Error::GraphMisuse(_))), "one executable at a time");
+    exec.launch(&launching).unwrap();
+    let armed = std::rc::Rc::new(std::cell::Cell::new(false));
+    let mut taken = output.take(Switch { a: &a, b: &b, armed: std::rc::Rc::clone(&armed) }).unwrap();
+    taken.fill_bytes(&a, 0x55).unwrap();
+    armed.set(true);
+    drop(taken);
+    assert!(matches!(exec.launch(&launching), Err(Error::GraphMisuse(_))), "the leaked output is still allocated");
+    drop(exec);
+    let other = graph.instantiate().unwrap();
+    assert!(matches!(other.launch(&launching), Err(Error::GraphMisuse(_))), "nor by another executable");
+    a.synchronize().unwrap();
+}

@@ -25,6 +25,10 @@ pub(crate) trait GraphMemory: Any + Send + Sync + fmt::Debug {
     /// The memory without the names of the nodes (a clone's: they are the original's nodes).
     fn without_nodes(&self) -> Arc<dyn GraphMemory>;
 
+    /// Whether the graph may have one executable at a time only (its allocations outlive its
+    /// launches, and their state is the graph's).
+    fn one_executable(&self) -> bool;
+
     /// Notes how an executable of the graph was instantiated (`auto_free`: with
     /// `cudaGraphInstantiateFlagAutoFreeOnLaunch`).
     fn instantiated(&self, auto_free: bool);

@@ -182,6 +182,12 @@ impl Graph {
                 "a graph with conditional nodes has one executable at a time: drop the other one first",
             ));
         }
+        if before > 0 && self.tree.memory.borrow().as_ref().is_some_and(|memory| memory.one_executable()) {
+            self.executables.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::GraphMisuse(
+                "a graph whose allocations outlive its launches has one executable at a time: drop the other one first",
+            ));
+        }
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! [`DeviceBuffer`]: device memory allocated and freed in the order of its home stream, used on
 //! other streams only through calls that order the use both ways.
 
+use super::graph_outputs::OutputSlot;
 use super::ledger::{SharedEvent, Span, UseEvent};
 use super::page_locked::sealed::Token;
 use super::page_locked::{PageLocked, PageLockedMemory};
@@ -57,6 +58,9 @@ pub struct DeviceBuffer<T: DeviceCopy, S: AsStream> {
     home: S,
     /// The order of its uses across streams.
     uses: Uses,
+    /// The graph output it was taken from ([`GraphOutput::take`](super::GraphOutput::take)):
+    /// its free is what the graph's next launch waits for.
+    output: Option<Arc<OutputSlot>>,
     _owns: PhantomData<T>,
 }
 
@@ -130,18 +134,18 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let (home_raw, device) = (stream.as_raw(), stream.device());
         let home_identity = (stream.identity(), stream.known_id());
         let uses = Uses::allocated(bytes);
-        Ok(DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, _owns: PhantomData })
+        Ok(DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, output: None, _owns: PhantomData })
     }
 
-    /// A buffer of memory allocated elsewhere that `home` may use from now on (a graph's
-    /// output, after its launch), freed on `home` when dropped.
-    pub(super) fn adopt(home: S, ptr: NonNull<T>, len: usize) -> Self {
+    /// A buffer of a graph's output that `home` may use from now on (after the launch), freed
+    /// on `home` when dropped; the free, or its leak, is noted in `output`.
+    pub(super) fn adopt(home: S, ptr: NonNull<T>, len: usize, output: Arc<OutputSlot>) -> Self {
         let (home_raw, device, home_identity) = {
             let stream = home.as_stream();
             (stream.as_raw(), stream.device(), (stream.identity(), stream.known_id()))
         };
         let uses = Uses::allocated(len * size_of::<T>());
-        DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, _owns: PhantomData }
+        DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, output: Some(output), _owns: PhantomData }
     }
 
     /// The number of elements.
@@ -666,34 +670,39 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
     fn drop(&mut self) {
         // A wait or a free on the legacy stream is reported by the sync-debug mode, never
         // refused: refused, the memory would leak.
-        sync_debug::reporting_only(|| self.order_and_free());
+        let noted = sync_debug::reporting_only(|| self.order_and_free());
+        if let (false, Some(output)) = (noted, &self.output) {
+            // Leaked, not freed: the graph's next launch would allocate it again under its uses.
+            output.never_freed();
+        }
     }
 }
 
 impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
-    /// The drop: the free, after every use, on the home stream; or nothing (a leak).
-    fn order_and_free(&mut self) {
+    /// The drop: the free, after every use, on the home stream; or nothing (a leak). Whether
+    /// it was freed, and the free noted for a graph output's next launch.
+    fn order_and_free(&mut self) -> bool {
         if self.uses.leaked() || refuse_inside_host_fn().is_err() {
-            return;
+            return false;
         }
-        let Ok(home) = self.home() else { return };
+        let Ok(home) = self.home() else { return false };
         ignore_other_threads_captures();
         // No capture of this crate begins between the check and the free.
         let _transitions = no_capture_transitions();
         // Not into a capture (a free node), and not making a capturing home stream wait.
         if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
-            return;
+            return false;
         }
         // After the last use on every other stream (recorded outside any capture).
         if self.uses.home_waits_for_others(&*home).is_err() {
-            return;
+            return false;
         }
         // A race the detector finds is reported, never refused here: refused, the memory
         // would leak and the report be lost.
         let free_check =
             || home.race_check(Step::Work, || vec![self.race_use(AccessKind::Free)], || "cudaFreeAsync".to_owned());
         let Ok(checked) = race::reporting_only(free_check) else {
-            return;
+            return false;
         };
         let (address, raw) = (self.ptr.as_ptr().cast::<c_void>(), home.as_raw());
         // Memory this buffer allocated and nothing else frees; every use this crate enqueued
@@ -706,9 +715,13 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             // SAFETY: as above; a special handle of the current device.
             Some(_current) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
         });
-        if freed.is_ok() {
-            checked.enqueued();
+        if freed.is_err() {
+            return false;
         }
+        checked.enqueued();
+        // On the stream just freed on, under the same hold: what a graph output's next launch
+        // waits for.
+        self.output.as_ref().is_none_or(|output| output.freed_on(&home))
     }
 }
 

@@ -308,6 +308,10 @@ impl GraphMemory for HeldMemory {
         })
     }
 
+    fn one_executable(&self) -> bool {
+        !self.outputs.is_empty()
+    }
+
     fn instantiated(&self, auto_free: bool) {
         for output in &self.outputs {
             output.instantiated(auto_free);

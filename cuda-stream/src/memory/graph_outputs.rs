@@ -9,14 +9,14 @@
 //!   instantiated with [`auto_free_on_launch`](crate::InstantiateOptions::auto_free_on_launch),
 //!   whose next launch frees it. Each output's state says which of these holds: a launch is
 //!   refused ([`Error::GraphMisuse`]) while the last one's output was not taken, or its buffer is
-//!   alive; an auto-free executable's outputs are never taken (its next launch would free them
-//!   under the buffer), and its launches free them.
-//! * The free must come before the next launch: the buffer's drop records an event on its home
-//!   stream after its free, and the next launch waits for it. A buffer that leaked instead of
-//!   freeing leaves the allocation allocated: CUDA then refuses the next launch (an
-//!   auto-free executable is never given a buffer).
-//! * The address is the same at every launch, and one executable of the graph exists at a
-//!   time (CUDA refuses a second); the state is the graph's, which its executables share.
+//!   alive, or its buffer leaked the memory instead of freeing it; an auto-free executable's
+//!   outputs are never taken (its next launch would free them under the buffer).
+//! * The free must come before the next launch, in the GPU's order: the buffer's drop records
+//!   an event right after its free, on the stream it freed on, under the same hold, and the
+//!   next launch waits for it. A launch that frees an untaken output (auto-free) waits for the
+//!   launch that made it, whichever executable made it.
+//! * The address is the same at every launch; one executable of the graph exists at a time
+//!   (checked here, as CUDA does): the state is the graph's, which its executables share.
 
 use super::buffer::DeviceBuffer;
 use super::capture_buffer::CaptureBuffer;
@@ -26,7 +26,7 @@ use crate::event::Event;
 use crate::ffi::error::{Error, Result};
 use crate::graph::capture::{Capture, CaptureMode};
 use crate::stream::enqueue::InCapture;
-use crate::stream::{AsStream, BorrowedStream, StreamRef};
+use crate::stream::{AsStream, StreamRef};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,7 +76,7 @@ enum OutputState {
     Launched(Event),
     /// A [`DeviceBuffer`] owns it.
     Taken,
-    /// A buffer's free could not be ordered before a launch: no launch is made again.
+    /// A buffer leaked the memory, or its free could not be marked: no launch is made again.
     Unordered,
 }
 
@@ -106,16 +106,17 @@ impl OutputSlot {
                 "an auto-free executable is not launched after an output of its graph was taken (a buffer that leaked its memory would have it freed under its work)",
             )),
             OutputState::Free(Some(freed)) => stream.wait_raw(freed.as_raw(), 0),
-            OutputState::Launched(_) if auto_free => Ok(()),
+            // The launch frees it: after the launch that made it (perhaps another executable's).
+            OutputState::Launched(launched) if auto_free => stream.wait_raw(launched.as_raw(), 0),
             OutputState::Launched(_) => Err(Error::GraphMisuse(
-                "the last launch's output was not taken (CUDA refuses a launch while it is allocated): take it with GraphOutput::take, and drop the buffer",
+                "the last launch's output was not taken (CUDA refuses a launch while it is allocated): take it with GraphOutput::take, and drop the buffer (with the GraphOutput dropped, it stays allocated for good)",
             )),
             OutputState::Taken => Err(Error::GraphMisuse(
                 "a buffer taken from the last launch's output is alive: the next launch would allocate it again",
             )),
-            OutputState::Unordered => {
-                Err(Error::GraphMisuse("an output's free could not be ordered before the next launch"))
-            }
+            OutputState::Unordered => Err(Error::GraphMisuse(
+                "a buffer taken from an output leaked its memory, or its free could not be marked: the graph is not launched again",
+            )),
         }
     }
 
@@ -129,6 +130,27 @@ impl OutputSlot {
         stream.record_raw(event.as_raw(), 0)?;
         *state = OutputState::Launched(event);
         Ok(())
+    }
+
+    /// Notes the free of a buffer taken from it, just enqueued on `stream` (under the free's
+    /// hold): the next launch waits for an event recorded there now. `false` (and no launch
+    /// again) when it cannot be recorded.
+    pub(super) fn freed_on(&self, stream: &StreamRef) -> bool {
+        let recorded = Event::internal(stream.device())
+            .and_then(|event| stream.record_raw(event.as_raw(), 0).map(|()| event))
+            .ok();
+        let noted = recorded.is_some();
+        *self.lock() = match recorded {
+            Some(event) => OutputState::Free(Some(event)),
+            None => OutputState::Unordered,
+        };
+        noted
+    }
+
+    /// A buffer taken from it was dropped without freeing the memory (a leak): it stays
+    /// allocated, perhaps in use, and no launch allocates it again.
+    pub(super) fn never_freed(&self) {
+        *self.lock() = OutputState::Unordered;
     }
 }
 
@@ -144,11 +166,11 @@ impl<M: CaptureMode> Capture<'_, M> {
     /// [`Error::CaptureMisuse`] for a buffer of another capture, or one freed.
     pub fn keep<T: DeviceCopy>(&mut self, buffer: CaptureBuffer<T>) -> Result<GraphOutput<T>> {
         buffer.allocation().refuse_unusable(self.id())?;
+        let address = NonNull::new(buffer.allocation().at(0).cast::<T>()).ok_or(Error::Size("no address"))?;
         let slot = Arc::new(OutputSlot::new());
         let mut memory = graph_nodes::held_memory_of(self.memory())?;
         memory.keep_output(Arc::clone(&slot));
         self.hold_memory(Arc::new(memory));
-        let address = NonNull::new(buffer.allocation().at(0).cast::<T>()).ok_or(Error::Size("no address"))?;
         Ok(GraphOutput { slot, address, len: buffer.len(), device: buffer.device(), _element: PhantomData })
     }
 }
@@ -170,11 +192,13 @@ impl<T: DeviceCopy> GraphOutput<T> {
     /// graph is made.
     ///
     /// # Errors
-    /// [`Error::GraphMisuse`] before a launch, after a take of the same launch, and for an
-    /// executable instantiated with `auto_free_on_launch` (its next launch frees the output,
-    /// which a buffer would outlive); [`Error::DeviceMismatch`]; [`Error::CaptureMisuse`] while
-    /// `home` is being captured; CUDA's errors (the output is then not taken).
-    pub fn take<S: AsStream>(&self, home: S) -> Result<DeviceBuffer<T, GraphOutputHome<S>>> {
+    /// [`Error::GraphMisuse`] before a launch, after a take of the same launch, and while the
+    /// graph's last executable was instantiated with `auto_free_on_launch` (its next launch
+    /// frees the output, which a buffer would outlive; the flag of the last instantiation
+    /// counts, even once that executable is dropped); [`Error::DeviceMismatch`];
+    /// [`Error::CaptureMisuse`] while `home` is being captured; [`Error::InsideHostFn`];
+    /// CUDA's errors (the output is then not taken).
+    pub fn take<S: AsStream>(&self, home: S) -> Result<DeviceBuffer<T, S>> {
         let stream = home.as_stream();
         same_device("a graph's output is taken on a stream of its device", self.device, stream.device())?;
         // Taken under the lock, before the wait: no launch and no other take meanwhile.
@@ -202,43 +226,6 @@ impl<T: DeviceCopy> GraphOutput<T> {
             return Err(error);
         }
         drop((stream, launched));
-        let home = GraphOutputHome { stream: home, slot: Arc::clone(&self.slot) };
-        Ok(DeviceBuffer::adopt(home, self.address, self.len))
-    }
-}
-/// The home stream of a buffer taken from a graph's output ([`GraphOutput::take`]): lends `S`'s
-/// stream; when the buffer drops (after its free), records the event the graph's next launch
-/// waits for.
-pub struct GraphOutputHome<S: AsStream> {
-    stream: S,
-    slot: Arc<OutputSlot>,
-}
-
-impl<S: AsStream> std::fmt::Debug for GraphOutputHome<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GraphOutputHome").field("stream", &self.stream.as_stream().as_raw()).finish_non_exhaustive()
-    }
-}
-
-impl<S: AsStream> AsStream for GraphOutputHome<S> {
-    fn as_stream(&self) -> BorrowedStream<'_> {
-        self.stream.as_stream()
-    }
-}
-
-impl<S: AsStream> Drop for GraphOutputHome<S> {
-    fn drop(&mut self) {
-        // The buffer's drop has enqueued its free on this stream (or leaked the memory: then
-        // CUDA refuses the next launch, the allocation being still allocated).
-        let stream = self.stream.as_stream();
-        let freed = Event::internal(stream.device()).and_then(|event| {
-            stream
-                .outside_transitions(InCapture::Refused("not into a capture"), || stream.record_raw(event.as_raw(), 0))
-                .map(|()| event)
-        });
-        *self.slot.lock() = match freed {
-            Ok(event) => OutputState::Free(Some(event)),
-            Err(_) => OutputState::Unordered,
-        };
+        Ok(DeviceBuffer::adopt(home, self.address, self.len, Arc::clone(&self.slot)))
     }
 }

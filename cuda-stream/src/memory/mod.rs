@@ -137,7 +137,7 @@ mod view;
 pub use buffer::DeviceBuffer;
 pub use capture_buffer::CaptureBuffer;
 pub use graph_nodes::CaptureMemory;
-pub use graph_outputs::{GraphOutput, GraphOutputHome};
+pub use graph_outputs::GraphOutput;
 pub use launch_args::ArgUse;
 pub(crate) use launch_args::ordered_launch;
 pub use mem_ops::{

@@ -2,7 +2,7 @@
 //! mutex; only the capture's calls reach its address) and a `GraphOutput` are `Send + Sync`, and
 //! a buffer taken from an output with an `Arc<Stream>` home is `Send + Sync` as any buffer.
 use cuda_stream::capture::Relaxed;
-use cuda_stream::{CaptureBuffer, Device, DeviceBuffer, GraphOutput, GraphOutputHome, Stream, StreamOptions};
+use cuda_stream::{CaptureBuffer, Device, DeviceBuffer, GraphOutput, Stream, StreamOptions};
 use std::sync::Arc;
 
 fn send_sync<T: Send + Sync>(_: &T) {}
@@ -17,7 +17,7 @@ fn share() {
     send_sync(&output);
     let exec = capture.end().unwrap().instantiate().unwrap();
     exec.launch(&*stream).unwrap();
-    let taken: DeviceBuffer<u32, GraphOutputHome<Arc<Stream>>> = output.take(Arc::clone(&stream)).unwrap();
+    let taken: DeviceBuffer<u32, Arc<Stream>> = output.take(Arc::clone(&stream)).unwrap();
     send_sync(&taken);
     std::thread::spawn(move || drop((taken, output)));
 }
