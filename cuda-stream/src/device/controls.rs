@@ -89,9 +89,11 @@ pub struct MemoryInfo {
 }
 
 /// The memory CUDA's graph allocator holds on a device, for the graphs' own allocations (memory
-/// nodes: [`Capture::scratch`](crate::Capture::scratch), and allocations captured into graphs)
-/// ([`Device::graph_memory`], `cudaDeviceGetGraphMemAttribute`).
+/// nodes: [`Capture::alloc`](crate::Capture::alloc), [`Capture::scratch`](crate::Capture::scratch),
+/// and allocations captured into graphs) ([`Device::graph_memory`],
+/// `cudaDeviceGetGraphMemAttribute`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct GraphMemoryStats {
     /// Bytes of graph allocations alive now, in every graph's launches (`cudaGraphMemAttrUsedMemCurrent`).
     pub used_current: u64,
@@ -236,8 +238,9 @@ impl Device {
         })
     }
 
-    /// Resets the two high watermarks of [`Device::graph_memory`] to zero (the only value CUDA
-    /// takes for them) (`cudaDeviceSetGraphMemAttribute`).
+    /// Resets the two high watermarks of [`Device::graph_memory`]
+    /// (`cudaDeviceSetGraphMemAttribute` with zero, the only value CUDA takes for them): each
+    /// starts again from what is in use or reserved now, not necessarily zero.
     ///
     /// # Errors
     /// [`Error::InsideHostFn`]; CUDA's errors.
