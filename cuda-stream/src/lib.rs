@@ -261,9 +261,9 @@ pub use kernel::{
     Dim3, Kernel, KernelArg, KernelArgs, KernelAttributes, LaunchArg, LaunchArgs, LaunchConfig, MemSyncDomain,
 };
 pub use memory::{
-    ArgUse, CaptureBuffer, CaptureMemory, ChunksMut, DeviceBuffer, DeviceCopy, DeviceSlice, DeviceSliceMut,
-    GraphOutput, MemPool, MemPoolStats, PageLockedMemory, PinnedBuffer, PinnedGuard, PinnedPool, PinnedPoolStats,
-    PinnedSliceMut, PoolAccess, RegisteredSlice, ReusePolicy, SharedPinned, register_host,
+    ArgUse, CaptureBuffer, CaptureMemory, CaptureUses, ChunksMut, DeviceBuffer, DeviceCopy, DeviceSlice,
+    DeviceSliceMut, GraphOutput, MemPool, MemPoolStats, PageLockedMemory, PinnedBuffer, PinnedGuard, PinnedPool,
+    PinnedPoolStats, PinnedSliceMut, PoolAccess, RegisteredSlice, ReusePolicy, SharedPinned, register_host,
 };
 pub use memory::{BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words};
 pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};

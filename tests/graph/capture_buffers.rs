@@ -420,3 +420,42 @@ fn an_output_whose_buffer_leaked_is_never_allocated_again() {
     assert!(matches!(other.launch(&launching), Err(Error::GraphMisuse(_))), "nor by another executable");
     a.synchronize().unwrap();
 }
+
+/// One captured kernel uses a shared buffer and a capture buffer (`use_on` with a tuple): on a
+/// forked stream it copies the shared input into the block (after the block's allocation), and
+/// the block is copied out there; the block's free, on the capturing stream, waits for both, so
+/// the next block (the same address) is filled only after; the graph holds the input, dropped
+/// before the launch.
+#[test]
+fn one_captured_kernel_reads_a_shared_buffer_into_a_capture_buffer() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let home = Arc::new(non_blocking_stream(device));
+    let (s0, s1) = (non_blocking_stream(device), non_blocking_stream(device));
+    let values: Vec<u32> = (0..N as u32).map(|i| i ^ 0x5555).collect();
+    let out = output(&home);
+    let exec = {
+        let input: Buffer = Arc::new(DeviceBuffer::from_slice(Arc::clone(&home), &values).unwrap());
+        let mut capture = s0.begin_capture(ThreadLocal).unwrap();
+        let mut block = capture.alloc::<u32>(&s0, N).unwrap();
+        let block_address = address_of(&mut capture, &s0, &block);
+        s1.wait_stream(&s0).unwrap();
+        capture
+            .use_on(&s1, (&input, &block), |stream, (from, to)| {
+                // SAFETY: both hold N u32s of the device: the input for every launch (the graph
+                // holds it), the block until its free, which waits for this kernel.
+                unsafe { cuda_stream_tests::spin_copy(stream, from, to, N, SLOW) }.unwrap();
+            })
+            .unwrap();
+        capture.copy(&s1, (&out, ..), (&block, ..)).unwrap();
+        capture.free(&s0, &mut block).unwrap();
+        let mut next = capture.alloc::<u32>(&s0, N).unwrap();
+        assert_eq!(address_of(&mut capture, &s0, &next), block_address, "the block is reused");
+        capture.fill_bytes(&s0, &next, .., 0x99).unwrap();
+        capture.free(&s0, &mut next).unwrap();
+        s0.wait_stream(&s1).unwrap();
+        capture.end().unwrap().instantiate().unwrap()
+    };
+    exec.launch(&s0).unwrap();
+    assert_eq!(out.to_vec().unwrap(), values, "the kernel read the shared input; the block was reused only after");
+}

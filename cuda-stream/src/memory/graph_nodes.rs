@@ -72,7 +72,18 @@ impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> HeldBuffer for DeviceBu
 /// Device memory that a capture's memcpy, memset and `use_on` work takes: a buffer the graph
 /// holds, `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say), or memory the
 /// capture's graph allocated, a [`CaptureBuffer`]. Sealed.
-pub trait CaptureMemory<T: DeviceCopy>: side::Side<T> {}
+pub trait CaptureMemory: side::Side {
+    /// The type of its elements.
+    type Element: DeviceCopy;
+}
+
+/// The device memory one captured kernel launch uses ([`Capture::use_on`]): one
+/// [`CaptureMemory`] (`&buffer`), whose address the launcher gets, or a tuple of two to four
+/// (`(&a, &b)`), whose addresses it gets as a tuple in the same order. Sealed.
+pub trait CaptureUses: side::Sides {
+    /// What the launcher gets: `*mut T`, or a tuple of them.
+    type Addresses;
+}
 
 /// What the capture's memory calls read of their device memory (see [`CaptureMemory`]).
 pub(super) mod side {
@@ -82,8 +93,14 @@ pub(super) mod side {
     use std::ops::Range;
     use std::sync::Arc;
 
-    pub trait Side<T> {
+    pub trait Side {
         fn side(&self) -> Memory<'_>;
+    }
+
+    pub trait Sides {
+        type Addresses;
+        fn sides(&self) -> Vec<Memory<'_>>;
+        fn addresses(&self) -> Self::Addresses;
     }
 
     /// Device memory as the capture's memory calls see it.
@@ -115,9 +132,11 @@ pub(super) mod side {
     }
 }
 
-impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> CaptureMemory<T> for Arc<DeviceBuffer<T, S>> {}
+impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> CaptureMemory for Arc<DeviceBuffer<T, S>> {
+    type Element = T;
+}
 
-impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> side::Side<T> for Arc<DeviceBuffer<T, S>> {
+impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> side::Side for Arc<DeviceBuffer<T, S>> {
     fn side(&self) -> side::Memory<'_> {
         side::Memory {
             device: self.device(),
@@ -130,9 +149,11 @@ impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> side::Side<T> for Arc<D
     }
 }
 
-impl<T: DeviceCopy> CaptureMemory<T> for CaptureBuffer<T> {}
+impl<T: DeviceCopy> CaptureMemory for CaptureBuffer<T> {
+    type Element = T;
+}
 
-impl<T: DeviceCopy> side::Side<T> for CaptureBuffer<T> {
+impl<T: DeviceCopy> side::Side for CaptureBuffer<T> {
     fn side(&self) -> side::Memory<'_> {
         side::Memory {
             device: self.device(),
@@ -144,6 +165,45 @@ impl<T: DeviceCopy> side::Side<T> for CaptureBuffer<T> {
         }
     }
 }
+
+impl<M: CaptureMemory> CaptureUses for &M {
+    type Addresses = *mut M::Element;
+}
+
+impl<M: CaptureMemory> side::Sides for &M {
+    type Addresses = *mut M::Element;
+
+    fn sides(&self) -> Vec<side::Memory<'_>> {
+        vec![self.side()]
+    }
+
+    fn addresses(&self) -> Self::Addresses {
+        self.side().start.cast()
+    }
+}
+
+/// `CaptureUses` for tuples of references to [`CaptureMemory`].
+macro_rules! capture_uses_for_tuples {
+    ($(($($memory:ident $index:tt),+)),+) => {$(
+        impl<$($memory: CaptureMemory),+> CaptureUses for ($(&$memory,)+) {
+            type Addresses = ($(*mut $memory::Element,)+);
+        }
+
+        impl<$($memory: CaptureMemory),+> side::Sides for ($(&$memory,)+) {
+            type Addresses = ($(*mut $memory::Element,)+);
+
+            fn sides(&self) -> Vec<side::Memory<'_>> {
+                vec![$(self.$index.side()),+]
+            }
+
+            fn addresses(&self) -> Self::Addresses {
+                ($(self.$index.side().start.cast(),)+)
+            }
+        }
+    )+};
+}
+
+capture_uses_for_tuples!((A 0, B 1), (A 0, B 1, C 2), (A 0, B 1, C 2, D 3));
 
 /// Page-locked memory a graph holds behind the lock the host takes, its type erased.
 trait HeldPageLocked: Send + Sync + fmt::Debug {
@@ -481,7 +541,7 @@ fn hold_side(memory: &mut HeldMemory, side: side::Memory<'_>, span: Span) -> Res
 fn plan_fill<T: DeviceCopy>(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
-    buffer: &impl CaptureMemory<T>,
+    buffer: &impl CaptureMemory<Element = T>,
     range: impl RangeBounds<usize>,
     byte: u8,
 ) -> Result<Planned> {
@@ -500,8 +560,8 @@ fn plan_fill<T: DeviceCopy>(
 fn plan_copy<T: DeviceCopy>(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
-    (to, to_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
-    (from, from_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
+    (to, to_range): (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
+    (from, from_range): (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
 ) -> Result<Planned> {
     let (to, from) = (to.side(), from.side());
     same_device("a graph's memcpy copies between buffers of the graph's device", device, to.device)?;
@@ -530,7 +590,7 @@ fn plan_copy<T: DeviceCopy>(
 fn plan_pinned_copy<T: DeviceCopy>(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
-    (buffer, device_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
+    (buffer, device_range): (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
     (pinned, pinned_range): (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     into_device: bool,
 ) -> Result<Planned> {
@@ -684,8 +744,8 @@ impl<M: CaptureMode> Capture<'_, M> {
     pub fn copy<T: DeviceCopy>(
         &mut self,
         stream: impl AsStream,
-        (to, to_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
-        (from, from_range): (&impl CaptureMemory<T>, impl RangeBounds<usize>),
+        (to, to_range): (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
+        (from, from_range): (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let stream = stream.as_stream();
         let planned = plan_copy(self.memory(), stream.device(), (to, to_range), (from, from_range))?;
@@ -702,7 +762,7 @@ impl<M: CaptureMode> Capture<'_, M> {
     pub fn fill_bytes<T: DeviceCopy>(
         &mut self,
         stream: impl AsStream,
-        buffer: &impl CaptureMemory<T>,
+        buffer: &impl CaptureMemory<Element = T>,
         range: impl RangeBounds<usize>,
         byte: u8,
     ) -> Result<()> {
@@ -722,7 +782,7 @@ impl<M: CaptureMode> Capture<'_, M> {
     pub fn copy_from_pinned<T: DeviceCopy>(
         &mut self,
         stream: impl AsStream,
-        to: (&impl CaptureMemory<T>, impl RangeBounds<usize>),
+        to: (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
         from: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let stream = stream.as_stream();
@@ -741,7 +801,7 @@ impl<M: CaptureMode> Capture<'_, M> {
         &mut self,
         stream: impl AsStream,
         to: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
-        from: (&impl CaptureMemory<T>, impl RangeBounds<usize>),
+        from: (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let stream = stream.as_stream();
         let allocation = from.0.side().allocation;
@@ -749,13 +809,15 @@ impl<M: CaptureMode> Capture<'_, M> {
         self.capture_planned(&stream, planned, [allocation, None])
     }
 
-    /// Runs `launch` with `stream`, a stream of this capture, and `buffer`'s device address:
-    /// the kernels it launches there are captured. A shared buffer is then held by the graph,
-    /// whose every element they may read and write: each launch of an executable made from
-    /// the graph is ordered with the buffer's other uses as a write of all of it (see
-    /// [the memory docs](crate::memory#graphs)). A [`CaptureBuffer`] of this capture: `stream`
-    /// first waits for its allocation, and its free waits for what `launch` enqueued (an event
-    /// recorded after `launch` returns, or unwinds). `launch` runs outside the crate's hold,
+    /// Runs `launch` with `stream`, a stream of this capture, and the device addresses of
+    /// `memory`: one buffer (`&buffer`, its address) or a tuple of two to four (`(&a, &b)`,
+    /// their addresses as a tuple, in order), each a shared buffer or a [`CaptureBuffer`] (see
+    /// [`CaptureUses`]). The kernels `launch` enqueues there are captured. A shared buffer is
+    /// then held by the graph, whose every element they may read and write: each launch of an
+    /// executable made from the graph is ordered with the buffer's other uses as a write of all
+    /// of it (see [the memory docs](crate::memory#graphs)). A [`CaptureBuffer`] of this
+    /// capture: `stream` first waits for its allocation, and its free waits for what `launch`
+    /// enqueued (an event recorded after `launch` returns, or unwinds). `launch` runs outside the crate's hold,
     /// as [`DeviceBuffer::use_on`]'s does; launching a kernel stays `unsafe`, and its contract
     /// is `use_on`'s: use the address only in work that `launch` enqueues on `stream` while
     /// `stream` is part of this capture. The race detector sees what those kernels declare
@@ -768,31 +830,40 @@ impl<M: CaptureMode> Capture<'_, M> {
     /// [`Error::DeviceMismatch`] for a buffer of another device; [`Error::Size`] for a 13th
     /// device buffer; [`Error::InsideHostFn`]; CUDA's errors ordering a capture buffer's use
     /// (if its event cannot be recorded after `launch`, its free fails).
-    pub fn use_on<T: DeviceCopy, R>(
+    pub fn use_on<U: CaptureUses, R>(
         &mut self,
         stream: impl AsStream,
-        buffer: &impl CaptureMemory<T>,
-        launch: impl FnOnce(&StreamRef, *mut T) -> R,
+        memory: U,
+        launch: impl FnOnce(&StreamRef, <U as side::Sides>::Addresses) -> R,
     ) -> Result<R> {
         let stream = stream.as_stream();
-        let buffer = buffer.side();
-        same_device("a capture uses a buffer of its stream's device", stream.device(), buffer.device)?;
-        let allocation = buffer.allocation;
-        let (address, span) = buffer.at(&(0..buffer.len), true);
+        let sides = memory.sides();
+        for side in &sides {
+            same_device("a capture uses a buffer of its stream's device", stream.device(), side.device)?;
+        }
+        let allocations: Vec<&CaptureAllocation> = sides.iter().filter_map(|side| side.allocation).collect();
         let used = stream.outside_transitions(InCapture::Captured, || {
             self.refuse_outside(&stream)?;
-            allocation.map(|allocation| before_use(allocation, self.id(), &stream)).transpose()
+            let ordered = |allocation: &&CaptureAllocation| before_use(allocation, self.id(), &stream);
+            allocations.iter().map(ordered).collect::<Result<Vec<_>>>()
         })?;
-        if buffer.held.is_some() {
-            let mut memory = HeldMemory::of(self.memory())?;
-            hold_side(&mut memory, buffer, span)?;
-            self.hold_memory(Arc::new(memory));
+        if sides.iter().any(|side| side.held.is_some()) {
+            let mut held = HeldMemory::of(self.memory())?;
+            for side in sides {
+                let span = side.at(&(0..side.len), true).1;
+                hold_side(&mut held, side, span)?;
+            }
+            self.hold_memory(Arc::new(held));
         }
         // Recorded after `launch`'s work, also when it unwinds (its kernels may be in).
-        let noted =
-            allocation.zip(used).map(|(allocation, used)| UseNote { stream: &stream, allocation, used: Some(used) });
-        let result = launch(&stream, address.cast());
-        noted.map_or(Ok(()), UseNote::finish)?;
+        let notes: Vec<UseNote<'_>> = allocations
+            .into_iter()
+            .zip(used)
+            .map(|(allocation, used)| UseNote { stream: &stream, allocation, used: Some(used) })
+            .collect();
+        let result = launch(&stream, memory.addresses());
+        // Every note is recorded, whatever the others did.
+        notes.into_iter().map(UseNote::finish).fold(Ok(()), Result::and)?;
         Ok(result)
     }
 

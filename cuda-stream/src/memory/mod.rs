@@ -136,7 +136,7 @@ mod view;
 
 pub use buffer::DeviceBuffer;
 pub use capture_buffer::CaptureBuffer;
-pub use graph_nodes::CaptureMemory;
+pub use graph_nodes::{CaptureMemory, CaptureUses};
 pub use graph_outputs::GraphOutput;
 pub use launch_args::ArgUse;
 pub(crate) use launch_args::ordered_launch;
