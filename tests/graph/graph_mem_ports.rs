@@ -158,12 +158,13 @@ fn graph_alloc_incr<M: CaptureMode>(mode: M) {
     let mut capture = capturing.begin_capture(mode).unwrap();
     let mut buffer = capture.alloc::<f32>(&capturing, N).unwrap();
     capture.copy(&capturing, (&buffer, ..), (&out, ..)).unwrap();
-    // The graph holds `ones` from here on, its launches ordered after the buffer's write.
-    let x = capture.use_on(&capturing, &ones, |_, x| x.cast_const()).unwrap();
     for _ in 0..3 {
         // SAFETY: `x` is `ones`, which the graph holds; `y` is the graph's buffer, freed after
         // this kernel (the free waits for its use); N f32s each.
-        capture.use_on(&capturing, &buffer, |stream, y| unsafe { add_one(stream, x, y) }).unwrap().unwrap();
+        capture
+            .use_on(&capturing, (&ones, &buffer), |stream, (x, y)| unsafe { add_one(stream, x.cast_const(), y) })
+            .unwrap()
+            .unwrap();
     }
     capture.copy(&capturing, (&out, ..), (&buffer, ..)).unwrap();
     capture.free(&capturing, &mut buffer).unwrap();
@@ -211,10 +212,12 @@ fn output_graph<M: CaptureMode>(
     let mut capture = stream.begin_capture(mode).unwrap();
     let out = capture.alloc::<f32>(stream, N).unwrap();
     capture.copy_from_pinned(stream, (&out, ..), (host_in, ..)).unwrap();
-    let x = capture.use_on(stream, ones, |_, x| x.cast_const()).unwrap();
     // SAFETY: `x` is `ones`, which the graph holds; `y` is the graph's allocation, alive until
     // after the launch; N f32s each.
-    capture.use_on(stream, &out, |stream, y| unsafe { add_one(stream, x, y) }).unwrap().unwrap();
+    capture
+        .use_on(stream, (ones, &out), |stream, (x, y)| unsafe { add_one(stream, x.cast_const(), y) })
+        .unwrap()
+        .unwrap();
     capture.copy(stream, (seen, ..), (&out, ..)).unwrap();
     let output = capture.keep(out).unwrap();
     (capture.end().unwrap(), output)
