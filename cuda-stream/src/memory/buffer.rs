@@ -1,8 +1,8 @@
 //! [`DeviceBuffer`]: device memory allocated and freed in the order of its home stream, used on
 //! other streams only through calls that order the use both ways.
 
-use super::graph_outputs::OutputSlot;
 use super::ledger::{SharedEvent, Span, UseEvent};
+use super::output_slot::OutputSlot;
 use super::page_locked::sealed::Token;
 use super::page_locked::{PageLocked, PageLockedMemory};
 use super::pool::MemPool;

@@ -26,8 +26,8 @@
 //! the host.
 
 use super::capture_buffer::{CaptureAllocation, CaptureBuffer};
-use super::graph_outputs::OutputSlot;
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
+use super::output_slot::OutputSlot;
 use super::shared_pinned::{PinnedGuard, SharedPinned};
 use super::uses::{Hold, MAX_TOUCHED, Touched, Uses, ordered_use};
 use super::{DeviceBuffer, DeviceCopy, checked_range, same_length};

@@ -125,6 +125,7 @@ mod graph_outputs;
 mod launch_args;
 mod ledger;
 pub mod mem_ops;
+mod output_slot;
 mod page_locked;
 mod pinned;
 mod pinned_pool;
