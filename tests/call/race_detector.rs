@@ -495,3 +495,31 @@ fn a_graphs_own_memory_is_not_reported_across_launches_on_two_streams() {
     assert_eq!(out.to_vec().unwrap(), vec![0x2121_2121; N]);
     assert_eq!(scope.take_reports(), []);
 }
+
+#[test]
+fn an_executables_launches_on_two_streams_are_ordered_as_cuda_orders_them() {
+    let device = gpu_or_skip!();
+    let (home, capturing) = (non_blocking_stream(device), non_blocking_stream(device));
+    let (first, second, other) =
+        (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let scope = race_scope(RaceMode::Report);
+    let source = DeviceBuffer::from_slice(&home, &vec![7u32; N]).unwrap();
+    let mut target = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    let mut sink = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
+    home.synchronize().unwrap();
+    let capture = capturing.begin_capture(cuda_stream::capture::ThreadLocal).unwrap();
+    slow_copy(&capturing, source.as_ptr(), target.as_mut_ptr()).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    // Two launches on two streams, nothing between them: CUDA runs the second after the first.
+    exec.launch(&first).unwrap();
+    exec.launch(&second).unwrap();
+    assert_eq!(scope.take_reports(), [], "CUDA orders one executable's launches");
+    // A raw read of the target on a third stream is ordered after neither.
+    slow_copy(&other, target.as_ptr(), sink.as_mut_ptr()).unwrap();
+    let reports = scope.take_reports();
+    for stream in [&first, &second, &other] {
+        stream.synchronize().unwrap();
+    }
+    assert_eq!(kinds(&reports), [RaceKind::WriteRead], "the replayed write, the raw read: {reports:#?}");
+    assert!(reports[0].earlier.operation.starts_with("cudaGraphLaunch (captured: slow copy"), "{}", reports[0]);
+}

@@ -28,6 +28,7 @@ use crate::call::capture_mode::uncapturable_call;
 use crate::call::race;
 use crate::device::Device;
 use crate::device::same_device;
+use crate::event::Event;
 use crate::ffi::error::{Error, GraphExecUpdateResult, GraphInstantiateResult, Result, check};
 use crate::ffi::inside_host_fn::{call_outside_host_fn, refuse_inside_host_fn};
 use crate::stream::AsStream;
@@ -206,6 +207,7 @@ impl Graph {
                 memory: self.tree.memory.borrow().clone(),
                 origin: self.tree.memory.borrow().as_ref().map(|memory| memory.nodes_only()),
                 source: self.tree.level,
+                last_replay: RefCell::new(None),
             }),
             Err(error) => {
                 self.executables.fetch_sub(1, Ordering::AcqRel);
@@ -493,6 +495,9 @@ pub struct GraphExec {
     /// The level id of the graph it was instantiated from: a change of a node's parameters
     /// needs that graph, alive and on this thread.
     source: u64,
+    /// Recorded after its last launch while the race detector tracks: the next launch waits
+    /// for it, as CUDA orders an executable's launches.
+    last_replay: RefCell<Option<Event>>,
 }
 
 // SAFETY: an executable graph handle may be used from any thread, one call at a time.
@@ -556,8 +561,22 @@ impl GraphExec {
     fn launch_replaying(&self, stream: &StreamRef, accesses: &race::CapturedAccesses) -> Result<()> {
         let (_current, via) = stream.enter_for(Calls::Driver)?;
         stream.outside_transitions(InCapture::Refused(LAUNCH_INTO_CAPTURE), || {
+            // CUDA orders an executable's launches one after another, whatever their streams:
+            // the detector learns it from a wait for the last launch's marker, recorded after it
+            // (a wait CUDA makes anyway; only while the detector tracks).
+            let mut last = self.last_replay.borrow_mut();
+            if let Some(marker) = &*last {
+                stream.wait_raw(marker.as_raw(), 0)?;
+            }
+            let marker = match last.take() {
+                Some(marker) => marker,
+                None => Event::internal(self.device)?,
+            };
             let checked = stream.race_check_replay(accesses)?;
-            self.launch_via(stream, via).map(|()| checked.enqueued())
+            self.launch_via(stream, via).map(|()| checked.enqueued())?;
+            stream.record_raw(marker.as_raw(), 0)?;
+            *last = Some(marker);
+            Ok(())
         })
     }
 
