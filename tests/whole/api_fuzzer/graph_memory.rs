@@ -935,9 +935,7 @@ impl<'p> World<'p> {
         match active {
             Some(active) => self.captured_memory(s, &mut rng, active),
             None => {
-                // Capture buffers: not in programs under the race detector (see `capture_buffers.rs`).
-                let buffers = rng.below(3) == 0;
-                if buffers && !self.race_checked {
+                if rng.below(3) == 0 {
                     self.capture_buffers_of_its_own(s, &mut rng);
                 } else {
                     self.capture_of_its_own(s, &mut rng);
@@ -961,10 +959,6 @@ impl<'p> World<'p> {
         let intact = self.quiet() && capture_intact(origin, id);
         let what = rng.below(11);
         if what >= 8 {
-            // Capture buffers: not in programs under the race detector (see `capture_buffers.rs`).
-            if self.race_checked {
-                return skip();
-            }
             return self.capture_buffers_in_capture(rng, active, intact);
         }
         // The stream: the captured one, a stream of the program, or (7) a new one.

@@ -216,12 +216,10 @@
 //!   nothing orders a graph launched on an arbitrary stream with them). What captures hold
 //!   through the crate's own memory work is ordered at each launch, as above; accesses within
 //!   one graph are not checked against each other. Raw captures and the non-primary context
-//!   touch no memory. Capture buffers are not drawn in race-checked programs (their
-//!   operations draw something else there, or nothing): the detector replays a graph's
-//!   accesses of its own memory at each launch on the launch's stream, and knows neither that
-//!   CUDA orders the launches of one executable nor how a graph's allocator reuses addresses
-//!   once a graph is gone, so it would report races between launches that CUDA orders.
-//! * so no operation but capture buffers is left out of race-checked programs: every access
+//!   touch no memory. Capture buffers are drawn there too: the crate does not tell the
+//!   detector of their accesses (only the graph reaches that memory), and the detector orders
+//!   one executable's launches as CUDA does.
+//! * so no operation is left out of race-checked programs: every access
 //!   the detector is told of is ordered by the crate (a buffer's uses, through its events and
 //!   home stream) or made on one stream; no raw work touches a buffer behind the crate's back
 //!   (the raw fill runs inside `use_on`, the typed launch's `x` is used on its home stream

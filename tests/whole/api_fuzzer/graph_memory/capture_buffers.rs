@@ -28,10 +28,9 @@
 //!   whose buffers were all freed join the family; one that leaks is dropped once its
 //!   outstanding allocation is freed by raw FFI (so the programs leak no device memory).
 //!
-//! Not in programs under the race detector: it replays a graph's accesses of its own memory at
-//! every launch, on the launch's stream, and does not know that CUDA orders the launches of one
-//! executable, nor what a graph's allocator does with the addresses of a graph that is gone:
-//! its reports there would be about the model, not the program.
+//! Also in programs under the race detector: the crate does not tell it of a capture buffer's
+//! accesses (only the graph reaches that memory), and it orders one executable's launches as
+//! CUDA does; the shared and page-locked sides of their copies are ordered at each launch.
 
 use super::*;
 use cuda_stream::{CaptureMode, InstantiateOptions};
