@@ -670,8 +670,8 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
     fn drop(&mut self) {
         // A wait or a free on the legacy stream is reported by the sync-debug mode, never
         // refused: refused, the memory would leak.
-        let noted = sync_debug::reporting_only(|| self.order_and_free());
-        if let (false, Some(output)) = (noted, &self.output) {
+        let freed = sync_debug::reporting_only(|| self.order_and_free());
+        if let (false, Some(output)) = (freed, &self.output) {
             // Leaked, not freed: the graph's next launch would allocate it again under its uses.
             output.never_freed();
         }
@@ -679,8 +679,8 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
 }
 
 impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
-    /// The drop: the free, after every use, on the home stream; or nothing (a leak). Whether
-    /// it was freed, and the free noted for a graph output's next launch.
+    /// The drop: the free, after every use, on the home stream (noted for a graph output's
+    /// next launch); or nothing (a leak). Whether it was freed.
     fn order_and_free(&mut self) -> bool {
         if self.uses.leaked() || refuse_inside_host_fn().is_err() {
             return false;
@@ -721,7 +721,10 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         checked.enqueued();
         // On the stream just freed on, under the same hold: what a graph output's next launch
         // waits for.
-        self.output.as_ref().is_none_or(|output| output.freed_on(&home))
+        if let Some(output) = &self.output {
+            output.freed_on(&home);
+        }
+        true
     }
 }
 

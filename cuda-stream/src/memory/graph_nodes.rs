@@ -255,11 +255,6 @@ pub(super) struct HeldMemory {
     outputs: Vec<Arc<OutputSlot>>,
 }
 
-/// What a capture holds so far, to grow by the capture's next work (see [`HeldMemory::of`]).
-pub(super) fn held_memory_of(memory: Option<Arc<dyn GraphMemory>>) -> Result<HeldMemory> {
-    HeldMemory::of(memory)
-}
-
 /// What a memory node does, which a change of its parameters keeps.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum NodeKind {
@@ -285,7 +280,7 @@ fn merge_into<T: ?Sized>(held: &mut [(Arc<T>, Span)], memory: &Arc<T>, span: &Sp
 
 impl HeldMemory {
     /// A copy of `memory`, what a graph or capture holds so far, to grow by a node.
-    fn of(memory: Option<Arc<dyn GraphMemory>>) -> Result<HeldMemory> {
+    pub(super) fn of(memory: Option<Arc<dyn GraphMemory>>) -> Result<HeldMemory> {
         match memory {
             None => Ok(HeldMemory::default()),
             Some(memory) => memory

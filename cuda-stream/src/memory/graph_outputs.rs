@@ -18,10 +18,11 @@
 //! * The address is the same at every launch; one executable of the graph exists at a time
 //!   (checked here, as CUDA does): the state is the graph's, which its executables share.
 
+use super::DeviceCopy;
 use super::buffer::DeviceBuffer;
 use super::capture_buffer::CaptureBuffer;
+use super::graph_nodes::HeldMemory;
 use super::output_slot::{OutputSlot, OutputState};
-use super::{DeviceCopy, graph_nodes};
 use crate::device::{Device, same_device};
 use crate::ffi::error::{Error, Result};
 use crate::graph::capture::{Capture, CaptureMode};
@@ -73,7 +74,7 @@ impl<M: CaptureMode> Capture<'_, M> {
         buffer.allocation().refuse_unusable(self.id())?;
         let address = NonNull::new(buffer.allocation().at(0).cast::<T>()).ok_or(Error::Size("no address"))?;
         let slot = Arc::new(OutputSlot::new());
-        let mut memory = graph_nodes::held_memory_of(self.memory())?;
+        let mut memory = HeldMemory::of(self.memory())?;
         memory.keep_output(Arc::clone(&slot));
         self.hold_memory(Arc::new(memory));
         Ok(GraphOutput { slot, address, len: buffer.len(), device: buffer.device(), _element: PhantomData })

@@ -87,18 +87,15 @@ impl OutputSlot {
     }
 
     /// Notes the free of a buffer taken from it, just enqueued on `stream` (under the free's
-    /// hold): the next launch waits for an event recorded there now. `false` (and no launch
-    /// again) when it cannot be recorded.
-    pub(super) fn freed_on(&self, stream: &StreamRef) -> bool {
-        let recorded = Event::internal(stream.device())
-            .and_then(|event| stream.record_raw(event.as_raw(), 0).map(|()| event))
-            .ok();
-        let noted = recorded.is_some();
+    /// hold): the next launch waits for an event recorded there now; no launch is made again
+    /// when it cannot be recorded.
+    pub(super) fn freed_on(&self, stream: &StreamRef) {
+        let recorded =
+            Event::internal(stream.device()).and_then(|event| stream.record_raw(event.as_raw(), 0).map(|()| event));
         *self.lock() = match recorded {
-            Some(event) => OutputState::Free(Some(event)),
-            None => OutputState::Unordered,
+            Ok(event) => OutputState::Free(Some(event)),
+            Err(_) => OutputState::Unordered,
         };
-        noted
     }
 
     /// A buffer taken from it was dropped without freeing the memory (a leak): it stays
