@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every binary of the GPU bundle with CUDA_STREAM_REQUIRE_GPU=1 (a missing GPU fails).
-#   run.sh                        tests (both modes) and examples; benchmarks with --bench
+#   run.sh                        tests (both modes), examples and the Python exchange tests
+#                                 (python/: the extension of each build, driven by python3 with
+#                                 the host's PyTorch, CuPy, cuda.core); benchmarks with --bench
 #   run.sh --sanitize TOOL        the same under compute-sanitizer --tool TOOL (memcheck,
 #                                 racecheck, synccheck, initcheck); its errors count as failures
 #   run.sh --bench                also the benchmarks (their JSON goes to $BENCH_OUT or ./)
@@ -100,6 +102,8 @@ for round in $(seq "$repeat"); do
   export CUDA_STREAM_FUZZ_FIRST=$((fuzz_first + (round - 1) * ${CUDA_STREAM_FUZZ_PROGRAMS:-1000}))
   for bin in bin/legacy/* bin/per-thread/* bin/cuda12/* bin/ptx/*; do [ -e "$bin" ] && run_one "$bin" --nocapture; done
   for bin in bin/examples/* bin/shapes/*; do [ -e "$bin" ] && run_one "$bin"; done
+  # The Python exchange tests (PyTorch, CuPy, cuda.core of the host's python3), each build.
+  for bin in bin/python/exchange_*; do [ -e "$bin" ] && run_one "$bin"; done
 done
 if [ $benches = 1 ]; then
   for bin in bin/benches/*; do [ -e "$bin" ] && run_one "$bin"; done

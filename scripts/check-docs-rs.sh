@@ -16,7 +16,7 @@ env -u CUDA_PATH DOCS_RS=1 RUSTC_BOOTSTRAP=cuda_stream RUSTDOCFLAGS="$rustdoc_ar
   CARGO_TARGET_DIR=target/docsrs cargo doc -p cuda-stream --no-deps --quiet --features "$features"
 status=0
 for page_feature in struct.BorrowedStream.html:cudarc struct.StreamRef.html:cudarc testing/index.html:testing \
-    macro.gpu_or_skip.html:testing profiling/fn.range.html:nvtx; do
+    macro.gpu_or_skip.html:testing profiling/fn.range.html:nvtx python/index.html:python; do
   page=${page_feature%%:*} feature=${page_feature##*:}
   if grep -qF "Available on <strong>crate feature <code>$feature</code></strong> only" "target/docsrs/doc/cuda_stream/$page"; then
     echo "ok: $page says it needs the feature $feature"

@@ -8,7 +8,7 @@ import re,os,sys,collections
 root=os.path.join(os.path.dirname(os.path.abspath(__file__)),'..','cuda-stream','src')
 PRINT='--print' in sys.argv
 # Bottom to top, as docs/architecture.md has them.
-LAYERS=['ffi','call','device','event','stream','host_fn','graph','completion','cudarc','memory','kernel','profiling','testing']
+LAYERS=['ffi','call','device','event','stream','host_fn','graph','completion','cudarc','memory','kernel','profiling','python','testing']
 mods={}
 for dp,dn,fn in os.walk(root):
     for f in fn:

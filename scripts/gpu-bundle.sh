@@ -80,6 +80,16 @@ cargo bench --workspace --no-run --message-format=json --quiet | collect "$bundl
 echo "building the documented build.rs in every crate shape..."
 scripts/check-crate-shapes.sh --bundle "$bundle/bin/shapes"
 # The stand-in NVTX tool of tests/profiling/nvtx.rs, which run.sh names to it.
+echo "building the Python exchange tests' extension (both modes)..."
+scripts/build-python-ext.sh
+mkdir -p "$bundle/bin/python"
+cp -r target/pyext/legacy target/pyext/per-thread tests/python/test_exchange.py tests/python/bench_exchange.py \
+  "$bundle/bin/python/"
+for mode in legacy per-thread; do
+  printf '#!/usr/bin/env bash\n# The Python exchange tests against the %s build of the extension.\ncd "$(dirname "$0")" && exec python3 test_exchange.py "$PWD/%s"\n' \
+    "$mode" "$mode" > "$bundle/bin/python/exchange_${mode//-/_}"
+  chmod +x "$bundle/bin/python/exchange_${mode//-/_}"
+done
 mkdir -p "$bundle/bin/lib"
 cp "$(ls -t target/release/build/cuda-stream-tests-*/out/libnvtx_recorder.so | head -1)" "$bundle/bin/lib/"
 cp scripts/bundle-run.sh "$bundle/run.sh"

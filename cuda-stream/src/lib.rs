@@ -216,6 +216,9 @@ pub mod host_fn;
 pub mod kernel;
 pub mod memory;
 pub mod profiling;
+#[cfg(feature = "python")]
+#[cfg_attr(docsrs, doc(cfg(feature = "python")))]
+pub mod python;
 mod stream;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

@@ -7,4 +7,6 @@ fn the_compiler_refuses_what_the_types_forbid() {
     t.pass("tests/compile_pass/*.rs");
     #[cfg(feature = "cudarc")]
     t.compile_fail("tests/compile_fail_cudarc/*.rs");
+    #[cfg(feature = "python")]
+    t.compile_fail("tests/compile_fail_python/*.rs");
 }

@@ -426,6 +426,13 @@ pub enum Error {
     /// A launch configuration CUDA cannot run, refused before CUDA sees it.
     #[error("invalid launch configuration: {0}")]
     InvalidLaunch(&'static str),
+    /// An object another library hands over that its protocol does not allow or this crate
+    /// cannot take (feature `python`): a `__cuda_stream__` of another version than 0, a
+    /// DLPack tensor of another element type or device kind, strided or read-only; or a
+    /// request the protocol forbids (stream 0 for `__dlpack__`). Python sees it as
+    /// `BufferError`.
+    #[error("exchange refused: {0}")]
+    Exchange(String),
     /// A word index past the end of its words
     /// ([`MappedWords`](crate::MappedWords), [`DeviceWords`](crate::DeviceWords)), refused
     /// before CUDA sees it.

@@ -2,6 +2,7 @@
 //! other streams only through calls that order the use both ways.
 
 use super::ledger::{SharedEvent, Span, UseEvent};
+use super::lent::LentMemory;
 use super::output_slot::OutputSlot;
 use super::page_locked::sealed::Token;
 use super::page_locked::{PageLocked, PageLockedMemory};
@@ -58,9 +59,8 @@ pub struct DeviceBuffer<T: DeviceCopy, S: AsStream> {
     home: S,
     /// The order of its uses across streams.
     uses: Uses,
-    /// The graph output it was taken from ([`GraphOutput::take`](super::GraphOutput::take)):
-    /// its free is what the graph's next launch waits for.
-    output: Option<Arc<OutputSlot>>,
+    /// Where the memory came from, and so what the drop does after the last use.
+    origin: Origin,
     _owns: PhantomData<T>,
 }
 
@@ -134,18 +134,44 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let (home_raw, device) = (stream.as_raw(), stream.device());
         let home_identity = (stream.identity(), stream.known_id());
         let uses = Uses::allocated(bytes);
-        Ok(DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, output: None, _owns: PhantomData })
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            device,
+            home_raw,
+            home_identity,
+            home,
+            uses,
+            origin: Origin::Allocated,
+            _owns: PhantomData,
+        })
     }
 
     /// A buffer of a graph's output that `home` may use from now on (after the launch), freed
     /// on `home` when dropped; the free, or its leak, is noted in `output`.
     pub(super) fn adopt(home: S, ptr: NonNull<T>, len: usize, output: Arc<OutputSlot>) -> Self {
+        Self::of_origin(home, ptr, len, Origin::Output(output))
+    }
+
+    /// A buffer of memory another library lends (`lent`), which `home` may use from now on
+    /// (the lender ordered its own work before), handed back through `lent` once every use
+    /// has completed.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn lent(home: S, ptr: NonNull<T>, len: usize, lent: LentMemory) -> Self {
+        let buffer = Self::of_origin(home, ptr, len, Origin::Lent(lent));
+        // To the race detector, the memory begins here, written on the home stream.
+        let bytes = buffer.bytes() as u64;
+        buffer.home.as_stream().race_allocated(ptr.as_ptr() as u64, bytes, "memory lent by another library");
+        buffer
+    }
+
+    fn of_origin(home: S, ptr: NonNull<T>, len: usize, origin: Origin) -> Self {
         let (home_raw, device, home_identity) = {
             let stream = home.as_stream();
             (stream.as_raw(), stream.device(), (stream.identity(), stream.known_id()))
         };
         let uses = Uses::allocated(len * size_of::<T>());
-        DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, output: Some(output), _owns: PhantomData }
+        DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, origin, _owns: PhantomData }
     }
 
     /// The number of elements.
@@ -489,6 +515,22 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         ordered_use(stream, &[Touched { home: &home, uses: &self.uses, span }], Hold::Throughout, enqueue)
     }
 
+    /// Lends the buffer to work another library enqueues on `stream` (an export): `stream`
+    /// waits for every earlier use, and later uses and the free wait for `stream`'s work up to
+    /// this call. The race detector sees a write of every element there, named `operation`.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn lend_to(&self, stream: &StreamRef, operation: &'static str) -> Result<()> {
+        self.ordered(stream, self.span(0, self.len, true), |_| {
+            stream.enqueue(Work::named(operation).uses(|| vec![self.race_use(AccessKind::Write)]), |_| Ok(()))
+        })
+    }
+
+    /// A use that could not be ordered before the free: the drop leaks the memory.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn leak_on_drop(&self) {
+        self.uses.mark_leaked();
+    }
+
     /// A copy between the buffer and host memory the caller lends only for this call: the
     /// checks a wait makes come first, then the copy (ordered with the home stream) and an
     /// event recorded after it, then the wait for that event, which nothing can refuse once
@@ -662,7 +704,8 @@ fn copy_uses(to: *mut c_void, from: *const c_void, bytes: usize) -> Vec<Use> {
 }
 
 impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
-    /// Frees the memory on the home stream (`cudaFreeAsync`), after every use ordered there.
+    /// Frees the memory on the home stream (`cudaFreeAsync`), after every use ordered there;
+    /// memory another library lent is handed back to it once those uses have completed.
     /// Leaks it instead where that cannot be done safely: inside a host function, when the
     /// home stream behind `S` is no longer the one it was allocated on (another thread's
     /// per-thread stream), while the home stream is being captured, after a failed ordering,
@@ -670,40 +713,78 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
     fn drop(&mut self) {
         // A wait or a free on the legacy stream is reported by the sync-debug mode, never
         // refused: refused, the memory would leak.
-        let freed = sync_debug::reporting_only(|| self.order_and_free());
-        if let (false, Some(output)) = (freed, &self.output) {
+        let end = sync_debug::reporting_only(|| self.order_and_free());
+        match (end, &mut self.origin) {
             // Leaked, not freed: the graph's next launch would allocate it again under its uses.
-            output.never_freed();
+            (End::Leaked, Origin::Output(output)) => output.never_freed(),
+            // Handed back only once the last use has completed (the lender may reuse it at
+            // once); not at all if that cannot be waited for.
+            (End::AfterEvent(last_use), Origin::Lent(lent))
+                if sync_debug::reporting_only(|| last_use.synchronize()).is_ok() =>
+            {
+                lent.hand_back();
+            }
+            _ => {}
         }
     }
 }
 
+/// Where a buffer's memory came from, and so what its drop does after the last use.
+enum Origin {
+    /// Allocated by this buffer (`cudaMallocAsync`): freed on the home stream.
+    Allocated,
+    /// A graph's output ([`GraphOutput::take`](super::GraphOutput::take)): freed on the home
+    /// stream, and that free is what the graph's next launch waits for.
+    Output(Arc<OutputSlot>),
+    /// Another library's memory: handed back to it, never freed here.
+    Lent(LentMemory),
+}
+
+/// How a buffer's drop ended.
+enum End {
+    /// Nothing was freed or handed back.
+    Leaked,
+    /// Freed on the home stream.
+    Freed,
+    /// Lent memory, whose last use ends at this event (recorded on the home stream after it).
+    AfterEvent(Event),
+}
+
 impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// The drop: the free, after every use, on the home stream (noted for a graph output's
-    /// next launch); or nothing (a leak). Whether it was freed.
-    fn order_and_free(&mut self) -> bool {
+    /// next launch), or, for lent memory, an event after every use; or nothing (a leak).
+    fn order_and_free(&self) -> End {
         if self.uses.leaked() || refuse_inside_host_fn().is_err() {
-            return false;
+            return End::Leaked;
         }
-        let Ok(home) = self.home() else { return false };
+        let Ok(home) = self.home() else { return End::Leaked };
         ignore_other_threads_captures();
         // No capture of this crate begins between the check and the free.
         let _transitions = no_capture_transitions();
         // Not into a capture (a free node), and not making a capturing home stream wait.
         if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
-            return false;
+            return End::Leaked;
         }
         // After the last use on every other stream (recorded outside any capture).
         if self.uses.home_waits_for_others(&*home).is_err() {
-            return false;
+            return End::Leaked;
         }
         // A race the detector finds is reported, never refused here: refused, the memory
         // would leak and the report be lost.
         let free_check =
             || home.race_check(Step::Work, || vec![self.race_use(AccessKind::Free)], || "cudaFreeAsync".to_owned());
         let Ok(checked) = race::reporting_only(free_check) else {
-            return false;
+            return End::Leaked;
         };
+        if let Origin::Lent(_) = self.origin {
+            // On a stream checked not capturing, under the hold: a plain record.
+            let Ok(last_use) = Event::internal(self.device) else { return End::Leaked };
+            if home.record_raw(last_use.as_raw(), 0).is_err() {
+                return End::Leaked;
+            }
+            checked.enqueued();
+            return End::AfterEvent(last_use);
+        }
         let (address, raw) = (self.ptr.as_ptr().cast::<c_void>(), home.as_raw());
         // Memory this buffer allocated and nothing else frees; every use this crate enqueued
         // is ordered before this point of the home stream. On failure the memory is leaked.
@@ -716,15 +797,15 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             Some(_current) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
         });
         if freed.is_err() {
-            return false;
+            return End::Leaked;
         }
         checked.enqueued();
         // On the stream just freed on, under the same hold: what a graph output's next launch
         // waits for.
-        if let Some(output) = &self.output {
+        if let Origin::Output(output) = &self.origin {
             output.freed_on(&home);
         }
-        true
+        End::Freed
     }
 }
 

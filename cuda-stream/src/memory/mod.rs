@@ -124,6 +124,7 @@ mod graph_nodes;
 mod graph_outputs;
 mod launch_args;
 mod ledger;
+pub(crate) mod lent;
 pub mod mem_ops;
 mod output_slot;
 mod page_locked;

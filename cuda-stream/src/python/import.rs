@@ -1,0 +1,262 @@
+//! Consumer: a tensor of another library (PyTorch, CuPy, anything with `__dlpack__`)
+//! imported as a [`DeviceBuffer`] whose home is our stream ([`import`]).
+
+use super::dlpack::{
+    DLManagedTensor, DLManagedTensorVersioned, DLPACK_VERSION, DLTENSOR, DLTENSOR_VERSIONED, DLTensor, DlpackElement,
+    FLAG_READ_ONLY, KDL_CUDA, USED_DLTENSOR, USED_DLTENSOR_VERSIONED,
+};
+use super::exchange_error;
+use super::streams::{PyStream, protocol_handle};
+use crate::CaptureStatus;
+use crate::device::{Device, same_device};
+use crate::ffi::error::Error;
+use crate::memory::DeviceBuffer;
+use crate::memory::lent::LentMemory;
+use crate::stream::{AsStream, StreamRef};
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+/// Imports `object`'s tensor (through `__dlpack__`) as a buffer whose home is `stream`: the
+/// exporter is asked to order its pending work on the tensor before `stream` (the stream
+/// value encoded for this build: 1 for the legacy stream, 2 for the per-thread one, never 0,
+/// and never 2 to PyTorch, see the [module docs](super)), the buffer then orders every use
+/// on other streams through its own tracking, like any buffer of this crate, and its drop
+/// hands the tensor back to the exporter (DLPack's deleter) only once every use has
+/// completed: the exporter's allocator may reuse the memory at once. During a capture of
+/// `stream`, nothing is synchronized (`-1`): the capture is left intact.
+///
+/// The tensor must be a CUDA tensor of `stream`'s device, of element type `T`, compact
+/// (row-major contiguous, any shape: the buffer has all its elements) and writable.
+///
+/// # Safety
+/// `object` is a DLPack producer that keeps its promises: the capsule's tensor describes
+/// device memory that stays valid until its deleter is called (PyTorch, CuPy, JAX,
+/// `cuda.core` and this module's [`ExportedBuffer`](super::ExportedBuffer) do).
+///
+/// # Errors
+/// `BufferError` ([`Error::Exchange`]) for a tensor of another kind of device, another element
+/// type, strides that are not compact, a read-only tensor, or a DLPack major version other
+/// than 0 or 1; [`Error::DeviceMismatch`] for a tensor of another device; [`Error::Size`] for
+/// an empty one; the exporter's exceptions. A refused tensor is given back unused (its capsule
+/// is never consumed).
+pub unsafe fn import<T: DlpackElement, S: AsStream>(
+    object: &Bound<'_, PyAny>,
+    stream: S,
+) -> PyResult<DeviceBuffer<T, S>> {
+    let py = object.py();
+    let (device, argument, order_by_torch) = {
+        let ours = stream.as_stream();
+        let argument = stream_argument(&ours);
+        // PyTorch refuses 2: it is asked for nothing, and our stream waits for PyTorch's
+        // current stream below, as PyTorch's producer would make it.
+        let torch = argument == 2 && is_torch_tensor(object);
+        (ours.device(), if torch { -1 } else { argument }, torch)
+    };
+    // The device first: a producer is asked for a stream only for a CUDA tensor of ours (for
+    // another kind of device, PyTorch asserts that the stream is `None`).
+    if let Ok(dl_device) = object.call_method0(pyo3::intern!(py, "__dlpack_device__")) {
+        let (kind, ordinal) = dl_device.extract::<(i32, i32)>()?;
+        checked_device(kind, ordinal, device)?;
+    }
+    let capsule = {
+        // PyTorch exports only tensors of the current device.
+        let _current = device.make_current()?;
+        call_dlpack(object, argument)?
+    };
+    if order_by_torch {
+        let torch_stream = py.import("torch")?.getattr("cuda")?.call_method1("current_stream", (device.ordinal(),))?;
+        // SAFETY: PyTorch's streams are never destroyed; this borrow ends within this call.
+        let torch_stream = unsafe { PyStream::borrow(&torch_stream) }?;
+        stream.as_stream().wait_stream(&torch_stream)?;
+    }
+    // SAFETY: the caller's contract: a capsule of a conforming producer.
+    let (managed, address, len) = unsafe { take_tensor::<T>(&capsule, device) }?;
+    let lent = LentMemory::new(move || {
+        // SAFETY: the tensor was consumed here and is deleted once, after its last use.
+        unsafe { managed.delete() }
+    });
+    Ok(DeviceBuffer::lent(stream, address, len, lent))
+}
+
+/// The `stream` argument of `__dlpack__` for our stream: `-1` while it is being captured,
+/// else 1 (legacy), 2 (per-thread) or the handle.
+fn stream_argument(stream: &StreamRef) -> i64 {
+    if stream.capture_status() != Ok(CaptureStatus::None) {
+        return -1;
+    }
+    protocol_handle(stream) as i64
+}
+
+fn is_torch_tensor(object: &Bound<'_, PyAny>) -> bool {
+    object.get_type().module().is_ok_and(|module| module.to_string_lossy().starts_with("torch"))
+}
+
+/// `object.__dlpack__(stream=argument, max_version=(1, 1))`, or without `max_version` for an
+/// exporter older than DLPack 1.0 (a `TypeError`).
+fn call_dlpack<'py>(object: &Bound<'py, PyAny>, argument: i64) -> PyResult<Bound<'py, PyAny>> {
+    let py = object.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("stream", argument)?;
+    kwargs.set_item("max_version", (DLPACK_VERSION.major, DLPACK_VERSION.minor))?;
+    match object.call_method("__dlpack__", (), Some(&kwargs)) {
+        Err(error) if error.is_instance_of::<PyTypeError>(py) => {
+            kwargs.del_item("max_version")?;
+            object.call_method("__dlpack__", (), Some(&kwargs))
+        }
+        result => result,
+    }
+}
+
+/// A consumed tensor: ours to delete.
+enum Managed {
+    Unversioned(NonNull<DLManagedTensor>),
+    Versioned(NonNull<DLManagedTensorVersioned>),
+}
+
+// SAFETY: DLPack lets the consumer call the deleter on any thread (producers that need their
+// interpreter take its lock themselves).
+unsafe impl Send for Managed {}
+
+impl Managed {
+    /// Calls the producer's deleter.
+    ///
+    /// # Safety
+    /// Once, when the memory is no longer used.
+    unsafe fn delete(self) {
+        // SAFETY: the caller's contract; a consumed tensor, alive until its deleter.
+        unsafe {
+            match self {
+                Managed::Unversioned(managed) => {
+                    if let Some(deleter) = (*managed.as_ptr()).deleter {
+                        deleter(managed.as_ptr());
+                    }
+                }
+                Managed::Versioned(managed) => {
+                    if let Some(deleter) = (*managed.as_ptr()).deleter {
+                        deleter(managed.as_ptr());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The tensor in `capsule`, checked, then consumed (the capsule renamed): the managed tensor,
+/// its first element's address and its number of elements. A refused tensor stays in its
+/// capsule, whose destructor gives it back.
+///
+/// # Safety
+/// A capsule of a conforming producer.
+unsafe fn take_tensor<T: DlpackElement>(
+    capsule: &Bound<'_, PyAny>,
+    device: Device,
+) -> PyResult<(Managed, NonNull<T>, usize)> {
+    let raw = capsule.as_ptr();
+    let named = |name: &CStr| {
+        // SAFETY: any object; a name check has no side effect.
+        unsafe { ffi::PyCapsule_IsValid(raw, name.as_ptr()) == 1 }
+    };
+    let (name, used) = if named(DLTENSOR_VERSIONED) {
+        (DLTENSOR_VERSIONED, USED_DLTENSOR_VERSIONED)
+    } else if named(DLTENSOR) {
+        (DLTENSOR, USED_DLTENSOR)
+    } else {
+        return Err(exchange_error(format!("__dlpack__ returned {capsule}, not a fresh DLPack capsule")));
+    };
+    // SAFETY: a valid capsule of that name.
+    let pointer = NonNull::new(unsafe { ffi::PyCapsule_GetPointer(raw, name.as_ptr()) })
+        .ok_or_else(|| exchange_error("a DLPack capsule holds no tensor".into()))?;
+    let managed = if name == DLTENSOR_VERSIONED {
+        let managed = pointer.cast::<DLManagedTensorVersioned>();
+        // SAFETY: the producer's tensor, alive until its deleter.
+        let (version, flags) = unsafe { ((*managed.as_ptr()).version, (*managed.as_ptr()).flags) };
+        if version.major != 1 {
+            return Err(exchange_error(format!(
+                "DLPack {}.{}: only 0.x and 1.x are read",
+                version.major, version.minor
+            )));
+        }
+        if flags & FLAG_READ_ONLY != 0 {
+            return Err(exchange_error("a read-only DLPack tensor is not imported as a writable buffer".into()));
+        }
+        Managed::Versioned(managed)
+    } else {
+        Managed::Unversioned(pointer.cast::<DLManagedTensor>())
+    };
+    // SAFETY: as above.
+    let tensor = unsafe {
+        match &managed {
+            Managed::Unversioned(managed) => &(*managed.as_ptr()).dl_tensor,
+            Managed::Versioned(managed) => &(*managed.as_ptr()).dl_tensor,
+        }
+    };
+    // SAFETY: the producer's description of its tensor.
+    let (address, len) = unsafe { checked_tensor::<T>(tensor, device) }?;
+    // SAFETY: a valid capsule; from here on the tensor is ours to delete.
+    if unsafe { ffi::PyCapsule_SetName(raw, used.as_ptr()) } != 0 {
+        return Err(PyErr::fetch(capsule.py()));
+    }
+    Ok((managed, address, len))
+}
+
+/// Refuses a DLPack device (`kind`, `ordinal`) other than `device`'s memory.
+fn checked_device(kind: i32, ordinal: i32, device: Device) -> PyResult<()> {
+    if kind != KDL_CUDA {
+        return Err(exchange_error(format!(
+            "a DLPack tensor of device type {kind} is not CUDA device memory (kDLCUDA, {KDL_CUDA})"
+        )));
+    }
+    same_device("a tensor is imported on a stream of its device", device, Device::new(ordinal)?)?;
+    Ok(())
+}
+
+/// The first element's address and the number of elements of a compact CUDA tensor of `T`
+/// on `device`.
+///
+/// # Safety
+/// `shape` and `strides` (if not null) point to `ndim` values.
+unsafe fn checked_tensor<T: DlpackElement>(tensor: &DLTensor, device: Device) -> PyResult<(NonNull<T>, usize)> {
+    checked_device(tensor.device.device_type, tensor.device.device_id, device)?;
+    if tensor.dtype != T::DTYPE {
+        return Err(exchange_error(format!(
+            "a DLPack tensor of {:?} is not one of {} ({:?})",
+            tensor.dtype,
+            std::any::type_name::<T>(),
+            T::DTYPE
+        )));
+    }
+    let ndim = usize::try_from(tensor.ndim).map_err(|_| exchange_error("a negative ndim".into()))?;
+    let slice = |values: *const i64| {
+        if ndim == 0 || values.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { std::slice::from_raw_parts(values, ndim) }
+        }
+    };
+    let shape = slice(tensor.shape);
+    let mut len = 1_usize;
+    let mut expected = 1_i64;
+    for (at, &extent) in shape.iter().enumerate().rev() {
+        let extent_len = usize::try_from(extent).map_err(|_| exchange_error("a negative extent".into()))?;
+        len = len.checked_mul(extent_len).ok_or(Error::Size("a tensor's element count overflows"))?;
+        if !tensor.strides.is_null() && extent != 1 && slice(tensor.strides)[at] != expected {
+            return Err(exchange_error("a strided DLPack tensor is not compact: take a contiguous copy".into()));
+        }
+        expected = expected.saturating_mul(extent);
+    }
+    if len == 0 {
+        return Err(Error::Size("an empty tensor is not imported").into());
+    }
+    let address = (tensor.data as usize).wrapping_add(tensor.byte_offset as usize);
+    if address % align_of::<T>() != 0 {
+        return Err(exchange_error("a DLPack tensor's address is not aligned for its element type".into()));
+    }
+    let address =
+        NonNull::new(address as *mut T).ok_or_else(|| exchange_error("a DLPack tensor at address 0".into()))?;
+    Ok((address, len))
+}

@@ -1,0 +1,144 @@
+//! Streams across the boundary: a Python object with `__cuda_stream__` borrowed as an
+//! [`AsStream`] ([`PyStream`]), and this crate's streams handed to Python with
+//! `__cuda_stream__` ([`CudaStream`]).
+
+use super::exchange_error;
+use crate::stream::{AsStream, BorrowedStream, Builtin, Ownership, StreamRef};
+use crate::sys;
+use pyo3::prelude::*;
+use std::fmt;
+
+/// A stream another Python library owns (a `torch.cuda.Stream`, a CuPy or `cuda.core`
+/// stream, any object with `__cuda_stream__`), borrowed for as long as this value lives: it
+/// keeps the Python object alive. Every function of this crate that takes a stream takes it.
+///
+/// The handle's meaning: the protocol's version 0 is `(0, handle)`. Handle 0 is the
+/// exporting library's null stream, which PyTorch and CuPy (built without per-thread default
+/// streams) mean as the legacy stream: it is borrowed as
+/// [`BuiltinStream::legacy`](crate::BuiltinStream::legacy) in both of this crate's builds.
+/// Handles 1 and 2 (`cudaStreamLegacy`, `cudaStreamPerThread`) are the built-in streams
+/// they name (the per-thread one is the calling thread's). Any other handle's device is read
+/// through its context, as [`BorrowedStream::borrow_raw`] reads it.
+pub struct PyStream {
+    /// The stream's owner on the Python side, alive while the borrow lasts.
+    owner: Py<PyAny>,
+    stream: BorrowedStream<'static>,
+}
+
+impl PyStream {
+    /// Borrows the stream of `object`'s `__cuda_stream__()`.
+    ///
+    /// # Safety
+    /// As [`BorrowedStream::borrow_raw`]: the handle is a live stream for as long as `object`
+    /// is (true of PyTorch's, CuPy's and `cuda.core`'s own streams; an external stream
+    /// wrapper, such as `torch.cuda.ExternalStream`, leaves it to you); no capture of it
+    /// begins or ends on another thread (`torch.cuda.graph`) while a call of this crate on it
+    /// runs; the device is not reset.
+    ///
+    /// # Errors
+    /// `BufferError` ([`Error::Exchange`](crate::Error::Exchange)) for a version other than 0 or
+    /// a handle that is not an integer; the errors of [`BorrowedStream::borrow_raw`]; the
+    /// Python exception of a missing or failing `__cuda_stream__`.
+    pub unsafe fn borrow(object: &Bound<'_, PyAny>) -> PyResult<PyStream> {
+        let (version, handle) = cuda_stream_of(object)?;
+        if version != 0 {
+            return Err(exchange_error(format!(
+                "__cuda_stream__ returned version {version}: version 0 is the only version of the protocol"
+            )));
+        }
+        let handle = match handle {
+            // The exporter's null stream: the legacy stream (see the type's docs).
+            0 => sys::cudaStreamLegacy,
+            handle => handle as sys::cudaStream_t,
+        };
+        // SAFETY: the caller's contract; the owner is kept alive below for the borrow.
+        let stream = unsafe { BorrowedStream::borrow_raw(handle) }?;
+        Ok(PyStream { owner: object.clone().unbind(), stream })
+    }
+
+    /// The Python object whose stream this is.
+    pub fn owner(&self) -> &Py<PyAny> {
+        &self.owner
+    }
+}
+
+/// `object.__cuda_stream__()` as (version, handle).
+fn cuda_stream_of(object: &Bound<'_, PyAny>) -> PyResult<(i64, usize)> {
+    let answer = object.call_method0(pyo3::intern!(object.py(), "__cuda_stream__"))?;
+    answer.extract::<(i64, usize)>().map_err(|_| {
+        exchange_error(format!("__cuda_stream__ must return (version, handle) as two integers, not {answer}"))
+    })
+}
+
+impl AsStream for PyStream {
+    fn as_stream(&self) -> BorrowedStream<'_> {
+        self.stream.as_stream()
+    }
+}
+
+impl fmt::Debug for PyStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PyStream").field("stream", &self.stream).finish_non_exhaustive()
+    }
+}
+
+/// One of this crate's streams handed to Python: it has `__cuda_stream__`, so PyTorch
+/// (`torch.cuda.ExternalStream`), CuPy (`cupy.cuda.Stream.from_external`) and `cuda.core`
+/// (`Device.create_stream(obj)`) take it, and it keeps the stream alive while Python holds
+/// it (an [`AsStream`] moved in: an `Arc<Stream>`, a pool lease, a built-in stream).
+#[pyclass(frozen, name = "CudaStream", module = "cuda_stream")]
+pub struct CudaStream {
+    stream: Box<dyn AsStream + Send + Sync>,
+}
+
+impl CudaStream {
+    /// Hands `stream` to Python.
+    pub fn new(stream: impl AsStream + Send + Sync + 'static) -> CudaStream {
+        CudaStream { stream: Box::new(stream) }
+    }
+}
+
+impl AsStream for CudaStream {
+    fn as_stream(&self) -> BorrowedStream<'_> {
+        self.stream.as_stream()
+    }
+}
+
+#[pymethods]
+impl CudaStream {
+    /// `(0, handle)`. A built-in stream is named by CUDA's own special handle, never 0 (whose
+    /// meaning depends on how the consumer was built): 1 for the legacy stream, 2 for the
+    /// per-thread one.
+    fn __cuda_stream__(&self) -> (u32, usize) {
+        (0, protocol_handle(&self.stream.as_stream()))
+    }
+
+    /// The device's ordinal.
+    #[getter]
+    fn device(&self) -> i32 {
+        self.stream.as_stream().device().ordinal()
+    }
+
+    fn __repr__(&self) -> String {
+        let stream = self.stream.as_stream();
+        format!("<cuda_stream.CudaStream {:#x} of device {}>", protocol_handle(&stream), stream.device().ordinal())
+    }
+}
+
+impl fmt::Debug for CudaStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaStream").field("stream", &*self.stream.as_stream()).finish()
+    }
+}
+
+/// A stream's handle as the exchange protocols spell it: 1 (legacy) or 2 (per-thread) for a
+/// built-in stream, the handle itself otherwise; never 0.
+pub(super) fn protocol_handle(stream: &StreamRef) -> usize {
+    match stream.ownership() {
+        Ownership::Builtin(Builtin::Legacy) => sys::LEGACY_STREAM_HANDLE,
+        Ownership::Builtin(Builtin::PerThread) => sys::PER_THREAD_STREAM_HANDLE,
+        Ownership::Builtin(Builtin::Null) if crate::NULL_STREAM_IS_PER_THREAD => sys::PER_THREAD_STREAM_HANDLE,
+        Ownership::Builtin(Builtin::Null) => sys::LEGACY_STREAM_HANDLE,
+        Ownership::Owned | Ownership::Borrowed => stream.as_raw() as usize,
+    }
+}
