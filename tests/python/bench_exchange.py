@@ -41,8 +41,9 @@ def main(directory, out=None):
     handle = side.cuda_stream
     rows = {}
     # Producer: one `__dlpack__` call for a consumer's stream, and its capsule dropped.
-    rows["__dlpack__(stream=side), ours"] = measure(lambda: ours.__dlpack__(stream=handle))
-    rows["__dlpack__(stream=side), PyTorch's"] = measure(lambda: theirs.__dlpack__(stream=handle))
+    with torch.cuda.stream(side):
+        rows["__dlpack__(stream=side), ours"] = measure(lambda: ours.__dlpack__(stream=handle))
+        rows["__dlpack__(stream=side), PyTorch's"] = measure(lambda: theirs.__dlpack__(stream=handle))
     # Export: torch.from_dlpack of our buffer, against a PyTorch tensor's own, with the tensor
     # dropped (its deleter), on PyTorch's default stream and on a side stream.
     rows["torch.from_dlpack + del, ours"] = measure(lambda: torch.from_dlpack(ours))
@@ -52,7 +53,11 @@ def main(directory, out=None):
         rows["torch.from_dlpack + del on a side stream, PyTorch's"] = measure(lambda: torch.from_dlpack(theirs))
     # Import: a PyTorch tensor into a buffer on our stream and dropped (handed back once its
     # uses completed: a wait), against torch.from_dlpack of the same tensor.
-    rows["import + drop of a PyTorch tensor, ours"] = measure(lambda: ext.import_len(theirs, stream))
+    api = "C exchange API" if hasattr(torch.Tensor, "__dlpack_c_exchange_api__") else "no C API: __dlpack__"
+    rows[f"import + drop of a PyTorch tensor, ours ({api})"] = measure(lambda: ext.import_len(theirs, stream))
+    rows["import + drop of a PyTorch tensor, ours (__dlpack__)"] = measure(
+        lambda: ext.import_len(theirs, stream, "dlpack")
+    )
     rows["torch.from_dlpack + del of a PyTorch tensor"] = measure(lambda: torch.from_dlpack(theirs))
     mode = "per-thread" if ext.PER_THREAD else "legacy"
     print(f"{'call (' + mode + ' build)':<60} {'median ns':>10} {'spread ns':>16}")

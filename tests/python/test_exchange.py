@@ -178,15 +178,29 @@ class Tests:
         ext = self.ext
         ours = ext.new_stream(0)
         # PyTorch's producer orders by its current stream: import with the side stream current.
-        side, x = self._side_stream_write(torch, 3.0)
-        with torch.cuda.stream(side):
-            assert ext.import_min_max(x, ours, 0) == (3.0, 3.0)
-        # The same on this build's null stream (the per-thread stream in the per-thread build,
-        # which is never passed to PyTorch as 2) and on a PyTorch stream lent to us.
-        for target in (ext.builtin_stream("null", 0), torch.cuda.Stream(), ext.builtin_stream("per_thread", 0)):
-            side, x = self._side_stream_write(torch, 6.0)
+        # Through `__dlpack__`, and through the C exchange API where PyTorch offers it.
+        for via in ("dlpack", "auto"):
+            side, x = self._side_stream_write(torch, 3.0)
             with torch.cuda.stream(side):
-                assert ext.import_min_max(x, target, 0) == (6.0, 6.0), target
+                assert ext.import_min_max(x, ours, 0, via) == (3.0, 3.0), via
+            # The same on this build's null stream (the per-thread stream in the per-thread
+            # build, never passed to PyTorch as 2) and on a PyTorch stream lent to us.
+            for target in (ext.builtin_stream("null", 0), torch.cuda.Stream(), ext.builtin_stream("per_thread", 0)):
+                side, x = self._side_stream_write(torch, 6.0)
+                with torch.cuda.stream(side):
+                    assert ext.import_min_max(x, target, 0, via) == (6.0, 6.0), (target, via)
+        torch.cuda.synchronize()
+
+    def test_torch_c_exchange_api_current_work_stream_orders_the_import(self):
+        torch = need("torch")
+        ext = self.ext
+        if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+            raise Skip(f"torch {torch.__version__} offers no __dlpack_c_exchange_api__")
+        ours = ext.new_stream(0)
+        for value in (2.0, 9.0):
+            side, x = self._side_stream_write(torch, value)
+            with torch.cuda.stream(side):
+                assert ext.import_min_max(x, ours, 0, "auto") == (value, value)
         torch.cuda.synchronize()
 
     def test_control_the_naive_import_reads_stale_data(self):

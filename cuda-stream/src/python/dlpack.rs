@@ -134,3 +134,48 @@ dlpack_elements! {
     u32 => KDL_UINT, "<u4";
     u64 => KDL_UINT, "<u8";
 }
+
+/// `DLPackExchangeAPIHeader` (DLPack 1.2 and later): the version of the function table that
+/// follows, and older tables of the same producer.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLPackExchangeAPIHeader {
+    /// The table's DLPack version: a consumer reads a table of a major version it knows.
+    pub version: DLPackVersion,
+    /// An older table of the producer, or null.
+    pub prev_api: *mut DLPackExchangeAPIHeader,
+}
+
+/// `DLPackExchangeAPI` (DLPack 1.2 and later), the function table a producer's type offers as
+/// `__dlpack_c_exchange_api__` (a capsule named `dlpack_exchange_api`). No function
+/// synchronizes: the consumer orders its work after `current_work_stream` itself.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLPackExchangeAPI {
+    /// The table's version.
+    pub header: DLPackExchangeAPIHeader,
+    /// Allocates a tensor like a prototype (not used by this crate).
+    pub managed_tensor_allocator: Option<
+        unsafe extern "C" fn(
+            *mut DLTensor,
+            *mut *mut DLManagedTensorVersioned,
+            *mut c_void,
+            Option<unsafe extern "C" fn(*mut c_void, *const std::ffi::c_char, *const std::ffi::c_char)>,
+        ) -> std::ffi::c_int,
+    >,
+    /// The producer's tensor of a Python object, owned by the caller (0, or -1 with a Python
+    /// exception set).
+    pub managed_tensor_from_py_object_no_sync:
+        Option<unsafe extern "C" fn(*mut c_void, *mut *mut DLManagedTensorVersioned) -> std::ffi::c_int>,
+    /// A Python object of the producer's type made of a tensor (not used by this crate).
+    pub managed_tensor_to_py_object_no_sync:
+        Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned, *mut *mut c_void) -> std::ffi::c_int>,
+    /// A borrowed description of a Python object's tensor (optional; not used by this crate).
+    pub dltensor_from_py_object_no_sync: Option<unsafe extern "C" fn(*mut c_void, *mut DLTensor) -> std::ffi::c_int>,
+    /// The producer's current stream of a device (PyTorch's `current_stream`): its pending work
+    /// is ordered on it.
+    pub current_work_stream: Option<unsafe extern "C" fn(i32, i32, *mut *mut c_void) -> std::ffi::c_int>,
+}
+
+/// The capsule name of a producer's [`DLPackExchangeAPI`].
+pub(super) const EXCHANGE_API: &CStr = c"dlpack_exchange_api";

@@ -175,13 +175,13 @@ struct ExportContext {
 }
 
 impl ExportContext {
-    /// The consumer is done with the tensor (its deleter): the free waits for the work it
-    /// enqueued on its stream so far, or, where that stream may be gone or cannot be ordered,
-    /// the buffer leaks.
-    fn consumer_done(self) {
+    /// The consumer is done with the tensor (its deleter, `consumed`): the free waits for the
+    /// work it enqueued on its stream so far, or, where that stream may be gone or cannot be
+    /// ordered, the buffer leaks. A capsule never consumed (its destructor) had no consumer work.
+    fn consumer_done(self, consumed: bool) {
         // Nothing unwinds into the consumer's C code.
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            if let Some(consumer) = &self.consumer {
+            if let Some(consumer) = self.consumer.as_ref().filter(|_| consumed) {
                 let ordered = consumer.alive_stream().map(|stream| self.memory.lend_to(&stream));
                 if !matches!(ordered, Some(Ok(()))) {
                     self.memory.leak_on_drop();
@@ -315,8 +315,8 @@ fn capsule(
         let capsule =
             unsafe { ffi::PyCapsule_New(managed.cast(), DLTENSOR_VERSIONED.as_ptr(), Some(destroy_versioned_capsule)) };
         if capsule.is_null() {
-            // SAFETY: not handed to anyone: deleted once, here.
-            unsafe { delete_versioned(managed) };
+            // SAFETY: not handed to anyone: released once, here.
+            unsafe { release_versioned(managed, false) };
         }
         capsule
     } else {
@@ -325,7 +325,7 @@ fn capsule(
         let capsule = unsafe { ffi::PyCapsule_New(managed.cast(), DLTENSOR.as_ptr(), Some(destroy_capsule)) };
         if capsule.is_null() {
             // SAFETY: as above.
-            unsafe { delete(managed) };
+            unsafe { release(managed, false) };
         }
         capsule
     };
@@ -333,11 +333,20 @@ fn capsule(
     unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?.into_py_any(py)
 }
 
-/// The deleter of a versioned tensor made by [`capsule`].
+/// The deleter of a versioned tensor made by [`capsule`], which its consumer calls.
 ///
 /// # Safety
 /// `managed` is null or a tensor [`capsule`] made, not deleted yet.
 unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+    // SAFETY: the caller's contract.
+    unsafe { release_versioned(managed, true) }
+}
+
+/// A versioned tensor's release, by its consumer (`consumed`) or by its capsule never consumed.
+///
+/// # Safety
+/// As [`delete_versioned`].
+unsafe fn release_versioned(managed: *mut DLManagedTensorVersioned, consumed: bool) {
     if managed.is_null() {
         return;
     }
@@ -345,22 +354,31 @@ unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     let (managed, context) =
         unsafe { (Box::from_raw(managed), Box::from_raw((*managed).manager_ctx.cast::<ExportContext>())) };
     drop(managed);
-    context.consumer_done();
+    context.consumer_done(consumed);
 }
 
-/// The deleter of an unversioned tensor made by [`capsule`].
+/// The deleter of an unversioned tensor made by [`capsule`], which its consumer calls.
 ///
 /// # Safety
 /// As [`delete_versioned`].
 unsafe extern "C" fn delete(managed: *mut DLManagedTensor) {
+    // SAFETY: the caller's contract.
+    unsafe { release(managed, true) }
+}
+
+/// An unversioned tensor's release (see [`release_versioned`]).
+///
+/// # Safety
+/// As [`delete_versioned`].
+unsafe fn release(managed: *mut DLManagedTensor, consumed: bool) {
     if managed.is_null() {
         return;
     }
-    // SAFETY: as in `delete_versioned`.
+    // SAFETY: as in `release_versioned`.
     let (managed, context) =
         unsafe { (Box::from_raw(managed), Box::from_raw((*managed).manager_ctx.cast::<ExportContext>())) };
     drop(managed);
-    context.consumer_done();
+    context.consumer_done(consumed);
 }
 
 /// A versioned capsule's destructor: a capsule still named `dltensor_versioned` was never
@@ -372,7 +390,7 @@ unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
     // SAFETY: a live capsule; the name check reads it only.
     unsafe {
         if ffi::PyCapsule_IsValid(capsule, DLTENSOR_VERSIONED.as_ptr()) == 1 {
-            delete_versioned(ffi::PyCapsule_GetPointer(capsule, DLTENSOR_VERSIONED.as_ptr()).cast());
+            release_versioned(ffi::PyCapsule_GetPointer(capsule, DLTENSOR_VERSIONED.as_ptr()).cast(), false);
         }
     }
 }
@@ -385,7 +403,7 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
     // SAFETY: as in `destroy_versioned_capsule`.
     unsafe {
         if ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
-            delete(ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()).cast());
+            release(ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()).cast(), false);
         }
     }
 }

@@ -1,9 +1,10 @@
-//! Consumer: a tensor of another library (PyTorch, CuPy, anything with `__dlpack__`)
-//! imported as a [`DeviceBuffer`] whose home is our stream ([`import`]).
+//! Consumer: a tensor of another library (PyTorch, CuPy, anything with `__dlpack__` or DLPack's
+//! C exchange API) imported as a [`DeviceBuffer`] whose home is our stream ([`import`]).
 
 use super::dlpack::{
-    DLManagedTensor, DLManagedTensorVersioned, DLPACK_VERSION, DLTENSOR, DLTENSOR_VERSIONED, DLTensor, DlpackElement,
-    FLAG_READ_ONLY, KDL_CUDA, USED_DLTENSOR, USED_DLTENSOR_VERSIONED,
+    DLManagedTensor, DLManagedTensorVersioned, DLPACK_VERSION, DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTENSOR,
+    DLTENSOR_VERSIONED, DLTensor, DlpackElement, EXCHANGE_API, FLAG_READ_ONLY, KDL_CUDA, USED_DLTENSOR,
+    USED_DLTENSOR_VERSIONED,
 };
 use super::exchange_error;
 use super::streams::{PyStream, protocol_handle};
@@ -12,38 +13,60 @@ use crate::device::{Device, same_device};
 use crate::ffi::error::Error;
 use crate::memory::DeviceBuffer;
 use crate::memory::lent::LentMemory;
-use crate::stream::{AsStream, StreamRef};
+use crate::stream::{AsStream, BorrowedStream, StreamRef};
+use crate::sys;
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::ffi::CStr;
+use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
 
-/// Imports `object`'s tensor (through `__dlpack__`) as a buffer whose home is `stream`: the
-/// exporter is asked to order its pending work on the tensor before `stream` (the stream
-/// value encoded for this build: 1 for the legacy stream, 2 for the per-thread one, never 0,
-/// and never 2 to PyTorch, see the [module docs](super)), the buffer then orders every use
-/// on other streams through its own tracking, like any buffer of this crate, and its drop
-/// hands the tensor back to the exporter (DLPack's deleter) only once every use has
-/// completed: the exporter's allocator may reuse the memory at once. During a capture of
-/// `stream`, nothing is synchronized (`-1`): the capture is left intact.
+/// Imports `object`'s tensor as a buffer whose home is `stream`, through the producer's C
+/// exchange API where its type offers one (`__dlpack_c_exchange_api__`: `stream` then waits
+/// for the producer's `current_work_stream`), else through `__dlpack__`
+/// ([`import_with_dlpack`]). The buffer orders every use on other streams through its own
+/// tracking, like any buffer of this crate, and its drop hands the tensor back to the exporter
+/// (DLPack's deleter) only once every use has completed: the exporter's allocator may reuse
+/// the memory at once. During a capture of `stream`, nothing is synchronized: the capture is
+/// left intact (order the graph's launch after the producer's work yourself).
 ///
 /// The tensor must be a CUDA tensor of `stream`'s device, of element type `T`, compact
 /// (row-major contiguous, any shape: the buffer has all its elements) and writable.
 ///
 /// # Safety
-/// `object` is a DLPack producer that keeps its promises: the capsule's tensor describes
-/// device memory that stays valid until its deleter is called (PyTorch, CuPy, JAX,
-/// `cuda.core` and this module's [`ExportedBuffer`](super::ExportedBuffer) do).
+/// `object` is a DLPack producer that keeps its promises: the tensor describes device memory
+/// that stays valid until its deleter is called, and an exchange API's functions do what
+/// DLPack says (PyTorch, CuPy, JAX, `cuda.core` and this module's
+/// [`ExportedBuffer`](super::ExportedBuffer) do).
 ///
 /// # Errors
 /// `BufferError` ([`Error::Exchange`]) for a tensor of another kind of device, another element
 /// type, strides that are not compact, a read-only tensor, or a DLPack major version other
 /// than 0 or 1; [`Error::DeviceMismatch`] for a tensor of another device; [`Error::Size`] for
-/// an empty one; the exporter's exceptions. A refused tensor is given back unused (its capsule
-/// is never consumed).
-pub unsafe fn import<T: DlpackElement, S: AsStream>(
+/// an empty one; the producer's exceptions; the errors of
+/// [`StreamRef::wait_stream`](crate::StreamRef::wait_stream). A refused tensor is given back
+/// unused.
+pub unsafe fn import<T: DlpackElement, S: AsStream>(object: &Bound<'_, PyAny>, stream: S) -> PyResult<DeviceBuffer<T, S>> {
+    match exchange_api(object) {
+        // SAFETY: the caller's contract.
+        Some(api) => unsafe { import_through_api(object, stream, api) },
+        // SAFETY: the caller's contract.
+        None => unsafe { import_with_dlpack(object, stream) },
+    }
+}
+
+/// [`import`] through `__dlpack__` only: the exporter is asked to order its pending work on
+/// the tensor before `stream` (the stream value encoded for this build: 1 for the legacy
+/// stream, 2 for the per-thread one, never 0, and never 2 to PyTorch, see the
+/// [module docs](super)); during a capture of `stream`, `-1`.
+///
+/// # Safety
+/// As [`import`].
+///
+/// # Errors
+/// As [`import`].
+pub unsafe fn import_with_dlpack<T: DlpackElement, S: AsStream>(
     object: &Bound<'_, PyAny>,
     stream: S,
 ) -> PyResult<DeviceBuffer<T, S>> {
@@ -56,12 +79,7 @@ pub unsafe fn import<T: DlpackElement, S: AsStream>(
         let torch = argument == 2 && is_torch_tensor(object);
         (ours.device(), if torch { -1 } else { argument }, torch)
     };
-    // The device first: a producer is asked for a stream only for a CUDA tensor of ours (for
-    // another kind of device, PyTorch asserts that the stream is `None`).
-    if let Ok(dl_device) = object.call_method0(pyo3::intern!(py, "__dlpack_device__")) {
-        let (kind, ordinal) = dl_device.extract::<(i32, i32)>()?;
-        checked_device(kind, ordinal, device)?;
-    }
+    dlpack_device_checked(object, device)?;
     let capsule = {
         // PyTorch exports only tensors of the current device.
         let _current = device.make_current()?;
@@ -75,11 +93,101 @@ pub unsafe fn import<T: DlpackElement, S: AsStream>(
     }
     // SAFETY: the caller's contract: a capsule of a conforming producer.
     let (managed, address, len) = unsafe { take_tensor::<T>(&capsule, device) }?;
+    Ok(lent_buffer(stream, managed, address, len))
+}
+
+/// The imported tensor as a buffer on `stream`, handed back by its drop.
+fn lent_buffer<T: DlpackElement, S: AsStream>(
+    stream: S,
+    managed: Managed,
+    address: NonNull<T>,
+    len: usize,
+) -> DeviceBuffer<T, S> {
     let lent = LentMemory::new(move || {
         // SAFETY: the tensor was consumed here and is deleted once, after its last use.
         unsafe { managed.delete() }
     });
-    Ok(DeviceBuffer::lent(stream, address, len, lent))
+    DeviceBuffer::lent(stream, address, len, lent)
+}
+
+/// The producer's C exchange API of DLPack major version 1, if its type offers one.
+fn exchange_api(object: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+    let capsule = object.get_type().getattr(pyo3::intern!(object.py(), "__dlpack_c_exchange_api__")).ok()?;
+    // SAFETY: any object; a name check has no side effect.
+    if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), EXCHANGE_API.as_ptr()) } != 1 {
+        return None;
+    }
+    // SAFETY: a valid capsule of that name: the producer's table, which lives as long as its
+    // type (DLPack: a static table).
+    let mut header = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), EXCHANGE_API.as_ptr()) }
+        .cast::<DLPackExchangeAPIHeader>()
+        .cast_const();
+    // The newest table first, then the older ones the producer chains.
+    while !header.is_null() {
+        // SAFETY: a header of the producer's chain.
+        let version = unsafe { (*header).version };
+        if version.major == 1 {
+            // SAFETY: a table of major version 1 begins with its header.
+            return Some(unsafe { &*header.cast::<DLPackExchangeAPI>() });
+        }
+        // SAFETY: as above.
+        header = unsafe { (*header).prev_api };
+    }
+    None
+}
+
+/// [`import`] through the producer's C exchange API.
+///
+/// # Safety
+/// As [`import`], and `api` is `object`'s type's table.
+unsafe fn import_through_api<T: DlpackElement, S: AsStream>(
+    object: &Bound<'_, PyAny>,
+    stream: S,
+    api: &DLPackExchangeAPI,
+) -> PyResult<DeviceBuffer<T, S>> {
+    let py = object.py();
+    let (Some(from_object), Some(current_work_stream)) =
+        (api.managed_tensor_from_py_object_no_sync, api.current_work_stream)
+    else {
+        return Err(exchange_error("a DLPack exchange API without its required functions".into()));
+    };
+    let (device, capturing) = {
+        let ours = stream.as_stream();
+        (ours.device(), stream_argument(&ours) == -1)
+    };
+    dlpack_device_checked(object, device)?;
+    let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+    // SAFETY: a live object; the out-pointer is ours; the producer's function (the contract).
+    if unsafe { from_object(object.as_ptr().cast(), &mut out) } != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    let managed = Managed::Versioned(
+        NonNull::new(out).ok_or_else(|| exchange_error("the exchange API returned no tensor".into()))?,
+    );
+    // SAFETY: the producer's tensor, ours to delete.
+    let checked = unsafe { checked_managed::<T>(&managed, device) }.and_then(|(address, len)| {
+        if !capturing {
+            let mut theirs: *mut c_void = std::ptr::null_mut();
+            // SAFETY: the out-pointer is ours; the producer's function (the contract).
+            if unsafe { current_work_stream(KDL_CUDA, device.ordinal(), &mut theirs) } != 0 {
+                return Err(PyErr::fetch(py));
+            }
+            // The producer's null stream is its legacy stream (as `PyStream::borrow` reads it).
+            let theirs = if theirs.is_null() { sys::cudaStreamLegacy } else { theirs.cast() };
+            // SAFETY: the producer's current stream, alive while it is current (this call).
+            let theirs = unsafe { BorrowedStream::borrow_raw_on(theirs, device) }?;
+            stream.as_stream().wait_stream(&theirs)?;
+        }
+        Ok((address, len))
+    });
+    match checked {
+        Ok((address, len)) => Ok(lent_buffer(stream, managed, address, len)),
+        Err(error) => {
+            // SAFETY: never handed to anyone: given back once, here.
+            unsafe { managed.delete() };
+            Err(error)
+        }
+    }
 }
 
 /// The `stream` argument of `__dlpack__` for our stream: `-1` while it is being captured,
@@ -171,36 +279,57 @@ unsafe fn take_tensor<T: DlpackElement>(
     let pointer = NonNull::new(unsafe { ffi::PyCapsule_GetPointer(raw, name.as_ptr()) })
         .ok_or_else(|| exchange_error("a DLPack capsule holds no tensor".into()))?;
     let managed = if name == DLTENSOR_VERSIONED {
-        let managed = pointer.cast::<DLManagedTensorVersioned>();
-        // SAFETY: the producer's tensor, alive until its deleter.
-        let (version, flags) = unsafe { ((*managed.as_ptr()).version, (*managed.as_ptr()).flags) };
-        if version.major != 1 {
-            return Err(exchange_error(format!(
-                "DLPack {}.{}: only 0.x and 1.x are read",
-                version.major, version.minor
-            )));
-        }
-        if flags & FLAG_READ_ONLY != 0 {
-            return Err(exchange_error("a read-only DLPack tensor is not imported as a writable buffer".into()));
-        }
-        Managed::Versioned(managed)
+        Managed::Versioned(pointer.cast::<DLManagedTensorVersioned>())
     } else {
         Managed::Unversioned(pointer.cast::<DLManagedTensor>())
     };
-    // SAFETY: as above.
-    let tensor = unsafe {
-        match &managed {
-            Managed::Unversioned(managed) => &(*managed.as_ptr()).dl_tensor,
-            Managed::Versioned(managed) => &(*managed.as_ptr()).dl_tensor,
-        }
-    };
-    // SAFETY: the producer's description of its tensor.
-    let (address, len) = unsafe { checked_tensor::<T>(tensor, device) }?;
+    // SAFETY: the producer's tensor, alive until its deleter.
+    let (address, len) = unsafe { checked_managed::<T>(&managed, device) }?;
     // SAFETY: a valid capsule; from here on the tensor is ours to delete.
     if unsafe { ffi::PyCapsule_SetName(raw, used.as_ptr()) } != 0 {
         return Err(PyErr::fetch(capsule.py()));
     }
     Ok((managed, address, len))
+}
+
+/// The first element's address and the number of elements of a managed tensor, checked: its
+/// version, its flags, and the tensor itself.
+///
+/// # Safety
+/// A producer's tensor, alive until its deleter.
+unsafe fn checked_managed<T: DlpackElement>(managed: &Managed, device: Device) -> PyResult<(NonNull<T>, usize)> {
+    // SAFETY: the caller's contract.
+    let tensor = unsafe {
+        match managed {
+            Managed::Unversioned(managed) => &(*managed.as_ptr()).dl_tensor,
+            Managed::Versioned(managed) => {
+                let (version, flags) = ((*managed.as_ptr()).version, (*managed.as_ptr()).flags);
+                if version.major != 1 {
+                    return Err(exchange_error(format!(
+                        "DLPack {}.{}: only 0.x and 1.x are read",
+                        version.major, version.minor
+                    )));
+                }
+                if flags & FLAG_READ_ONLY != 0 {
+                    return Err(exchange_error("a read-only DLPack tensor is not imported as a writable buffer".into()));
+                }
+                &(*managed.as_ptr()).dl_tensor
+            }
+        }
+    };
+    // SAFETY: the producer's description of its tensor.
+    unsafe { checked_tensor::<T>(tensor, device) }
+}
+
+/// Refuses `object`'s DLPack device (`__dlpack_device__`, where it has one) unless it is
+/// `device`'s memory, before the producer is asked for anything (for another kind of device,
+/// PyTorch asserts that the stream is `None`).
+fn dlpack_device_checked(object: &Bound<'_, PyAny>, device: Device) -> PyResult<()> {
+    if let Ok(dl_device) = object.call_method0(pyo3::intern!(object.py(), "__dlpack_device__")) {
+        let (kind, ordinal) = dl_device.extract::<(i32, i32)>()?;
+        checked_device(kind, ordinal, device)?;
+    }
+    Ok(())
 }
 
 /// Refuses a DLPack device (`kind`, `ordinal`) other than `device`'s memory.

@@ -76,11 +76,11 @@ mod import;
 mod streams;
 
 pub use dlpack::{
-    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_VERSION, DLPackVersion, DLTensor,
-    DlpackElement, FLAG_READ_ONLY, KDL_CUDA,
+    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_VERSION, DLPackExchangeAPI,
+    DLPackExchangeAPIHeader, DLPackVersion, DLTensor, DlpackElement, FLAG_READ_ONLY, KDL_CUDA,
 };
 pub use export::ExportedBuffer;
-pub use import::import;
+pub use import::{import, import_with_dlpack};
 pub use streams::{CudaStream, PyStream};
 
 use crate::ffi::error::Error;

@@ -3,7 +3,7 @@
 //! caller's streams (`__cuda_stream__`) and tensors (DLPack), and hands back streams and
 //! buffers, as a user's extension would.
 
-use cuda_stream::python::{CudaStream, ExportedBuffer, PyStream, import};
+use cuda_stream::python::{CudaStream, ExportedBuffer, PyStream, import, import_with_dlpack};
 use cuda_stream::{
     Access, AsStream, BuiltinStream, Device, DeviceBuffer, LaunchConfig, RaceMode, Stream, StreamOptions, StreamRef,
 };
@@ -113,13 +113,24 @@ fn min_max(values: &[f32]) -> (f32, f32) {
     values.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)))
 }
 
-/// Imports `tensor` on the stream `stream` lends, copies it there with our kernel (after
+/// Imports `tensor` on the stream `stream` lends (`via` "auto": the C exchange API where the
+/// producer offers it; "dlpack": `__dlpack__`), copies it there with our kernel (after
 /// `spin_ns`), and returns `(min, max)` of the copy.
 #[pyfunction]
-fn import_min_max(tensor: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>, spin_ns: u64) -> PyResult<(f32, f32)> {
+#[pyo3(signature = (tensor, stream, spin_ns, via = "auto"))]
+fn import_min_max(
+    tensor: &Bound<'_, PyAny>,
+    stream: &Bound<'_, PyAny>,
+    spin_ns: u64,
+    via: &str,
+) -> PyResult<(f32, f32)> {
     let stream = borrowed(stream)?;
     // SAFETY: the tests pass PyTorch and CuPy tensors.
-    let imported = unsafe { import::<f32, _>(tensor, &stream) }?;
+    let imported = match via {
+        "auto" => unsafe { import::<f32, _>(tensor, &stream) }?,
+        "dlpack" => unsafe { import_with_dlpack::<f32, _>(tensor, &stream) }?,
+        _ => return Err(PyValueError::new_err(format!("no import via {via:?}"))),
+    };
     let n = imported.len();
     let mut out = DeviceBuffer::<f32, _>::new(&stream, n)?;
     let to = out.as_mut_ptr();
@@ -156,12 +167,18 @@ fn import_slow_copy(tensor: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>, spin_n
     Ok(ExportedBuffer::new(out))
 }
 
-/// Imports `tensor` on `stream` and drops it again: the number of elements.
+/// Imports `tensor` on `stream` (`via` as for `import_min_max`) and drops it again: the number
+/// of elements.
 #[pyfunction]
-fn import_len(tensor: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>) -> PyResult<usize> {
+#[pyo3(signature = (tensor, stream, via = "auto"))]
+fn import_len(tensor: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>, via: &str) -> PyResult<usize> {
     let stream = borrowed(stream)?;
     // SAFETY: the tests pass PyTorch and CuPy tensors.
-    let imported = unsafe { import::<f32, _>(tensor, &stream) }?;
+    let imported = match via {
+        "auto" => unsafe { import::<f32, _>(tensor, &stream) }?,
+        "dlpack" => unsafe { import_with_dlpack::<f32, _>(tensor, &stream) }?,
+        _ => return Err(PyValueError::new_err(format!("no import via {via:?}"))),
+    };
     Ok(imported.len())
 }
 
