@@ -372,7 +372,70 @@ class Tests:
         gc.collect()
         del view
         gc.collect()
-        expect_error(RuntimeError, lambda: torch.from_dlpack(buffer), contains="never used again")
+        expect_error(BufferError, lambda: torch.from_dlpack(buffer), contains="never used again")
+
+    def test_an_external_stream_is_never_kept_nor_touched_after_the_export(self):
+        # CuPy's and PyTorch's ExternalStream of our stream: the stream is destroyed before the
+        # consumer's deleter runs, which must not touch it (the buffer is lost instead).
+        cupy = need("cupy")
+        torch = need("torch")
+        ext = self.ext
+        for wrap in ("cupy", "torch"):
+            buffer = ext.allocate_and_fill(ext.new_stream(0), 1 << 16, 1.0)
+            ours = ext.new_stream(0)
+            handle = ours.__cuda_stream__()[1]
+            if wrap == "cupy":
+                with cupy.cuda.ExternalStream(handle):
+                    a = cupy.from_dlpack(buffer)
+                    assert float(a.max()) == 1.0
+            else:
+                with torch.cuda.stream(torch.cuda.ExternalStream(handle)):
+                    a = torch.from_dlpack(buffer)
+                    assert a.max().item() == 1.0
+            del ours
+            gc.collect()
+            del a
+            gc.collect()
+            expect_error(BufferError, lambda: buffer.__dlpack__(stream=1), contains="never used again")
+
+    def test_our_own_export_imports_and_stays_usable(self):
+        torch = need("torch")
+        ext = self.ext
+        buffer = ext.written_on_two_streams(ext.new_stream(0), N, 1.0, 2.0, SPIN_NS)
+        for _ in range(2):
+            assert ext.import_min_max(buffer, ext.new_stream(0), 0) == (1.0, 2.0)
+        assert half_values(torch, torch.from_dlpack(buffer)) == (1.0, 1.0, 2.0, 2.0)
+
+    def test_an_unsynchronized_export_is_never_freed_under_its_consumer(self):
+        torch = need("torch")
+        ext = self.ext
+        buffer = ext.written_on_two_streams(ext.new_stream(0), 1 << 16, 1.0, 2.0, 0)
+        torch.cuda.synchronize()
+        t = torch.utils.dlpack.from_dlpack(buffer.__dlpack__(stream=-1))
+        torch.cuda.synchronize()
+        del t
+        expect_error(BufferError, lambda: buffer.__dlpack__(stream=1), contains="never used again")
+
+    def test_a_python_capture_of_our_stream_is_seen(self):
+        torch = need("torch")
+        ext = self.ext
+        ours = ext.new_stream(0)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=torch.cuda.ExternalStream(ours.__cuda_stream__()[1])):
+            # An allocation on a stream Python captures would be the graph's: refused.
+            expect_error(RuntimeError, lambda: ext.allocate_and_fill(ours, 16, 1.0), contains="captur")
+        # And our import on a per-thread stream during a PyTorch capture leaves it intact.
+        x = torch.ones(16, device="cuda")
+        y = torch.zeros(16, device="cuda")
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for via in ("dlpack", "auto"):
+                assert ext.import_len(x, ext.builtin_stream("per_thread", 0), via) == 16
+            y.copy_(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert y.min().item() == 1.0
 
     def test_exported_buffer_is_freed_only_after_torch_read_it(self):
         torch = need("torch")

@@ -525,10 +525,17 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         })
     }
 
-    /// A use that could not be ordered before the free: the drop leaks the memory.
+    /// A use that could not be ordered before the free: the drop leaks the memory, and every
+    /// later use is refused.
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn leak_on_drop(&self) {
         self.uses.mark_leaked();
+    }
+
+    /// Whether a use could not be ordered ([`DeviceBuffer::leak_on_drop`]).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn leaked(&self) -> bool {
+        self.uses.leaked()
     }
 
     /// A copy between the buffer and host memory the caller lends only for this call: the
@@ -718,9 +725,12 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
             // Leaked, not freed: the graph's next launch would allocate it again under its uses.
             (End::Leaked, Origin::Output(output)) => output.never_freed(),
             // Handed back only once the last use has completed (the lender may reuse it at
-            // once); not at all if that cannot be waited for.
+            // once); not at all if that cannot be waited for. The wait is a query of an event
+            // outside any capture, which a capture of this thread's that another library began
+            // (`torch.cuda.graph`) must neither refuse nor be invalidated by: made in the
+            // Relaxed mode.
             (End::AfterEvent(last_use), Origin::Lent(lent))
-                if sync_debug::reporting_only(|| last_use.synchronize()).is_ok() =>
+                if sync_debug::reporting_only(|| uncaptured_stream_call(|| last_use.synchronize())).is_ok() =>
             {
                 lent.hand_back();
             }

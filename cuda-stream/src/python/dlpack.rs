@@ -105,16 +105,23 @@ pub struct DLManagedTensorVersioned {
 }
 
 /// An element type that DLPack and the CUDA Array Interface name: the element types of the
-/// buffers this module exchanges.
-pub trait DlpackElement: crate::DeviceCopy + Send + Sync + 'static {
+/// buffers this module exchanges. Sealed: a consumer sizes the memory by [`DTYPE`](Self::DTYPE),
+/// so a wrong one would make it read and write past the allocation.
+pub trait DlpackElement: sealed::Sealed + crate::DeviceCopy + Send + Sync + 'static {
     /// DLPack's name for it.
     const DTYPE: DLDataType;
     /// The CUDA Array Interface's (NumPy's array-interface `typestr`).
     const TYPESTR: &'static str;
 }
 
+mod sealed {
+    /// Only the element types below.
+    pub trait Sealed {}
+}
+
 macro_rules! dlpack_elements {
     ($($ty:ty => $code:expr, $typestr:literal;)*) => {$(
+        impl sealed::Sealed for $ty {}
         impl DlpackElement for $ty {
             const DTYPE: DLDataType = DLDataType { code: $code, bits: (8 * size_of::<$ty>()) as u8, lanes: 1 };
             const TYPESTR: &'static str = $typestr;

@@ -8,8 +8,9 @@ use super::dlpack::{
 };
 use super::exchange_error;
 use super::streams::protocol_handle;
+use crate::call::uncaptured_calls::foreign_handle_seen;
 use crate::device::Device;
-use crate::ffi::error::Result;
+use crate::ffi::error::{Error, Result};
 use crate::memory::DeviceBuffer;
 use crate::stream::{AsStream, BorrowedStream, StreamRef};
 use crate::sys;
@@ -18,8 +19,10 @@ use pyo3::types::PyDict;
 use pyo3::{IntoPyObjectExt, ffi};
 use std::ffi::c_void;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, ThreadId};
 
 /// A [`DeviceBuffer`] handed to Python: `torch.from_dlpack(buffer)`, `cupy.from_dlpack`,
@@ -30,10 +33,12 @@ use std::thread::{self, ThreadId};
 ///   on whatever streams (see the [module docs](super) for the stream values); the capsule
 ///   keeps the buffer alive until the consumer's deleter runs (a capsule never consumed frees
 ///   nothing early either); and the buffer's free waits for the work the consumer enqueued on
-///   that stream before its deleter ran, or, where that stream cannot be known to be alive
-///   then, the buffer is never used or freed again (see the [module docs](super)).
+///   that stream before its deleter ran. Where that stream cannot be known to be alive then
+///   (`stream=-1`, a handle of no library this module knows), the buffer is never used or freed
+///   again once the deleter ran (see the [module docs](super)).
 /// - `__cuda_array_interface__`: every use so far is joined into the buffer's home stream,
-///   which is the interface's `stream`.
+///   which is the interface's `stream`. The interface says nothing of when its consumer's work
+///   ends: a buffer exported through it is never freed (it leaks when dropped).
 ///
 /// The buffer is moved in: Rust code no longer uses it (another library does now), and it is
 /// freed when Python drops the object and the last capsule's deleter has run.
@@ -44,8 +49,30 @@ pub struct ExportedBuffer {
 
 impl ExportedBuffer {
     /// Hands `buffer` to Python.
-    pub fn new<T: DlpackElement, S: AsStream + Send + Sync + 'static>(buffer: DeviceBuffer<T, S>) -> ExportedBuffer {
-        ExportedBuffer { memory: Arc::new(buffer) }
+    ///
+    /// # Errors
+    /// [`Error::Exchange`] for a buffer whose home is a per-thread stream (handle 2, or 0 in the
+    /// `per-thread-default-stream` build): it means another stream on each Python thread.
+    pub fn new<T: DlpackElement, S: AsStream + Send + Sync + 'static>(
+        buffer: DeviceBuffer<T, S>,
+    ) -> Result<ExportedBuffer> {
+        if buffer.stream().is_thread_bound() {
+            return Err(Error::Exchange(
+                "a buffer whose home is a per-thread stream is not handed to Python: it means another \
+                 stream on each thread"
+                    .into(),
+            ));
+        }
+        let shared = Shared { buffer: ManuallyDrop::new(buffer), never_free: AtomicBool::new(false) };
+        Ok(ExportedBuffer { memory: Arc::new(shared) })
+    }
+
+    /// The buffer's memory lent to our own import on `stream` (the consumer is this crate): the
+    /// stream waits for every use so far; the memory's address, length and element type, and
+    /// what keeps it alive.
+    pub(super) fn lend_to_import(&self, stream: &StreamRef) -> Result<(usize, usize, DLDataType, Arc<dyn Lendable>)> {
+        self.memory.lend_to(stream)?;
+        Ok((self.memory.address(), self.memory.len(), self.memory.dtype(), Arc::clone(&self.memory)))
     }
 }
 
@@ -59,8 +86,25 @@ impl fmt::Debug for ExportedBuffer {
     }
 }
 
+/// A buffer handed to Python, shared by its object and its capsules: freed by the last of
+/// them, unless an export left a consumer whose work cannot be waited for.
+struct Shared<T: DlpackElement, S: AsStream> {
+    buffer: ManuallyDrop<DeviceBuffer<T, S>>,
+    /// Exported through the CUDA Array Interface: never freed.
+    never_free: AtomicBool,
+}
+
+impl<T: DlpackElement, S: AsStream> Drop for Shared<T, S> {
+    fn drop(&mut self) {
+        if !self.never_free.load(Ordering::Acquire) {
+            // SAFETY: dropped once, here; never used after.
+            unsafe { ManuallyDrop::drop(&mut self.buffer) };
+        }
+    }
+}
+
 /// What an export needs of a buffer, whatever its element type and home.
-trait Lendable: Send + Sync {
+pub(super) trait Lendable: Send + Sync {
     fn address(&self) -> usize;
     fn len(&self) -> usize;
     fn device(&self) -> Device;
@@ -68,23 +112,27 @@ trait Lendable: Send + Sync {
     fn typestr(&self) -> &'static str;
     /// `stream` waits for every use so far, and is one of the buffer's users up to now.
     fn lend_to(&self, stream: &StreamRef) -> Result<()>;
-    /// Every use so far joined into the home stream, whose protocol handle this is.
+    /// Every use so far joined into the home stream, whose protocol handle this is; the
+    /// buffer is never freed from now on.
     fn joined_home(&self) -> Result<usize>;
-    /// A consumer's use could not be ordered before the free: the buffer leaks instead.
+    /// A consumer's use could not be ordered before the free: the buffer leaks instead, and
+    /// refuses every later use.
     fn leak_on_drop(&self);
+    /// Whether [`Lendable::leak_on_drop`] was called.
+    fn leaked(&self) -> bool;
 }
 
-impl<T: DlpackElement, S: AsStream + Send + Sync> Lendable for DeviceBuffer<T, S> {
+impl<T: DlpackElement, S: AsStream + Send + Sync> Lendable for Shared<T, S> {
     fn address(&self) -> usize {
-        self.as_ptr_untracked() as usize
+        self.buffer.as_ptr_untracked() as usize
     }
 
     fn len(&self) -> usize {
-        DeviceBuffer::len(self)
+        self.buffer.len()
     }
 
     fn device(&self) -> Device {
-        DeviceBuffer::device(self)
+        self.buffer.device()
     }
 
     fn dtype(&self) -> DLDataType {
@@ -96,17 +144,24 @@ impl<T: DlpackElement, S: AsStream + Send + Sync> Lendable for DeviceBuffer<T, S
     }
 
     fn lend_to(&self, stream: &StreamRef) -> Result<()> {
-        DeviceBuffer::lend_to(self, stream, "another library's use of an exported buffer")
+        self.buffer.lend_to(stream, "another library's use of an exported buffer")
     }
 
     fn joined_home(&self) -> Result<usize> {
-        let home = self.stream();
-        DeviceBuffer::lend_to(self, &home, "CUDA Array Interface export")?;
+        let home = self.buffer.stream();
+        self.buffer.lend_to(&home, "CUDA Array Interface export")?;
+        self.never_free.store(true, Ordering::Release);
+        // Python code may now capture the home stream (`cupy.cuda.ExternalStream(handle)`).
+        foreign_handle_seen();
         Ok(protocol_handle(&home))
     }
 
     fn leak_on_drop(&self) {
-        DeviceBuffer::leak_on_drop(self);
+        self.buffer.leak_on_drop();
+    }
+
+    fn leaked(&self) -> bool {
+        self.buffer.leaked()
     }
 }
 
@@ -137,27 +192,31 @@ impl Consumer {
 }
 
 /// The Python object of the consumer's stream `handle`, where the consumer's library tells
-/// it: PyTorch's or CuPy's current stream of the device, if it is that stream. PyTorch's
-/// streams are never destroyed (an external one is its user's to keep alive, as PyTorch
-/// itself requires); a CuPy stream is destroyed only with its object, which the capsule then
-/// holds. Any other stream (a handle from `cuda.core`, from C) cannot be kept alive: its
-/// consumer's later work is not waited for, and the buffer is leaked rather than freed under
-/// it.
+/// it and owns the stream: PyTorch's current stream of the device if it is that stream and one
+/// of PyTorch's own (never destroyed; its `stream_id` is odd, where an external stream's is
+/// its handle), or CuPy's current stream if it is that stream and a `cupy.cuda.Stream` (which
+/// CuPy destroys only with its object, held then by the capsule; not an `ExternalStream`). Any
+/// other stream (an external stream, a handle from `cuda.core` or C) cannot be kept alive.
 fn stream_keeper(py: Python<'_>, handle: usize, device: Device) -> Option<Py<PyAny>> {
     let modules = py.import("sys").ok()?.getattr("modules").ok()?;
     let loaded = |name: &str| modules.get_item(name).ok();
+    let is_handle = |stream: &Bound<'_, PyAny>, attribute: &str| {
+        stream.getattr(attribute).and_then(|h| h.extract::<usize>()).ok() == Some(handle)
+    };
     if let Some(torch) = loaded("torch") {
         let current = torch.getattr("cuda").and_then(|cuda| cuda.call_method1("current_stream", (device.ordinal(),)));
         if let Ok(current) = current {
-            if current.getattr("cuda_stream").and_then(|h| h.extract::<usize>()).ok() == Some(handle) {
+            let native = current.getattr("stream_id").and_then(|id| id.extract::<i64>()).is_ok_and(|id| id & 1 == 1);
+            if native && is_handle(&current, "cuda_stream") {
                 return Some(current.unbind());
             }
         }
     }
     if let Some(cupy) = loaded("cupy") {
+        let owned_type = cupy.getattr("cuda").and_then(|cuda| cuda.getattr("Stream"));
         let current = cupy.getattr("cuda").and_then(|cuda| cuda.call_method0("get_current_stream"));
-        if let Ok(current) = current {
-            if current.getattr("ptr").and_then(|h| h.extract::<usize>()).ok() == Some(handle) {
+        if let (Ok(owned_type), Ok(current)) = (owned_type, current) {
+            if current.get_type().is(&owned_type) && is_handle(&current, "ptr") {
                 return Some(current.unbind());
             }
         }
@@ -176,21 +235,26 @@ struct ExportContext {
 
 impl ExportContext {
     /// The consumer is done with the tensor (its deleter, `consumed`): the free waits for the
-    /// work it enqueued on its stream so far, or, where that stream may be gone or cannot be
-    /// ordered, the buffer leaks. A capsule never consumed (its destructor) had no consumer work.
+    /// work it enqueued on its stream so far, or, where that stream may be gone, is unknown
+    /// (`-1`) or cannot be ordered, the buffer leaks. A capsule never consumed (its destructor)
+    /// had no consumer work.
     fn consumer_done(self, consumed: bool) {
-        // Nothing unwinds into the consumer's C code.
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            if let Some(consumer) = self.consumer.as_ref().filter(|_| consumed) {
-                let ordered = consumer.alive_stream().map(|stream| self.memory.lend_to(&stream));
-                if !matches!(ordered, Some(Ok(()))) {
-                    self.memory.leak_on_drop();
-                }
+        let ExportContext { memory, consumer, .. } = self;
+        if consumed {
+            // Nothing unwinds into the consumer's C code; a panic counts as not ordered.
+            let ordered = catch_unwind(AssertUnwindSafe(|| {
+                let stream = consumer.as_ref().and_then(Consumer::alive_stream);
+                stream.is_some_and(|stream| memory.lend_to(&stream).is_ok())
+            }));
+            if !matches!(ordered, Ok(true)) {
+                memory.leak_on_drop();
             }
-            // The keeper's reference goes with it (deferred by PyO3 if this thread does not hold
-            // the interpreter).
-            drop(self.consumer);
-            drop(self.memory);
+        }
+        // The keeper's reference goes with it (deferred by PyO3 if this thread does not hold
+        // the interpreter). A buffer's drop never panics.
+        let _ = catch_unwind(AssertUnwindSafe(move || {
+            drop(consumer);
+            drop(memory);
         }));
     }
 }
@@ -228,15 +292,23 @@ impl ExportedBuffer {
                 )));
             }
         };
+        if self.memory.leaked() {
+            return Err(exchange_error(
+                "this buffer was lent to a consumer whose work could not be ordered: it is never used again".into(),
+            ));
+        }
         let consumer = match handle {
             Some(handle) => {
                 let memory = &self.memory;
                 py.detach(|| -> Result<()> {
-                    // SAFETY: the consumer hands a live stream (the protocol); its device is
-                    // checked against the buffer's.
+                    // SAFETY: the consumer hands a live stream (the protocol: a handle of a
+                    // destroyed stream is a crash in any producer); its device is checked
+                    // against the buffer's. A capture of it that Python begins or ends on
+                    // another thread meanwhile is `PyStream::borrow`'s excluded case.
                     let stream = unsafe { BorrowedStream::borrow_raw_on(handle as sys::cudaStream_t, device) }?;
                     memory.lend_to(&stream)
-                })?;
+                })
+                .map_err(|error| exchange_error(error.to_string()))?;
                 let keeper =
                     if handle > sys::PER_THREAD_STREAM_HANDLE { stream_keeper(py, handle, device) } else { None };
                 Some(Consumer { handle, device, thread: thread::current().id(), keeper })
@@ -256,7 +328,7 @@ impl ExportedBuffer {
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let memory = &self.memory;
-        let stream = py.detach(|| memory.joined_home())?;
+        let stream = py.detach(|| memory.joined_home()).map_err(|error| exchange_error(error.to_string()))?;
         let interface = PyDict::new(py);
         interface.set_item("shape", (self.memory.len(),))?;
         interface.set_item("typestr", self.memory.typestr())?;
@@ -387,12 +459,35 @@ unsafe fn release(managed: *mut DLManagedTensor, consumed: bool) {
 /// # Safety
 /// Called by Python with a capsule [`capsule`] made.
 unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
-    // SAFETY: a live capsule; the name check reads it only.
+    // SAFETY: a live capsule; the name check reads it only; the interpreter is held (a
+    // destructor), and an exception pending is kept across the release.
     unsafe {
-        if ffi::PyCapsule_IsValid(capsule, DLTENSOR_VERSIONED.as_ptr()) == 1 {
-            release_versioned(ffi::PyCapsule_GetPointer(capsule, DLTENSOR_VERSIONED.as_ptr()).cast(), false);
-        }
+        keeping_exception(|| {
+            if ffi::PyCapsule_IsValid(capsule, DLTENSOR_VERSIONED.as_ptr()) == 1 {
+                release_versioned(ffi::PyCapsule_GetPointer(capsule, DLTENSOR_VERSIONED.as_ptr()).cast(), false);
+            }
+        });
     }
+}
+
+/// Runs `release` with the interpreter's pending exception set aside (a destructor may run
+/// while one is being raised; the release may run Python code: a keeper's deallocation).
+///
+/// # Safety
+/// The interpreter is held.
+unsafe fn keeping_exception(release: impl FnOnce()) {
+    let (mut kind, mut value, mut traceback) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: the caller holds the interpreter; the three out-pointers are ours.
+    #[allow(deprecated)]
+    unsafe {
+        ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback)
+    };
+    release();
+    // SAFETY: as above; the references fetched are handed back.
+    #[allow(deprecated)]
+    unsafe {
+        ffi::PyErr_Restore(kind, value, traceback)
+    };
 }
 
 /// An unversioned capsule's destructor (see [`destroy_versioned_capsule`]).
@@ -402,8 +497,10 @@ unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
 unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
     // SAFETY: as in `destroy_versioned_capsule`.
     unsafe {
-        if ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
-            release(ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()).cast(), false);
-        }
+        keeping_exception(|| {
+            if ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
+                release(ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()).cast(), false);
+            }
+        });
     }
 }

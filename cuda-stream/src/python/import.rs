@@ -7,6 +7,7 @@ use super::dlpack::{
     USED_DLTENSOR_VERSIONED,
 };
 use super::exchange_error;
+use super::export::ExportedBuffer;
 use super::streams::{PyStream, protocol_handle};
 use crate::CaptureStatus;
 use crate::device::{Device, same_device};
@@ -34,11 +35,20 @@ use std::ptr::NonNull;
 /// The tensor must be a CUDA tensor of `stream`'s device, of element type `T`, compact
 /// (row-major contiguous, any shape: the buffer has all its elements) and writable.
 ///
+/// A buffer this module exported ([`ExportedBuffer`](super::ExportedBuffer)) is taken
+/// directly: `stream` waits for its uses, and it stays usable by other consumers after.
+///
+/// Read-only tensors are refused where the producer says so (DLPack 1.x's flag; a 0.x capsule
+/// cannot).
+///
 /// # Safety
-/// `object` is a DLPack producer that keeps its promises: the tensor describes device memory
-/// that stays valid until its deleter is called, and an exchange API's functions do what
-/// DLPack says (PyTorch, CuPy, JAX, `cuda.core` and this module's
-/// [`ExportedBuffer`](super::ExportedBuffer) do).
+/// * `object` is a DLPack producer that keeps its promises: the tensor describes device
+///   memory that stays valid until its deleter is called, and an exchange API's functions do
+///   what DLPack says (PyTorch, CuPy, JAX, `cuda.core` do).
+/// * No capture of `stream` begins on another thread during the call (the producer's wait
+///   would cross into it).
+/// * When `stream` is being captured, nothing is synchronized: the graph's launches must be
+///   ordered after the producer's pending work on the tensor by you.
 ///
 /// # Errors
 /// `BufferError` ([`Error::Exchange`]) for a tensor of another kind of device, another element
@@ -47,7 +57,13 @@ use std::ptr::NonNull;
 /// an empty one; the producer's exceptions; the errors of
 /// [`StreamRef::wait_stream`](crate::StreamRef::wait_stream). A refused tensor is given back
 /// unused.
-pub unsafe fn import<T: DlpackElement, S: AsStream>(object: &Bound<'_, PyAny>, stream: S) -> PyResult<DeviceBuffer<T, S>> {
+pub unsafe fn import<T: DlpackElement, S: AsStream>(
+    object: &Bound<'_, PyAny>,
+    stream: S,
+) -> PyResult<DeviceBuffer<T, S>> {
+    if let Ok(ours) = object.cast::<ExportedBuffer>() {
+        return import_ours(ours.get(), stream);
+    }
     match exchange_api(object) {
         // SAFETY: the caller's contract.
         Some(api) => unsafe { import_through_api(object, stream, api) },
@@ -73,7 +89,7 @@ pub unsafe fn import_with_dlpack<T: DlpackElement, S: AsStream>(
     let py = object.py();
     let (device, argument, order_by_torch) = {
         let ours = stream.as_stream();
-        let argument = stream_argument(&ours);
+        let argument = stream_argument(&ours)?;
         // PyTorch refuses 2: it is asked for nothing, and our stream waits for PyTorch's
         // current stream below, as PyTorch's producer would make it.
         let torch = argument == 2 && is_torch_tensor(object);
@@ -87,13 +103,32 @@ pub unsafe fn import_with_dlpack<T: DlpackElement, S: AsStream>(
     };
     if order_by_torch {
         let torch_stream = py.import("torch")?.getattr("cuda")?.call_method1("current_stream", (device.ordinal(),))?;
-        // SAFETY: PyTorch's streams are never destroyed; this borrow ends within this call.
+        // SAFETY: PyTorch's current stream, alive while current; this borrow ends within this
+        // call.
         let torch_stream = unsafe { PyStream::borrow(&torch_stream) }?;
-        stream.as_stream().wait_stream(&torch_stream)?;
+        wait_unless_capturing(&stream.as_stream(), &torch_stream.as_stream())?;
     }
     // SAFETY: the caller's contract: a capsule of a conforming producer.
     let (managed, address, len) = unsafe { take_tensor::<T>(&capsule, device) }?;
     Ok(lent_buffer(stream, managed, address, len))
+}
+
+/// A buffer of this module's own export, imported on `stream`: ordered after its uses, kept
+/// alive until the import's last use has completed.
+fn import_ours<T: DlpackElement, S: AsStream>(ours: &ExportedBuffer, stream: S) -> PyResult<DeviceBuffer<T, S>> {
+    let (address, len, dtype, memory) = ours.lend_to_import(&stream.as_stream())?;
+    if dtype != T::DTYPE {
+        return Err(exchange_error(format!(
+            "a buffer of {dtype:?} is not one of {} ({:?})",
+            std::any::type_name::<T>(),
+            T::DTYPE
+        )));
+    }
+    let address = NonNull::new(address as *mut T).ok_or_else(|| exchange_error("a buffer at address 0".into()))?;
+    // The export's own stream is gone from the picture: the import's drop waits for its last
+    // use before it lets the memory go, so no later use of the buffer can overlap it.
+    let lent = LentMemory::new(move || drop(memory));
+    Ok(DeviceBuffer::lent(stream, address, len, lent))
 }
 
 /// The imported tensor as a buffer on `stream`, handed back by its drop.
@@ -108,6 +143,17 @@ fn lent_buffer<T: DlpackElement, S: AsStream>(
         unsafe { managed.delete() }
     });
     DeviceBuffer::lent(stream, address, len, lent)
+}
+
+/// `ours` waits for the producer's stream `theirs`, unless that stream is being captured: a
+/// wait would make ours join the producer's capture (CUDA's fork), which the producer would
+/// then find unjoined at its end. PyTorch's own producer synchronizes nothing during a capture
+/// either (pytorch#163242).
+fn wait_unless_capturing(ours: &StreamRef, theirs: &StreamRef) -> PyResult<()> {
+    if theirs.capture_status()? == CaptureStatus::None {
+        ours.wait_stream(theirs)?;
+    }
+    Ok(())
 }
 
 /// The producer's C exchange API of DLPack major version 1, if its type offers one.
@@ -153,7 +199,7 @@ unsafe fn import_through_api<T: DlpackElement, S: AsStream>(
     };
     let (device, capturing) = {
         let ours = stream.as_stream();
-        (ours.device(), stream_argument(&ours) == -1)
+        (ours.device(), stream_argument(&ours)? == -1)
     };
     dlpack_device_checked(object, device)?;
     let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
@@ -176,7 +222,7 @@ unsafe fn import_through_api<T: DlpackElement, S: AsStream>(
             let theirs = if theirs.is_null() { sys::cudaStreamLegacy } else { theirs.cast() };
             // SAFETY: the producer's current stream, alive while it is current (this call).
             let theirs = unsafe { BorrowedStream::borrow_raw_on(theirs, device) }?;
-            stream.as_stream().wait_stream(&theirs)?;
+            wait_unless_capturing(&stream.as_stream(), &theirs)?;
         }
         Ok((address, len))
     });
@@ -192,15 +238,22 @@ unsafe fn import_through_api<T: DlpackElement, S: AsStream>(
 
 /// The `stream` argument of `__dlpack__` for our stream: `-1` while it is being captured,
 /// else 1 (legacy), 2 (per-thread) or the handle.
-fn stream_argument(stream: &StreamRef) -> i64 {
-    if stream.capture_status() != Ok(CaptureStatus::None) {
-        return -1;
-    }
-    protocol_handle(stream) as i64
+fn stream_argument(stream: &StreamRef) -> crate::Result<i64> {
+    Ok(match stream.capture_status()? {
+        CaptureStatus::None => protocol_handle(stream) as i64,
+        CaptureStatus::Active | CaptureStatus::Invalidated => -1,
+    })
 }
 
+/// Whether `object` is a `torch.Tensor` (PyTorch loaded, and an instance of it or a subclass).
 fn is_torch_tensor(object: &Bound<'_, PyAny>) -> bool {
-    object.get_type().module().is_ok_and(|module| module.to_string_lossy().starts_with("torch"))
+    let py = object.py();
+    let tensor = py
+        .import("sys")
+        .and_then(|sys| sys.getattr("modules"))
+        .and_then(|modules| modules.get_item("torch"))
+        .and_then(|torch| torch.getattr("Tensor"));
+    tensor.is_ok_and(|tensor| object.is_instance(&tensor).unwrap_or(false))
 }
 
 /// `object.__dlpack__(stream=argument, max_version=(1, 1))`, or without `max_version` for an
@@ -311,7 +364,9 @@ unsafe fn checked_managed<T: DlpackElement>(managed: &Managed, device: Device) -
                     )));
                 }
                 if flags & FLAG_READ_ONLY != 0 {
-                    return Err(exchange_error("a read-only DLPack tensor is not imported as a writable buffer".into()));
+                    return Err(exchange_error(
+                        "a read-only DLPack tensor is not imported as a writable buffer".into(),
+                    ));
                 }
                 &(*managed.as_ptr()).dl_tensor
             }
@@ -367,6 +422,9 @@ unsafe fn checked_tensor<T: DlpackElement>(tensor: &DLTensor, device: Device) ->
             unsafe { std::slice::from_raw_parts(values, ndim) }
         }
     };
+    if ndim > 0 && tensor.shape.is_null() {
+        return Err(exchange_error("a DLPack tensor of several dimensions without a shape".into()));
+    }
     let shape = slice(tensor.shape);
     let mut len = 1_usize;
     let mut expected = 1_i64;
@@ -381,6 +439,7 @@ unsafe fn checked_tensor<T: DlpackElement>(tensor: &DLTensor, device: Device) ->
     if len == 0 {
         return Err(Error::Size("an empty tensor is not imported").into());
     }
+    len.checked_mul(size_of::<T>()).ok_or(Error::Size("a tensor's byte size overflows"))?;
     let address = (tensor.data as usize).wrapping_add(tensor.byte_offset as usize);
     if address % align_of::<T>() != 0 {
         return Err(exchange_error("a DLPack tensor's address is not aligned for its element type".into()));

@@ -20,9 +20,11 @@
 //! steady state), and the consumer's stream is then one of the buffer's users: the memory is
 //! freed after the consumer's work on it that was enqueued before the capsule's deleter ran.
 //! As consumer ([`import`]), our stream is passed so that the exporter orders its own work
-//! before it; during a capture of our stream, `-1` is passed (nothing is synchronized, as
-//! PyTorch's own producer does during a capture, pytorch#163242): order the graph's launch
-//! after the exporter's work yourself.
+//! before it (or, through DLPack's C exchange API, our stream waits for the producer's
+//! `current_work_stream`); during a capture of our stream, `-1` is passed, and while the
+//! producer's stream is being captured ours does not wait for it (a wait would join its
+//! capture): nothing is synchronized then, as PyTorch's own producer does during a capture
+//! (pytorch#163242); order the graph's launch after the exporter's work yourself.
 //!
 //! **CUDA Array Interface v3** (`__cuda_array_interface__`): its `stream` is a stream the
 //! consumer synchronizes with before using the data (`None` or absent would mean none at
@@ -53,18 +55,24 @@
 //! A DLPack consumer's deleter says it no longer uses the tensor, but its kernels may still
 //! run on its stream (PyTorch calls it as soon as the tensor is garbage). So the deleter makes
 //! the buffer's free wait for that stream's work so far, where the stream is sure to be alive
-//! then: the legacy stream; the per-thread stream, on the thread that named it; a PyTorch or
-//! CuPy stream that was that library's current stream at the export (the capsule holds its
+//! then: the legacy stream; the per-thread stream, on the thread that named it; PyTorch's own
+//! current stream, or CuPy's current `cupy.cuda.Stream`, at the export (the capsule holds its
 //! Python object: CuPy destroys a stream only with it, PyTorch never destroys its own). A
-//! destroyed stream is never touched (CUDA would crash the process). For any other stream (a
-//! handle from `cuda.core` or C), the buffer is never used or freed again once that deleter
-//! ran: it leaks, rather than be reused under work it cannot see.
-//! - `-1` means the consumer orders its work itself, before and after: nothing waits for it
-//!   at the free.
-//! - The CUDA Array Interface keeps nothing alive: the consumer holds the exporting object
-//!   while its work on the data may run.
+//! consumer's stream is never touched after the export otherwise: an external stream, a
+//! `cuda.core` stream (its `close()` destroys it), a handle from C may be gone, and CUDA
+//! crashes the process on a destroyed stream. For those, and for `stream=-1` (the consumer
+//! orders its work itself), the buffer is never used or freed again once that deleter ran: it
+//! leaks, rather than be reused under work nothing can wait for.
+//! - The CUDA Array Interface keeps nothing alive and says nothing of when its consumer's work
+//!   ends: a buffer exported through it is never freed (it leaks when dropped). Prefer DLPack
+//!   (`cupy.from_dlpack` rather than `cupy.asarray`).
+//! - A stream handle handed to `__dlpack__` must be a live stream at that call (DLPack's own
+//!   rule: a destroyed one is a crash in any producer).
 //! - A per-thread stream (2) means the calling thread's: a consumer on another thread means
-//!   another stream.
+//!   another stream. A buffer whose home is a per-thread stream is not exported.
+//! - An imported buffer's drop waits (on the host) for its last use before it hands the tensor
+//!   back. Drop it with the interpreter released (`py.detach(|| drop(buffer))`) where that use
+//!   may wait for Python code (a host function that takes the interpreter).
 //!
 //! Errors reach Python as `BufferError` for what a protocol refuses
 //! ([`Error::Exchange`]) and `RuntimeError` for CUDA's and this

@@ -3,6 +3,7 @@
 //! `__cuda_stream__` ([`CudaStream`]).
 
 use super::exchange_error;
+use crate::call::uncaptured_calls::foreign_handle_seen;
 use crate::stream::{AsStream, BorrowedStream, Builtin, Ownership, StreamRef};
 use crate::sys;
 use pyo3::prelude::*;
@@ -29,11 +30,12 @@ impl PyStream {
     /// Borrows the stream of `object`'s `__cuda_stream__()`.
     ///
     /// # Safety
-    /// As [`BorrowedStream::borrow_raw`]: the handle is a live stream for as long as `object`
-    /// is (true of PyTorch's, CuPy's and `cuda.core`'s own streams; an external stream
-    /// wrapper, such as `torch.cuda.ExternalStream`, leaves it to you); no capture of it
-    /// begins or ends on another thread (`torch.cuda.graph`) while a call of this crate on it
-    /// runs; the device is not reset.
+    /// As [`BorrowedStream::borrow_raw`]: the handle is a live stream for as long as the
+    /// `PyStream` is (true of PyTorch's own streams and of a CuPy `Stream`, which their objects
+    /// keep; a `cuda.core` stream is destroyed by its `close()`, and an external stream wrapper,
+    /// such as `torch.cuda.ExternalStream`, leaves it to you); no capture of it begins or ends
+    /// on another thread (`torch.cuda.graph`) while a call of this crate on it runs; the device
+    /// is not reset.
     ///
     /// # Errors
     /// `BufferError` ([`Error::Exchange`](crate::Error::Exchange)) for a version other than 0 or
@@ -92,8 +94,17 @@ pub struct CudaStream {
 }
 
 impl CudaStream {
-    /// Hands `stream` to Python.
-    pub fn new(stream: impl AsStream + Send + Sync + 'static) -> CudaStream {
+    /// Hands `stream` to Python. Python code may then capture it (a PyTorch or CuPy
+    /// `ExternalStream` of its handle): from now on, the calls whose meaning changes during a
+    /// capture read the stream's capture status first, as for a borrowed stream.
+    ///
+    /// # Safety
+    /// As [`StreamRef::to_cudarc`](crate::StreamRef::to_cudarc)'s capture clause: no capture of
+    /// the stream that Python code begins or ends (`torch.cuda.graph`, `Stream.begin_capture`)
+    /// runs on another thread while a call of this crate on it runs (or, for an end, on another
+    /// stream of that capture), and a capture Python begins, Python ends.
+    pub unsafe fn new(stream: impl AsStream + Send + Sync + 'static) -> CudaStream {
+        foreign_handle_seen();
         CudaStream { stream: Box::new(stream) }
     }
 }

@@ -36,7 +36,9 @@ fn borrowed(object: &Bound<'_, PyAny>) -> PyResult<PyStream> {
 #[pyfunction]
 fn new_stream(device: i32) -> PyResult<CudaStream> {
     let stream = Stream::new(Device::new(device)?, StreamOptions::non_blocking())?;
-    Ok(CudaStream::new(Arc::new(stream)))
+    // SAFETY: the tests capture it only through `torch.cuda.graph` on the thread that calls
+    // this module, and end what they begin.
+    Ok(unsafe { CudaStream::new(Arc::new(stream)) })
 }
 
 /// A built-in stream of `device`: "legacy", "per_thread" or "null" (handle 0, which means
@@ -50,7 +52,8 @@ fn builtin_stream(kind: &str, device: i32) -> PyResult<CudaStream> {
         "null" => BuiltinStream::null(device),
         _ => return Err(PyValueError::new_err(format!("no built-in stream {kind:?}"))),
     };
-    Ok(CudaStream::new(stream))
+    // SAFETY: as in `new_stream`.
+    Ok(unsafe { CudaStream::new(stream) })
 }
 
 /// `(handle, device)` of the stream `object` lends, as this crate borrowed it.
@@ -97,7 +100,7 @@ fn written_on_two_streams(
     let (low_len, high_len) = (low.len(), high.len());
     low.use_on(&a, |s, p| fill(s, p, low_len, first, spin_ns))??;
     high.use_on(&b, |s, p| fill(s, p, high_len, second, spin_ns))??;
-    Ok(ExportedBuffer::new(buffer))
+    Ok(ExportedBuffer::new(buffer)?)
 }
 
 /// `n` floats allocated on `home` and set to `value` there (a copy in `home`'s order): what
@@ -105,7 +108,7 @@ fn written_on_two_streams(
 #[pyfunction]
 fn allocate_and_fill(home: &Bound<'_, PyAny>, n: usize, value: f32) -> PyResult<ExportedBuffer> {
     let home = borrowed(home)?;
-    Ok(ExportedBuffer::new(DeviceBuffer::from_slice(home, &vec![value; n])?))
+    Ok(ExportedBuffer::new(DeviceBuffer::from_slice(home, &vec![value; n])?)?)
 }
 
 /// `(min, max)` of `values`.
@@ -164,7 +167,7 @@ fn import_slow_copy(tensor: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>, spin_n
     let to = out.as_mut_ptr();
     imported.slice(..)?.use_on(&*other, |s, from| copy(s, to, from, n, spin_ns))??;
     drop(imported);
-    Ok(ExportedBuffer::new(out))
+    Ok(ExportedBuffer::new(out)?)
 }
 
 /// Imports `tensor` on `stream` (`via` as for `import_min_max`) and drops it again: the number
