@@ -247,6 +247,22 @@ class Tests:
         assert ext.import_len(x.reshape(4, 4), ours) == 16
         assert x.sum().item() == 120.0
 
+    def test_import_during_a_cupy_capture_leaves_the_capture_intact(self):
+        cupy = need("cupy")
+        ext = self.ext
+        a = cupy.ones(16, dtype=cupy.float32)
+        b = cupy.zeros(16, dtype=cupy.float32)
+        cupy.cuda.Device().synchronize()
+        capturing = cupy.cuda.Stream(non_blocking=True)
+        with capturing:
+            capturing.begin_capture()
+            assert ext.import_len(a, ext.new_stream(0)) == 16
+            b[...] = a
+            graph = capturing.end_capture()
+        graph.launch(capturing)
+        capturing.synchronize()
+        assert float(b.min()) == 1.0
+
     def test_cupy_array_imports_ordered(self):
         cupy = need("cupy")
         ext = self.ext
@@ -380,11 +396,19 @@ class Tests:
         cupy = need("cupy")
         torch = need("torch")
         ext = self.ext
-        for wrap in ("cupy", "torch"):
+        wraps = ["cupy", "torch"]
+        if hasattr(cupy.cuda.Stream, "from_external"):
+            wraps.append("cupy from_external")
+        for wrap in wraps:
             buffer = ext.allocate_and_fill(ext.new_stream(0), 1 << 16, 1.0)
             ours = ext.new_stream(0)
             handle = ours.__cuda_stream__()[1]
-            if wrap == "cupy":
+            if wrap == "cupy from_external":
+                # A `cupy.cuda.Stream` that owns nothing: never taken for CuPy's own.
+                with cupy.cuda.Stream.from_external(ours):
+                    a = cupy.from_dlpack(buffer)
+                    assert float(a.max()) == 1.0
+            elif wrap == "cupy":
                 with cupy.cuda.ExternalStream(handle):
                     a = cupy.from_dlpack(buffer)
                     assert float(a.max()) == 1.0
@@ -430,8 +454,11 @@ class Tests:
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for via in ("dlpack", "auto"):
-                assert ext.import_len(x, ext.builtin_stream("per_thread", 0), via) == 16
+            # PyTorch's producer would wait in its capture (joining our stream to it): nothing
+            # is synchronized, whatever our stream.
+            for target in (ext.builtin_stream("per_thread", 0), ext.new_stream(0)):
+                for via in ("dlpack", "auto"):
+                    assert ext.import_len(x, target, via) == 16
             y.copy_(x)
         graph.replay()
         torch.cuda.synchronize()

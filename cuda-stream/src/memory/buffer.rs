@@ -9,7 +9,7 @@ use super::page_locked::{PageLocked, PageLockedMemory};
 use super::pool::MemPool;
 use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
 use super::{DeviceCopy, byte_size, same_length};
-use crate::call::capture_mode::{ignore_other_threads_captures, uncaptured_stream_call};
+use crate::call::capture_mode::{ignore_other_threads_captures, uncapturable_call, uncaptured_stream_call};
 use crate::call::live_captures;
 use crate::call::race::model::{Step, Use};
 use crate::call::race::{self, Access, AccessKind};
@@ -730,7 +730,7 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
             // (`torch.cuda.graph`) must neither refuse nor be invalidated by: made in the
             // Relaxed mode.
             (End::AfterEvent(last_use), Origin::Lent(lent))
-                if sync_debug::reporting_only(|| uncaptured_stream_call(|| last_use.synchronize())).is_ok() =>
+                if sync_debug::reporting_only(|| uncapturable_call(|| last_use.synchronize())).is_ok() =>
             {
                 lent.hand_back();
             }

@@ -3,8 +3,8 @@
 //! use of the buffer.
 
 use super::dlpack::{
-    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_VERSION, DLTENSOR, DLTENSOR_VERSIONED,
-    DLTensor, DlpackElement, KDL_CUDA,
+    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_VERSION, DLPackVersion, DLTENSOR,
+    DLTENSOR_VERSIONED, DLTensor, DlpackElement, KDL_CUDA,
 };
 use super::exchange_error;
 use super::streams::protocol_handle;
@@ -42,6 +42,11 @@ use std::thread::{self, ThreadId};
 ///
 /// The buffer is moved in: Rust code no longer uses it (another library does now), and it is
 /// freed when Python drops the object and the last capsule's deleter has run.
+///
+/// What no DLPack producer can check, and this one does not either: a consumer's stream handle
+/// is a live stream when `__dlpack__` gets it, and no capture of it begins or ends on another
+/// thread while `__dlpack__` or the deleter reads it; a consumer renames the capsule before it
+/// calls the deleter (PyTorch, CuPy and `cuda.core` do), as DLPack requires.
 #[pyclass(frozen, name = "DeviceBuffer", module = "cuda_stream")]
 pub struct ExportedBuffer {
     memory: Arc<dyn Lendable>,
@@ -194,9 +199,10 @@ impl Consumer {
 /// The Python object of the consumer's stream `handle`, where the consumer's library tells
 /// it and owns the stream: PyTorch's current stream of the device if it is that stream and one
 /// of PyTorch's own (never destroyed; its `stream_id` is odd, where an external stream's is
-/// its handle), or CuPy's current stream if it is that stream and a `cupy.cuda.Stream` (which
-/// CuPy destroys only with its object, held then by the capsule; not an `ExternalStream`). Any
-/// other stream (an external stream, a handle from `cuda.core` or C) cannot be kept alive.
+/// its handle), or CuPy's current stream if it is that stream and a `cupy.cuda.Stream` that
+/// owns it (which CuPy destroys only with its object, held then by the capsule; not an
+/// `ExternalStream`, nor a `Stream.from_external`). Any other stream (an external stream, a
+/// handle from `cuda.core` or C) cannot be kept alive.
 fn stream_keeper(py: Python<'_>, handle: usize, device: Device) -> Option<Py<PyAny>> {
     let modules = py.import("sys").ok()?.getattr("modules").ok()?;
     let loaded = |name: &str| modules.get_item(name).ok();
@@ -216,7 +222,10 @@ fn stream_keeper(py: Python<'_>, handle: usize, device: Device) -> Option<Py<PyA
         let owned_type = cupy.getattr("cuda").and_then(|cuda| cuda.getattr("Stream"));
         let current = cupy.getattr("cuda").and_then(|cuda| cuda.call_method0("get_current_stream"));
         if let (Ok(owned_type), Ok(current)) = (owned_type, current) {
-            if current.get_type().is(&owned_type) && is_handle(&current, "ptr") {
+            // `Stream.from_external` makes a `cupy.cuda.Stream` too, which owns nothing: it
+            // keeps the foreign object in `_foreign_stream_ref`.
+            let owns = current.getattr("_foreign_stream_ref").map_or(true, |foreign| foreign.is_none());
+            if current.get_type().is(&owned_type) && owns && is_handle(&current, "ptr") {
                 return Some(current.unbind());
             }
         }
@@ -315,8 +324,12 @@ impl ExportedBuffer {
             }
             None => None,
         };
-        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
-        capsule(py, Arc::clone(&self.memory), consumer, versioned)
+        // DLPack 1.x for a consumer that reads it, at the minor version it asked for at most
+        // (1.0 and 1.1 share the layout).
+        let version = max_version.filter(|&(major, _)| major >= 1).map(|(major, minor)| {
+            if major > 1 { DLPACK_VERSION } else { DLPackVersion { major: 1, minor: minor.min(DLPACK_VERSION.minor) } }
+        });
+        capsule(py, Arc::clone(&self.memory), consumer, version)
     }
 
     /// `(kDLCUDA, device)`.
@@ -354,12 +367,13 @@ impl ExportedBuffer {
     }
 }
 
-/// A fresh capsule of the buffer for `consumer` (versioned if the consumer reads DLPack 1.x).
+/// A fresh capsule of the buffer for `consumer` (versioned, at `version`, if the consumer reads
+/// DLPack 1.x).
 fn capsule(
     py: Python<'_>,
     memory: Arc<dyn Lendable>,
     consumer: Option<Consumer>,
-    versioned: bool,
+    version: Option<DLPackVersion>,
 ) -> PyResult<Py<PyAny>> {
     let (address, len, device, dtype) = (memory.address(), memory.len(), memory.device(), memory.dtype());
     let context = Box::into_raw(Box::new(ExportContext { memory, consumer, shape: [len as i64], strides: [1] }));
@@ -375,9 +389,9 @@ fn capsule(
         byte_offset: 0,
     };
     let manager_ctx = context.cast::<c_void>();
-    let capsule = if versioned {
+    let capsule = if let Some(version) = version {
         let managed = Box::into_raw(Box::new(DLManagedTensorVersioned {
-            version: DLPACK_VERSION,
+            version,
             manager_ctx,
             deleter: Some(delete_versioned),
             flags: 0,

@@ -10,6 +10,7 @@ use super::exchange_error;
 use super::export::ExportedBuffer;
 use super::streams::{PyStream, protocol_handle};
 use crate::CaptureStatus;
+use crate::call::uncaptured_calls::foreign_handle_seen;
 use crate::device::{Device, same_device};
 use crate::ffi::error::Error;
 use crate::memory::DeviceBuffer;
@@ -61,12 +62,16 @@ pub unsafe fn import<T: DlpackElement, S: AsStream>(
     object: &Bound<'_, PyAny>,
     stream: S,
 ) -> PyResult<DeviceBuffer<T, S>> {
+    // Python code may capture streams this thread uses, unseen: from here on the crate reads
+    // capture statuses where it matters (the first time, with the interpreter released: it
+    // waits for other threads' calls of this crate, one of which may wait for Python).
+    object.py().detach(foreign_handle_seen);
     if let Ok(ours) = object.cast::<ExportedBuffer>() {
         return import_ours(ours.get(), stream);
     }
     match exchange_api(object) {
-        // SAFETY: the caller's contract.
-        Some(api) => unsafe { import_through_api(object, stream, api) },
+        // SAFETY: the caller's contract; the table lives as long as its capsule, held here.
+        Some((_capsule, api)) => unsafe { import_through_api(object, stream, api.as_ref()) },
         // SAFETY: the caller's contract.
         None => unsafe { import_with_dlpack(object, stream) },
     }
@@ -86,31 +91,62 @@ pub unsafe fn import_with_dlpack<T: DlpackElement, S: AsStream>(
     object: &Bound<'_, PyAny>,
     stream: S,
 ) -> PyResult<DeviceBuffer<T, S>> {
-    let py = object.py();
-    let (device, argument, order_by_torch) = {
-        let ours = stream.as_stream();
-        let argument = stream_argument(&ours)?;
-        // PyTorch refuses 2: it is asked for nothing, and our stream waits for PyTorch's
-        // current stream below, as PyTorch's producer would make it.
-        let torch = argument == 2 && is_torch_tensor(object);
-        (ours.device(), if torch { -1 } else { argument }, torch)
-    };
+    object.py().detach(foreign_handle_seen);
+    let device = stream.as_stream().device();
     dlpack_device_checked(object, device)?;
     let capsule = {
-        // PyTorch exports only tensors of the current device.
+        let ours = stream.as_stream();
+        // PyTorch exports only tensors of the current device; CuPy's current stream is the
+        // current device's.
         let _current = device.make_current()?;
-        call_dlpack(object, argument)?
+        // The producer's current stream, where the producer is PyTorch or CuPy: while it is
+        // being captured, the producer's wait would make our stream join that capture (both
+        // record an event there and make ours wait for it): nothing is synchronized then.
+        let producer = producer_stream(object, device)?;
+        let producer_captures = producer
+            .as_ref()
+            .map(|p| p.as_stream().capture_status())
+            .transpose()?
+            .is_some_and(|s| s != CaptureStatus::None);
+        let mut argument = stream_argument(&ours)?;
+        // PyTorch refuses 2: it is asked for nothing, and our stream waits for PyTorch's
+        // current stream below, as PyTorch's producer would make it.
+        let order_here = argument == 2 && is_instance_of(object, "torch", "Tensor");
+        if producer_captures || order_here {
+            argument = -1;
+        }
+        let capsule = call_dlpack(object, argument)?;
+        if let (true, false, Some(producer)) = (order_here, producer_captures, &producer) {
+            ours.wait_stream(producer)?;
+        }
+        if argument > 0 && ours.capture_status()? != CaptureStatus::None {
+            // The producer made our stream join a capture of its own (its stream began one
+            // between our check and its wait): the capsule goes back unconsumed.
+            return Err(exchange_error(
+                "the producer's wait made this stream join a capture of the producer's; the import is refused".into(),
+            ));
+        }
+        capsule
     };
-    if order_by_torch {
-        let torch_stream = py.import("torch")?.getattr("cuda")?.call_method1("current_stream", (device.ordinal(),))?;
-        // SAFETY: PyTorch's current stream, alive while current; this borrow ends within this
-        // call.
-        let torch_stream = unsafe { PyStream::borrow(&torch_stream) }?;
-        wait_unless_capturing(&stream.as_stream(), &torch_stream.as_stream())?;
-    }
     // SAFETY: the caller's contract: a capsule of a conforming producer.
     let (managed, address, len) = unsafe { take_tensor::<T>(&capsule, device) }?;
     Ok(lent_buffer(stream, managed, address, len))
+}
+
+/// The current stream of `object`'s producer, where it is PyTorch (a `torch.Tensor`) or CuPy
+/// (a `cupy.ndarray`), on `device` (current), borrowed for the call.
+fn producer_stream(object: &Bound<'_, PyAny>, device: crate::Device) -> PyResult<Option<PyStream>> {
+    let py = object.py();
+    let current = if is_instance_of(object, "torch", "Tensor") {
+        py.import("torch")?.getattr("cuda")?.call_method1("current_stream", (device.ordinal(),))?
+    } else if is_instance_of(object, "cupy", "ndarray") {
+        py.import("cupy")?.getattr("cuda")?.call_method0("get_current_stream")?
+    } else {
+        return Ok(None);
+    };
+    // SAFETY: the producer's current stream, alive while it is current; the borrow ends within
+    // the import.
+    Ok(Some(unsafe { PyStream::borrow(&current) }?))
 }
 
 /// A buffer of this module's own export, imported on `stream`: ordered after its uses, kept
@@ -156,8 +192,9 @@ fn wait_unless_capturing(ours: &StreamRef, theirs: &StreamRef) -> PyResult<()> {
     Ok(())
 }
 
-/// The producer's C exchange API of DLPack major version 1, if its type offers one.
-fn exchange_api(object: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+/// The producer's C exchange API of DLPack major version 1, if its type offers one, with the
+/// capsule that keeps it alive.
+fn exchange_api<'py>(object: &Bound<'py, PyAny>) -> Option<(Bound<'py, PyAny>, NonNull<DLPackExchangeAPI>)> {
     let capsule = object.get_type().getattr(pyo3::intern!(object.py(), "__dlpack_c_exchange_api__")).ok()?;
     // SAFETY: any object; a name check has no side effect.
     if unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), EXCHANGE_API.as_ptr()) } != 1 {
@@ -173,8 +210,9 @@ fn exchange_api(object: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI>
         // SAFETY: a header of the producer's chain.
         let version = unsafe { (*header).version };
         if version.major == 1 {
-            // SAFETY: a table of major version 1 begins with its header.
-            return Some(unsafe { &*header.cast::<DLPackExchangeAPI>() });
+            // A table of major version 1 begins with its header; it lives as long as its
+            // capsule, which goes with it.
+            return NonNull::new(header.cast::<DLPackExchangeAPI>().cast_mut()).map(|api| (capsule, api));
         }
         // SAFETY: as above.
         header = unsafe { (*header).prev_api };
@@ -245,15 +283,15 @@ fn stream_argument(stream: &StreamRef) -> crate::Result<i64> {
     })
 }
 
-/// Whether `object` is a `torch.Tensor` (PyTorch loaded, and an instance of it or a subclass).
-fn is_torch_tensor(object: &Bound<'_, PyAny>) -> bool {
+/// Whether `object` is an instance of `module.class` (a subclass included), the module loaded.
+fn is_instance_of(object: &Bound<'_, PyAny>, module: &str, class: &str) -> bool {
     let py = object.py();
-    let tensor = py
+    let class = py
         .import("sys")
         .and_then(|sys| sys.getattr("modules"))
-        .and_then(|modules| modules.get_item("torch"))
-        .and_then(|torch| torch.getattr("Tensor"));
-    tensor.is_ok_and(|tensor| object.is_instance(&tensor).unwrap_or(false))
+        .and_then(|modules| modules.get_item(module))
+        .and_then(|module| module.getattr(class));
+    class.is_ok_and(|class| object.is_instance(&class).unwrap_or(false))
 }
 
 /// `object.__dlpack__(stream=argument, max_version=(1, 1))`, or without `max_version` for an

@@ -8,6 +8,7 @@ use crate::stream::{AsStream, BorrowedStream, Builtin, Ownership, StreamRef};
 use crate::sys;
 use pyo3::prelude::*;
 use std::fmt;
+use std::sync::Arc;
 
 /// A stream another Python library owns (a `torch.cuda.Stream`, a CuPy or `cuda.core`
 /// stream, any object with `__cuda_stream__`), borrowed for as long as this value lives: it
@@ -20,6 +21,11 @@ use std::fmt;
 /// Handles 1 and 2 (`cudaStreamLegacy`, `cudaStreamPerThread`) are the built-in streams
 /// they name (the per-thread one is the calling thread's). Any other handle's device is read
 /// through its context, as [`BorrowedStream::borrow_raw`] reads it.
+///
+/// A borrow for the length of a call: a buffer whose home is a `PyStream` is freed on that
+/// stream, which Python code may destroy (`cuda.core`'s `close()`) once the call returned.
+/// Allocate what outlives the call on a stream of yours ([`CudaStream::shared`], an
+/// `Arc<Stream>`) and order it with the borrowed one (`use_on`, `wait_stream`).
 pub struct PyStream {
     /// The stream's owner on the Python side, alive while the borrow lasts.
     owner: Py<PyAny>,
@@ -53,8 +59,13 @@ impl PyStream {
             0 => sys::cudaStreamLegacy,
             handle => handle as sys::cudaStream_t,
         };
-        // SAFETY: the caller's contract; the owner is kept alive below for the borrow.
-        let stream = unsafe { BorrowedStream::borrow_raw(handle) }?;
+        // The interpreter is released: the first foreign handle of the process waits for other
+        // threads' calls of this crate, one of which may wait for Python.
+        let address = handle as usize;
+        let stream = object.py().detach(|| {
+            // SAFETY: the caller's contract; the owner is kept alive below for the borrow.
+            unsafe { BorrowedStream::borrow_raw(address as sys::cudaStream_t) }
+        })?;
         Ok(PyStream { owner: object.clone().unbind(), stream })
     }
 
@@ -90,7 +101,7 @@ impl fmt::Debug for PyStream {
 /// it (an [`AsStream`] moved in: an `Arc<Stream>`, a pool lease, a built-in stream).
 #[pyclass(frozen, name = "CudaStream", module = "cuda_stream")]
 pub struct CudaStream {
-    stream: Box<dyn AsStream + Send + Sync>,
+    stream: Arc<dyn AsStream + Send + Sync>,
 }
 
 impl CudaStream {
@@ -99,13 +110,23 @@ impl CudaStream {
     /// capture read the stream's capture status first, as for a borrowed stream.
     ///
     /// # Safety
-    /// As [`StreamRef::to_cudarc`](crate::StreamRef::to_cudarc)'s capture clause: no capture of
-    /// the stream that Python code begins or ends (`torch.cuda.graph`, `Stream.begin_capture`)
+    /// As the capture clause of `StreamRef::to_cudarc` (feature `cudarc`): no capture of the
+    /// stream that Python code begins or ends (`torch.cuda.graph`, `Stream.begin_capture`)
     /// runs on another thread while a call of this crate on it runs (or, for an end, on another
-    /// stream of that capture), and a capture Python begins, Python ends.
+    /// stream of that capture), and a capture Python begins, Python ends. Not called inside a
+    /// raw launcher's closure ([`StreamRef::launch`](crate::StreamRef::launch)), as for
+    /// [`BorrowedStream::borrow_raw`]. Its first call in the process waits for other threads'
+    /// calls of this crate in progress: make it with the interpreter released where one of them
+    /// may wait for Python (a host function that takes the interpreter).
     pub unsafe fn new(stream: impl AsStream + Send + Sync + 'static) -> CudaStream {
         foreign_handle_seen();
-        CudaStream { stream: Box::new(stream) }
+        CudaStream { stream: Arc::new(stream) }
+    }
+
+    /// The stream, shared: a home for buffers that keeps it alive as long as they need it,
+    /// whatever Python does with this object.
+    pub fn shared(&self) -> Arc<dyn AsStream + Send + Sync> {
+        Arc::clone(&self.stream)
     }
 }
 

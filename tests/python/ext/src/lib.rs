@@ -65,50 +65,62 @@ fn stream_handle(object: &Bound<'_, PyAny>) -> PyResult<(usize, i32)> {
 }
 
 /// Launches the slow fill, declared to the race detector.
-fn fill(stream: &StreamRef, p: *mut f32, n: usize, value: f32, spin_ns: u64) -> cuda_stream::Result<()> {
+///
+/// # Safety
+/// `n` floats at `p`, used on `stream` only, as the caller ordered them (`use_on`).
+unsafe fn fill(stream: &StreamRef, p: *mut f32, n: usize, value: f32, spin_ns: u64) -> cuda_stream::Result<()> {
     stream.declare_accesses("px_fill", &[Access::write(p.cast_const(), n)])?;
-    // SAFETY: `n` floats at `p`, used on `stream` only, as the caller's `use_on` ordered it.
+    // SAFETY: the caller's contract.
     unsafe { FILL.launch(stream, &config(n, spin_ns), (p, n as u64, value, spin_ns)) }
 }
 
 /// Launches the slow copy, declared to the race detector.
-fn copy(stream: &StreamRef, to: *mut f32, from: *const f32, n: usize, spin_ns: u64) -> cuda_stream::Result<()> {
+///
+/// # Safety
+/// `n` floats at each address, used on `stream` only, as the caller ordered them.
+unsafe fn copy(stream: &StreamRef, to: *mut f32, from: *const f32, n: usize, spin_ns: u64) -> cuda_stream::Result<()> {
     stream.declare_accesses("px_copy", &[Access::read(from, n), Access::write(to.cast_const(), n)])?;
-    // SAFETY: `n` floats at each address, used on `stream` only, as the callers ordered them.
+    // SAFETY: the caller's contract.
     unsafe { COPY.launch(stream, &config(n, spin_ns), (to, from, n as u64, spin_ns)) }
 }
 
-/// A buffer of `n` floats allocated on `home`, whose first half a slow kernel on one new
-/// stream writes to `first` and whose second half one on another new stream writes to
-/// `second`: two streams with pending writes, exported.
+/// A buffer of `n` floats (at least 2) allocated on `home` (one of this module's streams,
+/// which the buffer keeps alive), whose first half a slow kernel on one new stream writes to
+/// `first` and whose second half one on another new stream writes to `second`: two streams
+/// with pending writes, exported.
 #[pyfunction]
 fn written_on_two_streams(
-    home: &Bound<'_, PyAny>,
+    home: &Bound<'_, CudaStream>,
     n: usize,
     first: f32,
     second: f32,
     spin_ns: u64,
 ) -> PyResult<ExportedBuffer> {
-    let home = borrowed(home)?;
+    if n < 2 {
+        return Err(PyValueError::new_err("two halves need two elements"));
+    }
+    let home = home.get().shared();
     let device = home.as_stream().device();
     let mut buffer = DeviceBuffer::<f32, _>::zeroed(home, n)?;
     let (a, b) =
         (Stream::new(device, StreamOptions::non_blocking())?, Stream::new(device, StreamOptions::non_blocking())?);
-    let half = n.div_ceil(2);
-    let mut chunks = buffer.chunks_mut(half)?;
-    let (mut low, mut high) = (chunks.next().expect("a first half"), chunks.next().expect("a second half"));
+    let mut chunks = buffer.chunks_mut(n.div_ceil(2))?;
+    let (Some(mut low), Some(mut high)) = (chunks.next(), chunks.next()) else {
+        return Err(PyValueError::new_err("two halves need two elements"));
+    };
     let (low_len, high_len) = (low.len(), high.len());
-    low.use_on(&a, |s, p| fill(s, p, low_len, first, spin_ns))??;
-    high.use_on(&b, |s, p| fill(s, p, high_len, second, spin_ns))??;
+    // SAFETY: each half's own elements, on the stream its `use_on` ordered.
+    low.use_on(&a, |s, p| unsafe { fill(s, p, low_len, first, spin_ns) })??;
+    // SAFETY: as above.
+    high.use_on(&b, |s, p| unsafe { fill(s, p, high_len, second, spin_ns) })??;
     Ok(ExportedBuffer::new(buffer)?)
 }
 
-/// `n` floats allocated on `home` and set to `value` there (a copy in `home`'s order): what
-/// reuses a block freed on `home` too early.
+/// `n` floats allocated on `home` (one of this module's streams) and set to `value` there (a
+/// copy in `home`'s order): what reuses a block freed on `home` too early.
 #[pyfunction]
-fn allocate_and_fill(home: &Bound<'_, PyAny>, n: usize, value: f32) -> PyResult<ExportedBuffer> {
-    let home = borrowed(home)?;
-    Ok(ExportedBuffer::new(DeviceBuffer::from_slice(home, &vec![value; n])?)?)
+fn allocate_and_fill(home: &Bound<'_, CudaStream>, n: usize, value: f32) -> PyResult<ExportedBuffer> {
+    Ok(ExportedBuffer::new(DeviceBuffer::from_slice(home.get().shared(), &vec![value; n])?)?)
 }
 
 /// `(min, max)` of `values`.
@@ -137,19 +149,23 @@ fn import_min_max(
     let n = imported.len();
     let mut out = DeviceBuffer::<f32, _>::new(&stream, n)?;
     let to = out.as_mut_ptr();
-    imported.slice(..)?.use_on(&stream, |s, from| copy(s, to, from, n, spin_ns))??;
+    // SAFETY: the import's elements, read on the stream `use_on` ordered; `out`'s on its home.
+    imported.slice(..)?.use_on(&stream, |s, from| unsafe { copy(s, to, from, n, spin_ns) })??;
     Ok(min_max(&out.to_vec()?))
 }
 
-/// The naive import: the tensor's address (`data_ptr`, or DLPack with no stream) read at
-/// once on `stream` with our kernel, ordered with nothing: `(min, max)` of what it read.
+/// The naive import, a control and not a model: the tensor's address (`data_ptr`) read at
+/// once on `stream` with our kernel, ordered with nothing: `(min, max)` of what it read. An
+/// address that is not `n` floats of device memory faults the context: the tests pass a live
+/// tensor's.
 #[pyfunction]
 fn naive_min_max(address: usize, n: usize, stream: &Bound<'_, PyAny>) -> PyResult<(f32, f32)> {
     let stream = borrowed(stream)?;
     let mut out = DeviceBuffer::<f32, _>::new(&stream, n)?;
     let to = out.as_mut_ptr();
-    // Deliberately unordered with the producer's work: the control of the ordered import.
-    copy(&stream.as_stream(), to, address as *const f32, n, 0)?;
+    // SAFETY: deliberately unordered with the producer's work (the control of the ordered
+    // import): `n` floats of a live tensor the test keeps, read on `stream`; `out`'s on its home.
+    unsafe { copy(&stream.as_stream(), to, address as *const f32, n, 0) }?;
     Ok(min_max(&out.to_vec()?))
 }
 
@@ -165,7 +181,8 @@ fn import_slow_copy(tensor: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>, spin_n
     let other = Arc::new(Stream::new(imported.device(), StreamOptions::non_blocking())?);
     let mut out = DeviceBuffer::<f32, _>::new(Arc::clone(&other), n)?;
     let to = out.as_mut_ptr();
-    imported.slice(..)?.use_on(&*other, |s, from| copy(s, to, from, n, spin_ns))??;
+    // SAFETY: the import's elements, read on `other` as `use_on` ordered; `out`'s on its home.
+    imported.slice(..)?.use_on(&*other, |s, from| unsafe { copy(s, to, from, n, spin_ns) })??;
     drop(imported);
     Ok(ExportedBuffer::new(out)?)
 }
@@ -236,7 +253,8 @@ fn import_race_probe(tensor: &Bound<'_, PyAny>, stream: &Bound<'_, PyAny>) -> Py
     let other = Stream::new(imported.device(), StreamOptions::non_blocking())?;
     let mut out = DeviceBuffer::<f32, _>::new(&other, n)?;
     let to = out.as_mut_ptr();
-    imported.slice(..)?.use_on(&other, |s, from| copy(s, to, from, n, 0))??;
+    // SAFETY: as above.
+    imported.slice(..)?.use_on(&other, |s, from| unsafe { copy(s, to, from, n, 0) })??;
     let ordered = race_reports();
     // Before any wait: nothing orders this write after the import or the read.
     declare_unordered_write(imported.as_ptr() as usize, n, imported.device().ordinal())?;
