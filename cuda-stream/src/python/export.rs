@@ -402,7 +402,7 @@ fn capsule(
             unsafe { ffi::PyCapsule_New(managed.cast(), DLTENSOR_VERSIONED.as_ptr(), Some(destroy_versioned_capsule)) };
         if capsule.is_null() {
             // SAFETY: not handed to anyone: released once, here.
-            unsafe { release_versioned(managed, false) };
+            unsafe { release(managed, false) };
         }
         capsule
     } else {
@@ -425,22 +425,7 @@ fn capsule(
 /// `managed` is null or a tensor [`capsule`] made, not deleted yet.
 unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     // SAFETY: the caller's contract.
-    unsafe { release_versioned(managed, true) }
-}
-
-/// A versioned tensor's release, by its consumer (`consumed`) or by its capsule never consumed.
-///
-/// # Safety
-/// As [`delete_versioned`].
-unsafe fn release_versioned(managed: *mut DLManagedTensorVersioned, consumed: bool) {
-    if managed.is_null() {
-        return;
-    }
-    // SAFETY: the caller's contract: both boxes were made by `capsule`, and are freed once.
-    let (managed, context) =
-        unsafe { (Box::from_raw(managed), Box::from_raw((*managed).manager_ctx.cast::<ExportContext>())) };
-    drop(managed);
-    context.consumer_done(consumed);
+    unsafe { release(managed, true) }
 }
 
 /// The deleter of an unversioned tensor made by [`capsule`], which its consumer calls.
@@ -452,17 +437,35 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensor) {
     unsafe { release(managed, true) }
 }
 
-/// An unversioned tensor's release (see [`release_versioned`]).
+/// DLPack's two managed tensors, as their release reads them.
+trait ManagedTensor {
+    fn manager_ctx(&self) -> *mut c_void;
+}
+
+impl ManagedTensor for DLManagedTensor {
+    fn manager_ctx(&self) -> *mut c_void {
+        self.manager_ctx
+    }
+}
+
+impl ManagedTensor for DLManagedTensorVersioned {
+    fn manager_ctx(&self) -> *mut c_void {
+        self.manager_ctx
+    }
+}
+
+/// A tensor's release, by its consumer (`consumed`) or by its capsule never consumed.
 ///
 /// # Safety
 /// As [`delete_versioned`].
-unsafe fn release(managed: *mut DLManagedTensor, consumed: bool) {
+unsafe fn release<M: ManagedTensor>(managed: *mut M, consumed: bool) {
     if managed.is_null() {
         return;
     }
-    // SAFETY: as in `release_versioned`.
-    let (managed, context) =
-        unsafe { (Box::from_raw(managed), Box::from_raw((*managed).manager_ctx.cast::<ExportContext>())) };
+    // SAFETY: the caller's contract: both boxes were made by `capsule`, and are freed once.
+    let managed = unsafe { Box::from_raw(managed) };
+    // SAFETY: as above.
+    let context = unsafe { Box::from_raw(managed.manager_ctx().cast::<ExportContext>()) };
     drop(managed);
     context.consumer_done(consumed);
 }
@@ -478,25 +481,28 @@ unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
     unsafe {
         keeping_exception(|| {
             if ffi::PyCapsule_IsValid(capsule, DLTENSOR_VERSIONED.as_ptr()) == 1 {
-                release_versioned(ffi::PyCapsule_GetPointer(capsule, DLTENSOR_VERSIONED.as_ptr()).cast(), false);
+                release(
+                    ffi::PyCapsule_GetPointer(capsule, DLTENSOR_VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>(),
+                    false,
+                );
             }
         });
     }
 }
 
-/// Runs `release` with the interpreter's pending exception set aside (a destructor may run
+/// Runs `body` with the interpreter's pending exception set aside (a destructor may run
 /// while one is being raised; the release may run Python code: a keeper's deallocation).
 ///
 /// # Safety
 /// The interpreter is held.
-unsafe fn keeping_exception(release: impl FnOnce()) {
+unsafe fn keeping_exception(body: impl FnOnce()) {
     let (mut kind, mut value, mut traceback) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: the caller holds the interpreter; the three out-pointers are ours.
     #[allow(deprecated)]
     unsafe {
         ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback)
     };
-    release();
+    body();
     // SAFETY: as above; the references fetched are handed back.
     #[allow(deprecated)]
     unsafe {
@@ -513,7 +519,7 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
     unsafe {
         keeping_exception(|| {
             if ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
-                release(ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()).cast(), false);
+                release(ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()).cast::<DLManagedTensor>(), false);
             }
         });
     }
