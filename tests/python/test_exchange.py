@@ -498,6 +498,32 @@ class Tests:
         torch = need("torch")
         assert half_values(torch, torch.from_dlpack(buffer)) == (1.0, 1.0, 2.0, 2.0)
 
+    # -- two GPUs -------------------------------------------------------------------------
+
+    def test_devices_are_checked_both_ways(self):
+        torch = need("torch")
+        ext = self.ext
+        if torch.cuda.device_count() < 2:
+            raise Skip("one GPU")
+        # A tensor of GPU 1 on a stream of GPU 0: refused, and given back.
+        x1 = torch.ones(16, device="cuda:1")
+        expect_error(BufferError, lambda: ext.import_len(x1, ext.new_stream(0)), contains="device")
+        assert ext.import_len(x1, ext.new_stream(1)) == 16
+        side1 = torch.cuda.Stream(device=1)
+        with torch.cuda.device(1), torch.cuda.stream(side1):
+            torch.cuda._sleep(TORCH_SLEEP_CYCLES)
+            x1.fill_(4.0)
+            assert ext.import_min_max(x1, ext.new_stream(1), 0) == (4.0, 4.0)
+        # Our buffer on GPU 1, read whole by PyTorch on GPU 1; a consumer stream of GPU 0 refused.
+        buffer = ext.written_on_two_streams(ext.new_stream(1), N, 1.0, 2.0, SPIN_NS)
+        stream0 = torch.cuda.Stream(device=0)
+        expect_error(BufferError, lambda: buffer.__dlpack__(stream=stream0.cuda_stream), contains="device")
+        assert buffer.__dlpack_device__() == (2, 1)
+        with torch.cuda.device(1):
+            t = torch.from_dlpack(buffer)
+            assert t.device == torch.device("cuda", 1)
+            assert half_values(torch, t) == (1.0, 1.0, 2.0, 2.0)
+
     # -- the race detector ----------------------------------------------------------------
 
     def test_race_detector_sees_the_exchanges_as_ordered(self):

@@ -54,8 +54,8 @@ use std::ptr::NonNull;
 /// # Errors
 /// `BufferError` ([`Error::Exchange`]) for a tensor of another kind of device, another element
 /// type, strides that are not compact, a read-only tensor, or a DLPack major version other
-/// than 0 or 1; [`Error::DeviceMismatch`] for a tensor of another device; [`Error::Size`] for
-/// an empty one; the producer's exceptions; the errors of
+/// than 0 or 1, or of another device than `stream`'s (with [`Error::DeviceMismatch`]'s
+/// message); [`Error::Size`] for an empty one; the producer's exceptions; the errors of
 /// [`StreamRef::wait_stream`](crate::StreamRef::wait_stream). A refused tensor is given back
 /// unused.
 pub unsafe fn import<T: DlpackElement, S: AsStream>(
@@ -432,7 +432,8 @@ fn checked_device(kind: i32, ordinal: i32, device: Device) -> PyResult<()> {
             "a DLPack tensor of device type {kind} is not CUDA device memory (kDLCUDA, {KDL_CUDA})"
         )));
     }
-    same_device("a tensor is imported on a stream of its device", device, Device::new(ordinal)?)?;
+    same_device("a tensor is imported on a stream of its device", device, Device::new(ordinal)?)
+        .map_err(|mismatch| exchange_error(mismatch.to_string()))?;
     Ok(())
 }
 
