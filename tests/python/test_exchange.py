@@ -321,6 +321,26 @@ class Tests:
                 break
         assert seen[-1] != (1.0, 1.0, 2.0, 2.0), f"the unsynchronized read saw both writes each time: no control ({seen})"
 
+    def test_chunks_are_exported_as_views_each_ordered_on_its_own(self):
+        torch = need("torch")
+        ext = self.ext
+        chunk = N // 2
+        seen = []
+        for _ in range(CONTROL_TRIES):
+            # Chunk 0 written at once, chunk 1 by a slow kernel: PyTorch reads chunk 0 without
+            # waiting for chunk 1's write, and chunk 1 after it.
+            views = ext.written_in_chunks(ext.new_stream(0), chunk, [1.0, 2.0], [0, SPIN_NS])
+            assert [len(v) for v in views] == [chunk, chunk]
+            first = torch.from_dlpack(views[0])
+            assert (first.min().item(), first.max().item()) == (1.0, 1.0)
+            seen.append(ext.naive_min_max(first.data_ptr() + 4 * chunk, chunk, ext.new_stream(0)))
+            second = torch.from_dlpack(views[1])
+            assert (second.min().item(), second.max().item()) == (2.0, 2.0)
+            if seen[-1] != (2.0, 2.0):
+                break
+        # Chunk 1 was still being written when chunk 0's read had completed.
+        assert seen[-1] != (2.0, 2.0), f"chunk 0's consumer waited for chunk 1's write each time ({seen})"
+
     def test_buffer_is_read_whole_through_cupy_interfaces(self):
         cupy = need("cupy")
         ext = self.ext

@@ -515,13 +515,17 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         ordered_use(stream, &[Touched { home: &home, uses: &self.uses, span }], Hold::Throughout, enqueue)
     }
 
-    /// Lends the buffer to work another library enqueues on `stream` (an export): `stream`
-    /// waits for every earlier use, and later uses and the free wait for `stream`'s work up to
-    /// this call. The race detector sees a write of every element there, named `operation`.
+    /// Lends the elements `range` (checked by the caller) to work another library enqueues on
+    /// `stream` (an export): `stream` waits for every earlier use of them, and later uses and
+    /// the free wait for `stream`'s work up to this call. The race detector sees a write of
+    /// those elements there, named `operation`.
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
-    pub(crate) fn lend_to(&self, stream: &StreamRef, operation: &'static str) -> Result<()> {
-        self.ordered(stream, self.span(0, self.len, true), |_| {
-            stream.enqueue(Work::named(operation).uses(|| vec![self.race_use(AccessKind::Write)]), |_| Ok(()))
+    pub(crate) fn lend_to(&self, stream: &StreamRef, range: Range<usize>, operation: &'static str) -> Result<()> {
+        let span = self.span(range.start, range.len(), true);
+        let (address, bytes) = (self.element(range.start) as u64, span.bytes.len() as u64);
+        self.ordered(stream, span, |_| {
+            let access = || vec![Access::bytes(address, bytes, AccessKind::Write).as_use()];
+            stream.enqueue(Work::named(operation).uses(access), |_| Ok(()))
         })
     }
 

@@ -20,6 +20,7 @@ use pyo3::{IntoPyObjectExt, ffi};
 use std::ffi::c_void;
 use std::fmt;
 use std::mem::ManuallyDrop;
+use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,6 +51,8 @@ use std::thread::{self, ThreadId};
 #[pyclass(frozen, name = "DeviceBuffer", module = "cuda_stream")]
 pub struct ExportedBuffer {
     memory: Arc<dyn Lendable>,
+    /// The elements of the buffer this object exports (all, or one chunk).
+    range: Range<usize>,
 }
 
 impl ExportedBuffer {
@@ -68,24 +71,51 @@ impl ExportedBuffer {
                     .into(),
             ));
         }
+        let len = buffer.len();
         let shared = Shared { buffer: ManuallyDrop::new(buffer), never_free: AtomicBool::new(false) };
-        Ok(ExportedBuffer { memory: Arc::new(shared) })
+        Ok(ExportedBuffer { memory: Arc::new(shared), range: 0..len })
+    }
+
+    /// Hands `buffer` to Python as views of `chunk` elements each, in order (the last one
+    /// shorter if `chunk` does not divide the length): the chunks of a pipeline, each exported
+    /// on its own. A chunk's consumer waits only for the uses of its own elements, so a chunk
+    /// goes to PyTorch while the next one is still being written. The memory is freed once every
+    /// chunk's object and capsule is gone.
+    ///
+    /// # Errors
+    /// As [`ExportedBuffer::new`]; [`Error::Size`] for chunks of zero elements.
+    pub fn chunks<T: DlpackElement, S: AsStream + Send + Sync + 'static>(
+        buffer: DeviceBuffer<T, S>,
+        chunk: usize,
+    ) -> Result<Vec<ExportedBuffer>> {
+        if chunk == 0 {
+            return Err(Error::Size("chunks have at least one element"));
+        }
+        let whole = ExportedBuffer::new(buffer)?;
+        let len = whole.range.len();
+        Ok((0..len)
+            .step_by(chunk)
+            .map(|start| ExportedBuffer {
+                memory: Arc::clone(&whole.memory),
+                range: start..(start.saturating_add(chunk)).min(len),
+            })
+            .collect())
     }
 
     /// The buffer's memory lent to our own import on `stream` (the consumer is this crate): the
     /// stream waits for every use so far; the memory's address, length and element type, and
     /// what keeps it alive.
     pub(super) fn lend_to_import(&self, stream: &StreamRef) -> Result<(usize, usize, DLDataType, Arc<dyn Lendable>)> {
-        self.memory.lend_to(stream)?;
-        Ok((self.memory.address(), self.memory.len(), self.memory.dtype(), Arc::clone(&self.memory)))
+        self.memory.lend_to(stream, self.range.clone())?;
+        Ok((self.memory.address(self.range.start), self.range.len(), self.memory.dtype(), Arc::clone(&self.memory)))
     }
 }
 
 impl fmt::Debug for ExportedBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ExportedBuffer")
-            .field("address", &self.memory.address())
-            .field("len", &self.memory.len())
+            .field("address", &self.memory.address(self.range.start))
+            .field("len", &self.range.len())
             .field("device", &self.memory.device())
             .finish()
     }
@@ -110,16 +140,17 @@ impl<T: DlpackElement, S: AsStream> Drop for Shared<T, S> {
 
 /// What an export needs of a buffer, whatever its element type and home.
 pub(super) trait Lendable: Send + Sync {
-    fn address(&self) -> usize;
-    fn len(&self) -> usize;
+    /// The address of element `start`.
+    fn address(&self, start: usize) -> usize;
     fn device(&self) -> Device;
     fn dtype(&self) -> DLDataType;
     fn typestr(&self) -> &'static str;
-    /// `stream` waits for every use so far, and is one of the buffer's users up to now.
-    fn lend_to(&self, stream: &StreamRef) -> Result<()>;
-    /// Every use so far joined into the home stream, whose protocol handle this is; the
-    /// buffer is never freed from now on.
-    fn joined_home(&self) -> Result<usize>;
+    /// `stream` waits for every use of the elements `range` so far, and is one of their users
+    /// up to now.
+    fn lend_to(&self, stream: &StreamRef, range: Range<usize>) -> Result<()>;
+    /// Every use of the elements `range` so far joined into the home stream, whose protocol
+    /// handle this is; the buffer is never freed from now on.
+    fn joined_home(&self, range: Range<usize>) -> Result<usize>;
     /// A consumer's use could not be ordered before the free: the buffer leaks instead, and
     /// refuses every later use.
     fn leak_on_drop(&self);
@@ -128,12 +159,8 @@ pub(super) trait Lendable: Send + Sync {
 }
 
 impl<T: DlpackElement, S: AsStream + Send + Sync> Lendable for Shared<T, S> {
-    fn address(&self) -> usize {
-        self.buffer.as_ptr_untracked() as usize
-    }
-
-    fn len(&self) -> usize {
-        self.buffer.len()
+    fn address(&self, start: usize) -> usize {
+        self.buffer.as_ptr_untracked().wrapping_add(start) as usize
     }
 
     fn device(&self) -> Device {
@@ -148,13 +175,13 @@ impl<T: DlpackElement, S: AsStream + Send + Sync> Lendable for Shared<T, S> {
         T::TYPESTR
     }
 
-    fn lend_to(&self, stream: &StreamRef) -> Result<()> {
-        self.buffer.lend_to(stream, "another library's use of an exported buffer")
+    fn lend_to(&self, stream: &StreamRef, range: Range<usize>) -> Result<()> {
+        self.buffer.lend_to(stream, range, "another library's use of an exported buffer")
     }
 
-    fn joined_home(&self) -> Result<usize> {
+    fn joined_home(&self, range: Range<usize>) -> Result<usize> {
         let home = self.buffer.stream();
-        self.buffer.lend_to(&home, "CUDA Array Interface export")?;
+        self.buffer.lend_to(&home, range, "CUDA Array Interface export")?;
         self.never_free.store(true, Ordering::Release);
         // Python code may now capture the home stream (`cupy.cuda.ExternalStream(handle)`).
         foreign_handle_seen();
@@ -237,6 +264,7 @@ fn stream_keeper(py: Python<'_>, handle: usize, device: Device) -> Option<Py<PyA
 /// tensor's shape and strides, which the tensor points into.
 struct ExportContext {
     memory: Arc<dyn Lendable>,
+    range: Range<usize>,
     consumer: Option<Consumer>,
     shape: [i64; 1],
     strides: [i64; 1],
@@ -248,12 +276,12 @@ impl ExportContext {
     /// (`-1`) or cannot be ordered, the buffer leaks. A capsule never consumed (its destructor)
     /// had no consumer work.
     fn consumer_done(self, consumed: bool) {
-        let ExportContext { memory, consumer, .. } = self;
+        let ExportContext { memory, range, consumer, .. } = self;
         if consumed {
             // Nothing unwinds into the consumer's C code; a panic counts as not ordered.
             let ordered = catch_unwind(AssertUnwindSafe(|| {
                 let stream = consumer.as_ref().and_then(Consumer::alive_stream);
-                stream.is_some_and(|stream| memory.lend_to(&stream).is_ok())
+                stream.is_some_and(|stream| memory.lend_to(&stream, range).is_ok())
             }));
             if !matches!(ordered, Ok(true)) {
                 memory.leak_on_drop();
@@ -308,14 +336,14 @@ impl ExportedBuffer {
         }
         let consumer = match handle {
             Some(handle) => {
-                let memory = &self.memory;
+                let (memory, range) = (&self.memory, self.range.clone());
                 py.detach(|| -> Result<()> {
                     // SAFETY: the consumer hands a live stream (the protocol: a handle of a
                     // destroyed stream is a crash in any producer); its device is checked
                     // against the buffer's. A capture of it that Python begins or ends on
                     // another thread meanwhile is `PyStream::borrow`'s excluded case.
                     let stream = unsafe { BorrowedStream::borrow_raw_on(handle as sys::cudaStream_t, device) }?;
-                    memory.lend_to(&stream)
+                    memory.lend_to(&stream, range)
                 })
                 .map_err(|error| exchange_error(error.to_string()))?;
                 let keeper =
@@ -329,7 +357,7 @@ impl ExportedBuffer {
         let version = max_version.filter(|&(major, _)| major >= 1).map(|(major, minor)| {
             if major > 1 { DLPACK_VERSION } else { DLPackVersion { major: 1, minor: minor.min(DLPACK_VERSION.minor) } }
         });
-        capsule(py, Arc::clone(&self.memory), consumer, version)
+        capsule(py, Arc::clone(&self.memory), self.range.clone(), consumer, version)
     }
 
     /// `(kDLCUDA, device)`.
@@ -340,12 +368,12 @@ impl ExportedBuffer {
     /// The CUDA Array Interface, version 3 (see the type's docs).
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let memory = &self.memory;
-        let stream = py.detach(|| memory.joined_home()).map_err(|error| exchange_error(error.to_string()))?;
+        let (memory, range) = (&self.memory, self.range.clone());
+        let stream = py.detach(|| memory.joined_home(range)).map_err(|error| exchange_error(error.to_string()))?;
         let interface = PyDict::new(py);
-        interface.set_item("shape", (self.memory.len(),))?;
+        interface.set_item("shape", (self.range.len(),))?;
         interface.set_item("typestr", self.memory.typestr())?;
-        interface.set_item("data", (self.memory.address(), false))?;
+        interface.set_item("data", (self.memory.address(self.range.start), false))?;
         interface.set_item("version", 3)?;
         interface.set_item("strides", py.None())?;
         interface.set_item("stream", stream)?;
@@ -353,15 +381,15 @@ impl ExportedBuffer {
     }
 
     fn __len__(&self) -> usize {
-        self.memory.len()
+        self.range.len()
     }
 
     fn __repr__(&self) -> String {
         format!(
             "<cuda_stream.DeviceBuffer of {} {} at {:#x} on device {}>",
-            self.memory.len(),
+            self.range.len(),
             self.memory.typestr(),
-            self.memory.address(),
+            self.memory.address(self.range.start),
             self.memory.device().ordinal()
         )
     }
@@ -372,11 +400,12 @@ impl ExportedBuffer {
 fn capsule(
     py: Python<'_>,
     memory: Arc<dyn Lendable>,
+    range: Range<usize>,
     consumer: Option<Consumer>,
     version: Option<DLPackVersion>,
 ) -> PyResult<Py<PyAny>> {
-    let (address, len, device, dtype) = (memory.address(), memory.len(), memory.device(), memory.dtype());
-    let context = Box::into_raw(Box::new(ExportContext { memory, consumer, shape: [len as i64], strides: [1] }));
+    let (address, len, device, dtype) = (memory.address(range.start), range.len(), memory.device(), memory.dtype());
+    let context = Box::into_raw(Box::new(ExportContext { memory, range, consumer, shape: [len as i64], strides: [1] }));
     // SAFETY: just allocated; the tensor points into it until the deleter frees it.
     let (shape, strides) = unsafe { ((*context).shape.as_mut_ptr(), (*context).strides.as_mut_ptr()) };
     let dl_tensor = DLTensor {

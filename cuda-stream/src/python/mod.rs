@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | a Python stream in | [`PyStream::borrow`] (`__cuda_stream__`) | an [`AsStream`](crate::AsStream); the owner stays alive |
 //! | our stream out | [`CudaStream`] (`__cuda_stream__`) | the stream stays alive while Python holds it |
-//! | our buffer out | [`ExportedBuffer`] (`__dlpack__`, `__cuda_array_interface__`) | the consumer's stream waits for **every** stream with a pending use of the buffer |
+//! | our buffer out, whole or as chunks | [`ExportedBuffer`] (`__dlpack__`, `__cuda_array_interface__`) | the consumer's stream waits for **every** stream with a pending use of the buffer (of the chunk) |
 //! | a tensor in | [`import`] (`__dlpack__(stream=...)`) | the exporter orders its work before our stream; the tensor goes back once our uses completed |
 //!
 //! # The protocols, and how this module honours them

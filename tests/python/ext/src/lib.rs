@@ -116,6 +116,30 @@ fn written_on_two_streams(
     Ok(ExportedBuffer::new(buffer)?)
 }
 
+/// A buffer on `home` written in chunks of `chunk` floats, chunk `i` to `values[i]` by a kernel
+/// on its own new stream after `spins_ns[i]`: exported as one view per chunk.
+#[pyfunction]
+fn written_in_chunks(
+    home: &Bound<'_, CudaStream>,
+    chunk: usize,
+    values: Vec<f32>,
+    spins_ns: Vec<u64>,
+) -> PyResult<Vec<ExportedBuffer>> {
+    if values.is_empty() || values.len() != spins_ns.len() {
+        return Err(PyValueError::new_err("one value and one spin per chunk"));
+    }
+    let home = home.get().shared();
+    let device = home.as_stream().device();
+    let mut buffer = DeviceBuffer::<f32, _>::zeroed(home, chunk * values.len())?;
+    for ((mut view, value), spin_ns) in buffer.chunks_mut(chunk)?.zip(values).zip(spins_ns) {
+        let writer = Stream::new(device, StreamOptions::non_blocking())?;
+        let len = view.len();
+        // SAFETY: the chunk's own elements, on the stream its `use_on` ordered.
+        view.use_on(&writer, |s, p| unsafe { fill(s, p, len, value, spin_ns) })??;
+    }
+    Ok(ExportedBuffer::chunks(buffer, chunk)?)
+}
+
 /// `n` floats allocated on `home` (one of this module's streams) and set to `value` there (a
 /// copy in `home`'s order): what reuses a block freed on `home` too early.
 #[pyfunction]
@@ -273,6 +297,7 @@ fn cuda_stream_ext(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(stream_handle, module)?)?;
     module.add_function(wrap_pyfunction!(written_on_two_streams, module)?)?;
     module.add_function(wrap_pyfunction!(allocate_and_fill, module)?)?;
+    module.add_function(wrap_pyfunction!(written_in_chunks, module)?)?;
     module.add_function(wrap_pyfunction!(import_min_max, module)?)?;
     module.add_function(wrap_pyfunction!(naive_min_max, module)?)?;
     module.add_function(wrap_pyfunction!(import_slow_copy, module)?)?;
