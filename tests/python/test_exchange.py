@@ -345,7 +345,9 @@ class Tests:
         cupy = need("cupy")
         ext = self.ext
         home = ext.new_stream(0)
-        buffer = ext.written_on_two_streams(home, N, 1.0, 2.0, SPIN_NS)
+        # Offered only where the export asks for it: a probe (torch.as_tensor) takes DLPack.
+        assert not hasattr(ext.written_on_two_streams(home, 16, 1.0, 2.0, 0), "__cuda_array_interface__")
+        buffer = ext.written_on_two_streams(home, N, 1.0, 2.0, SPIN_NS, True)
         interface = buffer.__cuda_array_interface__
         assert interface["version"] == 3 and interface["typestr"] == "<f4" and interface["shape"] == (N,)
         assert interface["stream"] == home.__cuda_stream__()[1]
@@ -370,7 +372,7 @@ class Tests:
         if hasattr(view_of, "from_cuda_array_interface"):
             views.append(lambda b, s: view_of.from_cuda_array_interface(b, stream_ptr=s))
         for view_with in views:
-            buffer = ext.written_on_two_streams(ext.new_stream(0), N, 1.0, 2.0, SPIN_NS)
+            buffer = ext.written_on_two_streams(ext.new_stream(0), N, 1.0, 2.0, SPIN_NS, True)
             view = view_with(buffer, int(theirs.handle))
             assert tuple(view.shape) == (N,) and view.device_id == 0
             theirs.sync()

@@ -158,10 +158,14 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// has completed.
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn lent(home: S, ptr: NonNull<T>, len: usize, lent: LentMemory) -> Self {
+        let foreign = lent.foreign();
         let buffer = Self::of_origin(home, ptr, len, Origin::Lent(lent));
-        // To the race detector, the memory begins here, written on the home stream.
-        let bytes = buffer.bytes() as u64;
-        buffer.home.as_stream().race_allocated(ptr.as_ptr() as u64, bytes, "memory lent by another library");
+        if foreign {
+            // To the race detector, another library's memory begins here, written on the home
+            // stream (this crate's own memory keeps its history).
+            let bytes = buffer.bytes() as u64;
+            buffer.home.as_stream().race_allocated(ptr.as_ptr() as u64, bytes, "memory lent by another library");
+        }
         buffer
     }
 
@@ -536,6 +540,12 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         self.uses.mark_leaked();
     }
 
+    /// Whether this buffer allocated its memory (not a graph's output, not lent memory).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn allocated_here(&self) -> bool {
+        matches!(self.origin, Origin::Allocated)
+    }
+
     /// Whether a use could not be ordered ([`DeviceBuffer::leak_on_drop`]).
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn leaked(&self) -> bool {
@@ -785,8 +795,12 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         }
         // A race the detector finds is reported, never refused here: refused, the memory
         // would leak and the report be lost.
-        let free_check =
-            || home.race_check(Step::Work, || vec![self.race_use(AccessKind::Free)], || "cudaFreeAsync".to_owned());
+        // Memory of this crate's own lent back to it is not freed here: no free to check.
+        let frees = !matches!(&self.origin, Origin::Lent(lent) if !lent.foreign());
+        let free_check = || {
+            let uses = || if frees { vec![self.race_use(AccessKind::Free)] } else { Vec::new() };
+            home.race_check(Step::Work, uses, || "cudaFreeAsync".to_owned())
+        };
         let Ok(checked) = race::reporting_only(free_check) else {
             return End::Leaked;
         };

@@ -8,13 +8,27 @@ use std::fmt;
 /// lender's for good, a leak rather than a use after its reuse).
 pub(crate) struct LentMemory {
     hand_back: Option<Box<dyn FnOnce() + Send>>,
+    /// Memory the race detector knows nothing of (another library's): it begins and ends with
+    /// the buffer. Memory of this crate's own (an export imported again) is already known.
+    foreign: bool,
 }
 
 impl LentMemory {
-    /// Memory that `hand_back` gives back to its lender.
+    /// Another library's memory, which `hand_back` gives back to it.
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn new(hand_back: impl FnOnce() + Send + 'static) -> LentMemory {
-        LentMemory { hand_back: Some(Box::new(hand_back)) }
+        LentMemory { hand_back: Some(Box::new(hand_back)), foreign: true }
+    }
+
+    /// Memory of this crate's own, lent back to it (`hand_back` lets it go).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn own(hand_back: impl FnOnce() + Send + 'static) -> LentMemory {
+        LentMemory { hand_back: Some(Box::new(hand_back)), foreign: false }
+    }
+
+    /// Whether the race detector should see the buffer allocate and free it.
+    pub(crate) fn foreign(&self) -> bool {
+        self.foreign
     }
 
     /// Gives the memory back (once; later calls do nothing).

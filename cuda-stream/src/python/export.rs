@@ -14,6 +14,7 @@ use crate::ffi::error::{Error, Result};
 use crate::memory::DeviceBuffer;
 use crate::stream::{AsStream, BorrowedStream, StreamRef};
 use crate::sys;
+use pyo3::exceptions::PyAttributeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3::{IntoPyObjectExt, ffi};
@@ -30,16 +31,17 @@ use std::thread::{self, ThreadId};
 /// `cupy.asarray` (the CUDA Array Interface), `cuda.core`'s `StridedMemoryView` take it as a
 /// one-dimensional array of its elements.
 ///
-/// - `__dlpack__(stream=...)`: the consumer's stream waits for every use of the buffer so far,
-///   on whatever streams (see the [module docs](super) for the stream values); the capsule
+/// - `__dlpack__(stream=...)`: the consumer's stream waits for every use of the buffer (of the
+///   chunk, for [`ExportedBuffer::chunks`]) so far, on whatever streams (see the [module docs](super) for the stream values); the capsule
 ///   keeps the buffer alive until the consumer's deleter runs (a capsule never consumed frees
 ///   nothing early either); and the buffer's free waits for the work the consumer enqueued on
 ///   that stream before its deleter ran. Where that stream cannot be known to be alive then
 ///   (`stream=-1`, a handle of no library this module knows), the buffer is never used or freed
 ///   again once the deleter ran (see the [module docs](super)).
-/// - `__cuda_array_interface__`: every use so far is joined into the buffer's home stream,
-///   which is the interface's `stream`. The interface says nothing of when its consumer's work
-///   ends: a buffer exported through it is never freed (it leaks when dropped).
+/// - `__cuda_array_interface__`, where offered ([`ExportedBuffer::with_array_interface`]):
+///   every use so far (of the chunk) is joined into the buffer's home stream, which is the
+///   interface's `stream`. The interface says nothing of when its consumer's work ends: the
+///   whole allocation is never freed once it was read (it leaks when dropped).
 ///
 /// The buffer is moved in: Rust code no longer uses it (another library does now), and it is
 /// freed when Python drops the object and the last capsule's deleter has run.
@@ -53,14 +55,19 @@ pub struct ExportedBuffer {
     memory: Arc<dyn Lendable>,
     /// The elements of the buffer this object exports (all, or one chunk).
     range: Range<usize>,
+    /// Whether `__cuda_array_interface__` is offered ([`ExportedBuffer::with_array_interface`]).
+    array_interface: bool,
 }
 
 impl ExportedBuffer {
-    /// Hands `buffer` to Python.
+    /// Hands `buffer` to Python, through DLPack only (see
+    /// [`ExportedBuffer::with_array_interface`]).
     ///
     /// # Errors
     /// [`Error::Exchange`] for a buffer whose home is a per-thread stream (handle 2, or 0 in the
-    /// `per-thread-default-stream` build): it means another stream on each Python thread.
+    /// `per-thread-default-stream` build), which means another stream on each Python thread, and
+    /// for a buffer this crate did not allocate (a graph's output, an imported tensor): only
+    /// memory this crate frees is handed out.
     pub fn new<T: DlpackElement, S: AsStream + Send + Sync + 'static>(
         buffer: DeviceBuffer<T, S>,
     ) -> Result<ExportedBuffer> {
@@ -71,16 +78,35 @@ impl ExportedBuffer {
                     .into(),
             ));
         }
+        if !buffer.allocated_here() {
+            return Err(Error::Exchange(
+                "only a buffer this crate allocated is handed to Python (not a graph's output, not an \
+                 imported tensor)"
+                    .into(),
+            ));
+        }
         let len = buffer.len();
         let shared = Shared { buffer: ManuallyDrop::new(buffer), never_free: AtomicBool::new(false) };
-        Ok(ExportedBuffer { memory: Arc::new(shared), range: 0..len })
+        Ok(ExportedBuffer { memory: Arc::new(shared), range: 0..len, array_interface: false })
+    }
+
+    /// Offers `__cuda_array_interface__` too (CuPy's `asarray`, Numba). The interface keeps
+    /// nothing alive and says nothing of when its consumer's work ends, so the first read of
+    /// it makes the whole allocation never freed (it leaks when dropped). Without this, the
+    /// attribute is absent, and libraries that probe it (`torch.as_tensor`, `cupy.asarray`)
+    /// take DLPack instead.
+    pub fn with_array_interface(mut self) -> ExportedBuffer {
+        self.array_interface = true;
+        self
     }
 
     /// Hands `buffer` to Python as views of `chunk` elements each, in order (the last one
     /// shorter if `chunk` does not divide the length): the chunks of a pipeline, each exported
     /// on its own. A chunk's consumer waits only for the uses of its own elements, so a chunk
-    /// goes to PyTorch while the next one is still being written. The memory is freed once every
-    /// chunk's object and capsule is gone.
+    /// goes to PyTorch while the next one is still being written on another stream (the home
+    /// stream's work counts as one use of the whole buffer). The memory is freed once every
+    /// chunk's object and capsule is gone; a consumer whose work cannot be ordered leaks the
+    /// whole allocation and makes every chunk refuse later exports.
     ///
     /// # Errors
     /// As [`ExportedBuffer::new`]; [`Error::Size`] for chunks of zero elements.
@@ -98,6 +124,7 @@ impl ExportedBuffer {
             .map(|start| ExportedBuffer {
                 memory: Arc::clone(&whole.memory),
                 range: start..(start.saturating_add(chunk)).min(len),
+                array_interface: false,
             })
             .collect())
     }
@@ -105,9 +132,14 @@ impl ExportedBuffer {
     /// The buffer's memory lent to our own import on `stream` (the consumer is this crate): the
     /// stream waits for every use so far; the memory's address, length and element type, and
     /// what keeps it alive.
-    pub(super) fn lend_to_import(&self, stream: &StreamRef) -> Result<(usize, usize, DLDataType, Arc<dyn Lendable>)> {
+    pub(super) fn lend_to_import(&self, stream: &StreamRef) -> Result<(usize, usize, Arc<dyn Lendable>)> {
         self.memory.lend_to(stream, self.range.clone())?;
-        Ok((self.memory.address(self.range.start), self.range.len(), self.memory.dtype(), Arc::clone(&self.memory)))
+        Ok((self.memory.address(self.range.start), self.range.len(), Arc::clone(&self.memory)))
+    }
+
+    /// The element type, as DLPack names it.
+    pub(super) fn element_type(&self) -> DLDataType {
+        self.memory.dtype()
     }
 }
 
@@ -345,7 +377,7 @@ impl ExportedBuffer {
                     let stream = unsafe { BorrowedStream::borrow_raw_on(handle as sys::cudaStream_t, device) }?;
                     memory.lend_to(&stream, range)
                 })
-                .map_err(|error| exchange_error(error.to_string()))?;
+                .map_err(refusal)?;
                 let keeper =
                     if handle > sys::PER_THREAD_STREAM_HANDLE { stream_keeper(py, handle, device) } else { None };
                 Some(Consumer { handle, device, thread: thread::current().id(), keeper })
@@ -365,11 +397,18 @@ impl ExportedBuffer {
         (KDL_CUDA, self.memory.device().ordinal())
     }
 
-    /// The CUDA Array Interface, version 3 (see the type's docs).
+    /// The CUDA Array Interface, version 3 (see the type's docs), where the export offers it
+    /// ([`ExportedBuffer::with_array_interface`]); `AttributeError` otherwise.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if !self.array_interface {
+            return Err(PyAttributeError::new_err(
+                "this buffer is exported through DLPack only (ExportedBuffer::with_array_interface offers the \
+                 CUDA Array Interface)",
+            ));
+        }
         let (memory, range) = (&self.memory, self.range.clone());
-        let stream = py.detach(|| memory.joined_home(range)).map_err(|error| exchange_error(error.to_string()))?;
+        let stream = py.detach(|| memory.joined_home(range)).map_err(refusal)?;
         let interface = PyDict::new(py);
         interface.set_item("shape", (self.range.len(),))?;
         interface.set_item("typestr", self.memory.typestr())?;
@@ -392,6 +431,16 @@ impl ExportedBuffer {
             self.memory.address(self.range.start),
             self.memory.device().ordinal()
         )
+    }
+}
+
+/// An error of an export as Python sees it: a device mismatch is the protocol's refusal
+/// (`BufferError`), as [`Error::Exchange`] is; CUDA's and the crate's other errors stay
+/// themselves (`RuntimeError`).
+fn refusal(error: Error) -> PyErr {
+    match error {
+        Error::DeviceMismatch { .. } => exchange_error(error.to_string()),
+        error => error.into(),
     }
 }
 

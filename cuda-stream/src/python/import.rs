@@ -152,18 +152,21 @@ fn producer_stream(object: &Bound<'_, PyAny>, device: crate::Device) -> PyResult
 /// A buffer of this module's own export, imported on `stream`: ordered after its uses, kept
 /// alive until the import's last use has completed.
 fn import_ours<T: DlpackElement, S: AsStream>(ours: &ExportedBuffer, stream: S) -> PyResult<DeviceBuffer<T, S>> {
-    let (address, len, dtype, memory) = ours.lend_to_import(&stream.as_stream())?;
-    if dtype != T::DTYPE {
+    if ours.element_type() != T::DTYPE {
         return Err(exchange_error(format!(
-            "a buffer of {dtype:?} is not one of {} ({:?})",
+            "a buffer of {:?} is not one of {} ({:?})",
+            ours.element_type(),
             std::any::type_name::<T>(),
             T::DTYPE
         )));
     }
+    let (address, len, memory) = ours.lend_to_import(&stream.as_stream()).map_err(|error| match error {
+        Error::DeviceMismatch { .. } => exchange_error(error.to_string()),
+        error => error.into(),
+    })?;
     let address = NonNull::new(address as *mut T).ok_or_else(|| exchange_error("a buffer at address 0".into()))?;
-    // The export's own stream is gone from the picture: the import's drop waits for its last
-    // use before it lets the memory go, so no later use of the buffer can overlap it.
-    let lent = LentMemory::new(move || drop(memory));
+    // The import's drop waits for its last use before it lets the memory go.
+    let lent = LentMemory::own(move || drop(memory));
     Ok(DeviceBuffer::lent(stream, address, len, lent))
 }
 

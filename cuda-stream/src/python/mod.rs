@@ -16,21 +16,25 @@
 //! legacy stream, `2` the per-thread stream, `-1` "do not synchronize", a larger integer a
 //! stream handle, and `0` is refused (ambiguous). As producer ([`ExportedBuffer`]), the
 //! consumer's stream is made to wait, through the buffer's use tracking, for every use of the
-//! buffer on every stream so far (events reused across calls, none made per call in the
-//! steady state), and the consumer's stream is then one of the buffer's users: the memory is
-//! freed after the consumer's work on it that was enqueued before the capsule's deleter ran.
+//! buffer (of the chunk, for a chunk's view) on every stream so far (events reused across
+//! calls, none made per call in the steady state), and the consumer's stream is then one of
+//! the buffer's users: the memory is freed after the consumer's work on it that was enqueued
+//! before the capsule's deleter ran.
 //! As consumer ([`import`]), our stream is passed so that the exporter orders its own work
 //! before it (or, through DLPack's C exchange API, our stream waits for the producer's
 //! `current_work_stream`); during a capture of our stream, `-1` is passed, and while the
 //! producer's stream is being captured ours does not wait for it (a wait would join its
 //! capture): nothing is synchronized then, as PyTorch's own producer does during a capture
-//! (pytorch#163242); order the graph's launch after the exporter's work yourself.
+//! (pytorch#163242); order the graph's launch after the exporter's work yourself. A buffer
+//! of this module's own export is taken directly, ordered by its ledger, and refused during
+//! a capture of our stream (as a buffer's uses are).
 //!
 //! **CUDA Array Interface v3** (`__cuda_array_interface__`): its `stream` is a stream the
 //! consumer synchronizes with before using the data (`None` or absent would mean none at
 //! all, the opposite of DLPack's `None`); the producer joins every stream with work on the
-//! data into it. [`ExportedBuffer`] joins every use into the buffer's home stream and
-//! exports that stream (kept alive by the buffer, as the interface requires).
+//! data into it. [`ExportedBuffer`], where the export offers the interface
+//! ([`ExportedBuffer::with_array_interface`]), joins every use into the buffer's home stream
+//! and exports that stream (kept alive by the buffer, as the interface requires).
 //!
 //! **`__cuda_stream__`** (`cuda.core`): `(0, handle)`; version 0 is the only one, and
 //! [`PyStream::borrow`] refuses any other (one library shipped version 1 by mistake). It
@@ -64,8 +68,10 @@
 //! orders its work itself), the buffer is never used or freed again once that deleter ran: it
 //! leaks, rather than be reused under work nothing can wait for.
 //! - The CUDA Array Interface keeps nothing alive and says nothing of when its consumer's work
-//!   ends: a buffer exported through it is never freed (it leaks when dropped). Prefer DLPack
+//!   ends: a buffer whose interface was read is never freed (it leaks when dropped), which is
+//!   why it is offered only on request (a `hasattr` probe reads it). Prefer DLPack
 //!   (`cupy.from_dlpack` rather than `cupy.asarray`).
+//! - With chunks, a leak is the whole allocation's, and every chunk then refuses exports.
 //! - A stream handle handed to `__dlpack__` must be a live stream at that call (DLPack's own
 //!   rule: a destroyed one is a crash in any producer).
 //! - A per-thread stream (2) means the calling thread's: a consumer on another thread means
@@ -75,8 +81,8 @@
 //!   may wait for Python code (a host function that takes the interpreter).
 //!
 //! Errors reach Python as `BufferError` for what a protocol refuses
-//! ([`Error::Exchange`]) and `RuntimeError` for CUDA's and this
-//! crate's other errors, with the same message.
+//! ([`Error::Exchange`], and a device mismatch of an export or import) and `RuntimeError` for
+//! CUDA's and this crate's other errors, with the same message.
 
 mod dlpack;
 mod export;

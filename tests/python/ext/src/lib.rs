@@ -89,12 +89,14 @@ unsafe fn copy(stream: &StreamRef, to: *mut f32, from: *const f32, n: usize, spi
 /// `first` and whose second half one on another new stream writes to `second`: two streams
 /// with pending writes, exported.
 #[pyfunction]
+#[pyo3(signature = (home, n, first, second, spin_ns, array_interface = false))]
 fn written_on_two_streams(
     home: &Bound<'_, CudaStream>,
     n: usize,
     first: f32,
     second: f32,
     spin_ns: u64,
+    array_interface: bool,
 ) -> PyResult<ExportedBuffer> {
     if n < 2 {
         return Err(PyValueError::new_err("two halves need two elements"));
@@ -113,7 +115,8 @@ fn written_on_two_streams(
     low.use_on(&a, |s, p| unsafe { fill(s, p, low_len, first, spin_ns) })??;
     // SAFETY: as above.
     high.use_on(&b, |s, p| unsafe { fill(s, p, high_len, second, spin_ns) })??;
-    Ok(ExportedBuffer::new(buffer)?)
+    let exported = ExportedBuffer::new(buffer)?;
+    Ok(if array_interface { exported.with_array_interface() } else { exported })
 }
 
 /// A buffer on `home` written in chunks of `chunk` floats, chunk `i` to `values[i]` by a kernel
