@@ -7,7 +7,7 @@ use super::dlpack::{
     DLTENSOR_VERSIONED, DLTensor, DlpackElement, KDL_CUDA,
 };
 use super::exchange_error;
-use super::streams::protocol_handle;
+use super::streams::{Library, protocol_handle};
 use crate::call::uncaptured_calls::foreign_handle_seen;
 use crate::device::Device;
 use crate::ffi::error::{Error, Result};
@@ -263,33 +263,10 @@ impl Consumer {
 /// `ExternalStream`, nor a `Stream.from_external`). Any other stream (an external stream, a
 /// handle from `cuda.core` or C) cannot be kept alive.
 fn stream_keeper(py: Python<'_>, handle: usize, device: Device) -> Option<Py<PyAny>> {
-    let modules = py.import("sys").ok()?.getattr("modules").ok()?;
-    let loaded = |name: &str| modules.get_item(name).ok();
-    let is_handle = |stream: &Bound<'_, PyAny>, attribute: &str| {
-        stream.getattr(attribute).and_then(|h| h.extract::<usize>()).ok() == Some(handle)
-    };
-    if let Some(torch) = loaded("torch") {
-        let current = torch.getattr("cuda").and_then(|cuda| cuda.call_method1("current_stream", (device.ordinal(),)));
-        if let Ok(current) = current {
-            let native = current.getattr("stream_id").and_then(|id| id.extract::<i64>()).is_ok_and(|id| id & 1 == 1);
-            if native && is_handle(&current, "cuda_stream") {
-                return Some(current.unbind());
-            }
-        }
-    }
-    if let Some(cupy) = loaded("cupy") {
-        let owned_type = cupy.getattr("cuda").and_then(|cuda| cuda.getattr("Stream"));
-        let current = cupy.getattr("cuda").and_then(|cuda| cuda.call_method0("get_current_stream"));
-        if let (Ok(owned_type), Ok(current)) = (owned_type, current) {
-            // `Stream.from_external` makes a `cupy.cuda.Stream` too, which owns nothing: it
-            // keeps the foreign object in `_foreign_stream_ref`.
-            let owns = current.getattr("_foreign_stream_ref").map_or(true, |foreign| foreign.is_none());
-            if current.get_type().is(&owned_type) && owns && is_handle(&current, "ptr") {
-                return Some(current.unbind());
-            }
-        }
-    }
-    None
+    [Library::Torch, Library::Cupy].into_iter().find_map(|library| {
+        let current = library.current_stream(py, device).ok().flatten()?;
+        (library.owns(&current) && library.handle(&current) == Some(handle)).then(|| current.unbind())
+    })
 }
 
 /// The producer's side of one capsule: the buffer, kept alive until the deleter, and the

@@ -8,7 +8,7 @@ use super::dlpack::{
 };
 use super::exchange_error;
 use super::export::ExportedBuffer;
-use super::streams::{PyStream, protocol_handle};
+use super::streams::{Library, PyStream, protocol_handle};
 use crate::CaptureStatus;
 use crate::call::uncaptured_calls::foreign_handle_seen;
 use crate::device::{Device, same_device};
@@ -73,7 +73,7 @@ pub unsafe fn import<T: DlpackElement, S: AsStream>(
         // SAFETY: the caller's contract; the table lives as long as its capsule, held here.
         Some((_capsule, api)) => unsafe { import_through_api(object, stream, api.as_ref()) },
         // SAFETY: the caller's contract.
-        None => unsafe { import_with_dlpack(object, stream) },
+        None => unsafe { through_dlpack(object, stream) },
     }
 }
 
@@ -92,6 +92,18 @@ pub unsafe fn import_with_dlpack<T: DlpackElement, S: AsStream>(
     stream: S,
 ) -> PyResult<DeviceBuffer<T, S>> {
     object.py().detach(foreign_handle_seen);
+    // SAFETY: the caller's contract.
+    unsafe { through_dlpack(object, stream) }
+}
+
+/// [`import_with_dlpack`], the foreign mark taken.
+///
+/// # Safety
+/// As [`import`].
+unsafe fn through_dlpack<T: DlpackElement, S: AsStream>(
+    object: &Bound<'_, PyAny>,
+    stream: S,
+) -> PyResult<DeviceBuffer<T, S>> {
     let device = stream.as_stream().device();
     dlpack_device_checked(object, device)?;
     let capsule = {
@@ -102,7 +114,8 @@ pub unsafe fn import_with_dlpack<T: DlpackElement, S: AsStream>(
         // The producer's current stream, where the producer is PyTorch or CuPy: while it is
         // being captured, the producer's wait would make our stream join that capture (both
         // record an event there and make ours wait for it): nothing is synchronized then.
-        let producer = producer_stream(object, device)?;
+        let library = Library::of_array(object);
+        let producer = producer_stream(object.py(), library, device)?;
         let producer_captures = producer
             .as_ref()
             .map(|p| p.as_stream().capture_status())
@@ -111,7 +124,7 @@ pub unsafe fn import_with_dlpack<T: DlpackElement, S: AsStream>(
         let mut argument = stream_argument(&ours)?;
         // PyTorch refuses 2: it is asked for nothing, and our stream waits for PyTorch's
         // current stream below, as PyTorch's producer would make it.
-        let order_here = argument == 2 && is_instance_of(object, "torch", "Tensor");
+        let order_here = argument == 2 && library == Some(Library::Torch);
         if producer_captures || order_here {
             argument = -1;
         }
@@ -133,15 +146,10 @@ pub unsafe fn import_with_dlpack<T: DlpackElement, S: AsStream>(
     Ok(lent_buffer(stream, managed, address, len))
 }
 
-/// The current stream of `object`'s producer, where it is PyTorch (a `torch.Tensor`) or CuPy
-/// (a `cupy.ndarray`), on `device` (current), borrowed for the call.
-fn producer_stream(object: &Bound<'_, PyAny>, device: crate::Device) -> PyResult<Option<PyStream>> {
-    let py = object.py();
-    let current = if is_instance_of(object, "torch", "Tensor") {
-        py.import("torch")?.getattr("cuda")?.call_method1("current_stream", (device.ordinal(),))?
-    } else if is_instance_of(object, "cupy", "ndarray") {
-        py.import("cupy")?.getattr("cuda")?.call_method0("get_current_stream")?
-    } else {
+/// The current stream of the producer `library` (PyTorch or CuPy, where it is one of them)
+/// on `device` (current), borrowed for the call.
+fn producer_stream(py: Python<'_>, library: Option<Library>, device: Device) -> PyResult<Option<PyStream>> {
+    let Some(current) = library.map(|library| library.current_stream(py, device)).transpose()?.flatten() else {
         return Ok(None);
     };
     // SAFETY: the producer's current stream, alive while it is current; the borrow ends within
@@ -284,17 +292,6 @@ fn stream_argument(stream: &StreamRef) -> crate::Result<i64> {
         CaptureStatus::None => protocol_handle(stream) as i64,
         CaptureStatus::Active | CaptureStatus::Invalidated => -1,
     })
-}
-
-/// Whether `object` is an instance of `module.class` (a subclass included), the module loaded.
-fn is_instance_of(object: &Bound<'_, PyAny>, module: &str, class: &str) -> bool {
-    let py = object.py();
-    let class = py
-        .import("sys")
-        .and_then(|sys| sys.getattr("modules"))
-        .and_then(|modules| modules.get_item(module))
-        .and_then(|module| module.getattr(class));
-    class.is_ok_and(|class| object.is_instance(&class).unwrap_or(false))
 }
 
 /// `object.__dlpack__(stream=argument, max_version=(1, 1))`, or without `max_version` for an

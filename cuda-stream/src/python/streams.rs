@@ -4,6 +4,7 @@
 
 use super::exchange_error;
 use crate::call::uncaptured_calls::foreign_handle_seen;
+use crate::device::Device;
 use crate::stream::{AsStream, BorrowedStream, Builtin, Ownership, StreamRef};
 use crate::sys;
 use pyo3::prelude::*;
@@ -172,5 +173,74 @@ pub(super) fn protocol_handle(stream: &StreamRef) -> usize {
         Ownership::Builtin(Builtin::Null) if crate::NULL_STREAM_IS_PER_THREAD => sys::PER_THREAD_STREAM_HANDLE,
         Ownership::Builtin(Builtin::Null) => sys::LEGACY_STREAM_HANDLE,
         Ownership::Owned | Ownership::Borrowed => stream.as_raw() as usize,
+    }
+}
+
+/// A Python library whose current stream this module reads: the producers and consumers that
+/// have one (`cuda.core` has none).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(super) enum Library {
+    Torch,
+    Cupy,
+}
+
+impl Library {
+    /// The library's module, if the program loaded it (never imported here).
+    fn loaded<'py>(self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        let name = match self {
+            Library::Torch => "torch",
+            Library::Cupy => "cupy",
+        };
+        py.import("sys").and_then(|sys| sys.getattr("modules")).and_then(|modules| modules.get_item(name)).ok()
+    }
+
+    /// The library whose array `object` is (a `torch.Tensor`, a `cupy.ndarray`, or a subclass).
+    pub(super) fn of_array(object: &Bound<'_, PyAny>) -> Option<Library> {
+        [(Library::Torch, "Tensor"), (Library::Cupy, "ndarray")].into_iter().find_map(|(library, class)| {
+            let class = library.loaded(object.py())?.getattr(class).ok()?;
+            object.is_instance(&class).unwrap_or(false).then_some(library)
+        })
+    }
+
+    /// The library's current stream object of `device` (CuPy's of the current device), if the
+    /// library is loaded.
+    ///
+    /// # Errors
+    /// The library's exception.
+    pub(super) fn current_stream<'py>(self, py: Python<'py>, device: Device) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(module) = self.loaded(py) else { return Ok(None) };
+        let cuda = module.getattr("cuda")?;
+        Ok(Some(match self {
+            Library::Torch => cuda.call_method1("current_stream", (device.ordinal(),))?,
+            Library::Cupy => cuda.call_method0("get_current_stream")?,
+        }))
+    }
+
+    /// Whether `stream`, one of this library's stream objects, owns its CUDA stream: a PyTorch
+    /// stream of its own (never destroyed; its `stream_id` is odd, where an external stream's
+    /// is its handle), or a `cupy.cuda.Stream` that CuPy destroys only with the object (not an
+    /// `ExternalStream`, nor a `Stream.from_external`, which keeps the foreign object in
+    /// `_foreign_stream_ref`).
+    pub(super) fn owns(self, stream: &Bound<'_, PyAny>) -> bool {
+        match self {
+            Library::Torch => {
+                stream.getattr("stream_id").and_then(|id| id.extract::<i64>()).is_ok_and(|id| id & 1 == 1)
+            }
+            Library::Cupy => {
+                let owned_type =
+                    self.loaded(stream.py()).and_then(|cupy| cupy.getattr("cuda").ok()?.getattr("Stream").ok());
+                let foreign = stream.getattr("_foreign_stream_ref").is_ok_and(|foreign| !foreign.is_none());
+                owned_type.is_some_and(|owned_type| stream.get_type().is(&owned_type)) && !foreign
+            }
+        }
+    }
+
+    /// The CUDA handle of one of this library's stream objects.
+    pub(super) fn handle(self, stream: &Bound<'_, PyAny>) -> Option<usize> {
+        let attribute = match self {
+            Library::Torch => "cuda_stream",
+            Library::Cupy => "ptr",
+        };
+        stream.getattr(attribute).and_then(|handle| handle.extract::<usize>()).ok()
     }
 }
