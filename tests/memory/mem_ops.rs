@@ -17,8 +17,8 @@
 
 use cuda_stream::sync_debug::{SyncDebugMode, sync_debug_scope};
 use cuda_stream::{
-    BarrierScope, DeviceBuffer, DeviceWords, Error, MappedWords, MemOp, MemOpSupport, StreamRef, WaitValue, Word,
-    capture, live_words,
+    BarrierScope, BorrowedStream, DeviceBuffer, DeviceWords, Error, MappedWords, MemOp, MemOpSupport, StreamRef,
+    WaitValue, Word, capture, live_words,
 };
 use cuda_stream_tests::{TagLog, gpu_or_skip, non_blocking_stream, poll_until, spin, spin_copy, tag};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -402,6 +402,46 @@ fn dropping_words_a_stream_waits_on_neither_blocks_nor_frees_early() {
     assert_eq!(again.as_ptr() as usize, address, "the memory was not handed out again");
     assert_eq!(again.words()[0].load(Ordering::Acquire), 0, "handed out again, but not zeroed");
     drop(meanwhile);
+}
+
+/// Operations are noted in the ledger device buffers keep, as uses ordered with nothing (they
+/// signal each other). On a stream whose identity the crate cannot be sure of (a borrowed
+/// handle), hundreds of operations held behind a gate pile up in that ledger; they never make
+/// that stream wait for another stream's operations on the same words, as a buffer's ledger
+/// past its bound would (there, a wait for the stream that waits for this one's last write: a
+/// deadlock). The drop meanwhile returns at once, and the words go back once all have run.
+#[test]
+fn piled_up_operations_on_a_borrowed_stream_never_wait_for_other_streams_operations() {
+    let device = gpu_or_skip!();
+    if cuda_stream_tests::under_sanitizer() {
+        eprintln!("SKIPPED under compute-sanitizer: it waits for streams held by words the host writes later");
+        return;
+    }
+    let (waiter, owner) = (non_blocking_stream(device), non_blocking_stream(device));
+    // SAFETY: `owner` outlives the borrow, and nothing else uses or captures it.
+    let writer = unsafe { BorrowedStream::borrow_raw(owner.as_raw()) }.unwrap();
+    let gate = MappedWords::<u32>::new(1).unwrap();
+    let _open_at_the_end = Release(&gate.words()[0], 1);
+    let base = settled_live_words();
+    let words = MappedWords::<u32>::new(2).unwrap();
+    words.wait_value(&waiter, 0, WaitValue::equal(1)).unwrap();
+    gate.wait_value(&writer, 0, WaitValue::greater_or_equal(1)).unwrap();
+    for count in 1..=300 {
+        words.write_value(&writer, 1, count).unwrap();
+    }
+    words.write_value(&writer, 0, 1).unwrap();
+    let dropping = Instant::now();
+    drop(words);
+    let took = dropping.elapsed();
+    assert!(took < Duration::from_millis(100), "the drop waited ({took:?})");
+    std::thread::sleep(HELD);
+    assert!(!waiter.query().unwrap() && !writer.query().unwrap(), "a stream went past its wait");
+    assert_eq!(live_words(), base + 1, "the words went back while operations may touch them");
+
+    gate.words()[0].store(1, Ordering::Release);
+    assert!(finishes(&writer), "the borrowed stream was made to wait for another stream's operation");
+    assert!(finishes(&waiter), "the last write did not release the waiter");
+    assert!(poll_until(TIMEOUT, || live_words() == base).is_some(), "the words never went back");
 }
 
 /// In a capture, the operations become graph nodes that every launch replays: the graph keeps

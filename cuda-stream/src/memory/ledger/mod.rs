@@ -6,9 +6,12 @@
 //! with several buffers, a copy between a buffer and pinned memory) records one event, which
 //! their ledgers share: an event is recorded again only by the one ledger that holds it.
 //!
-//! Device buffers ([`super::uses`]) and page-locked memory keep one each. The ledger knows a
-//! stream only as a [`Queue`]: the crate's streams and events are one, and `model.rs` checks
-//! the ordering with a simulated one over many random schedules, without a GPU.
+//! Device buffers ([`super::uses`]) and page-locked memory keep one each, and so do the words
+//! of stream memory operations ([`super::mem_ops`]), whose uses signal each other and are never
+//! ordered with each other: their ledger ([`Ledger::signalling`]) only keeps the events their
+//! block's release waits for. The ledger knows a stream only as a [`Queue`]: the crate's
+//! streams and events are one, and `model.rs` checks the ordering with a simulated one over
+//! many random schedules, without a GPU.
 
 use crate::call::live_captures;
 use crate::call::race;
@@ -312,6 +315,8 @@ pub(super) struct Ledger<E = SharedEvent> {
     next_seq: u64,
     /// How many marks the next pruning waits for.
     prune_at: usize,
+    /// Its uses signal each other ([`Ledger::signalling`]): none may wait for another.
+    signalling: bool,
     /// How many times it collapsed (for the model check).
     #[cfg(test)]
     collapses: usize,
@@ -323,9 +328,24 @@ impl<E> Default for Ledger<E> {
             marks: Vec::new(),
             next_seq: 0,
             prune_at: 0,
+            signalling: false,
             #[cfg(test)]
             collapses: 0,
         }
+    }
+}
+
+impl<E> Ledger<E> {
+    /// The ledger of memory whose uses signal each other (the words of stream memory
+    /// operations: a stream waits until another writes a value), which must never make one
+    /// wait for another: a wait could wait for the very use that waits for the signal. Its
+    /// uses ([`Ledger::note_unordered`]) are ordered with nothing; it keeps only the events
+    /// after them, for the memory's release ([`Ledger::into_events`]). It is bounded as a
+    /// buffer's is, by forgetting completed uses and merging each stream's, but never by a
+    /// collapse (a wait): uses on streams of uncertain identity while no query is allowed
+    /// make it grow.
+    pub(super) fn signalling() -> Ledger<E> {
+        Ledger { signalling: true, ..Ledger::default() }
     }
 }
 
@@ -398,6 +418,22 @@ impl<E: Shared> Ledger<E> {
         self.record_mark(stream, on, span, forget, recorded)
     }
 
+    /// Notes a use of `span` just enqueued on `stream`, ordered with no other use (a
+    /// signalling ledger's: see [`Ledger::signalling`]): its mark, an event recorded after it
+    /// (that stream's earlier mark recorded again, where its identity is certain), stands for
+    /// every earlier use of that stream.
+    pub(super) fn note_unordered<Q: Queue<Event = E>>(&mut self, stream: &Q, span: Span) -> Result<()> {
+        let on = On::stream(stream, false);
+        let ticket = Ticket(self.next_seq);
+        self.note(stream, on, span, ticket, &mut UseEvent::default())
+    }
+
+    /// The events after the uses that may still be running, the ledger emptied: what a
+    /// release of the memory waits for.
+    pub(super) fn into_events(self) -> Vec<E> {
+        self.marks.into_iter().map(|mark| mark.event).collect()
+    }
+
     /// Records a mark of `span` on `stream` now, after the work enqueued so far (which
     /// includes that stream's earlier marks: those `span` subsumes are forgotten).
     pub(super) fn mark<Q: Queue<Event = E>>(&mut self, stream: &Q, on: On, span: Span) -> Result<()> {
@@ -464,7 +500,8 @@ impl<E: Shared> Ledger<E> {
         self.next_seq += 1;
         // The marks it makes redundant, all older than it.
         self.forget_older_than(self.marks.len() - 1, |mark| forget(mark, &span));
-        if self.marks.len() >= LIMIT {
+        // A collapse is a wait: never between uses that signal each other.
+        if self.marks.len() >= LIMIT && !self.signalling {
             self.collapse(stream, on)?;
         }
         // The use's other ledgers share the newest mark's event (a collapse's, if one came:

@@ -10,7 +10,7 @@
 //! of both are checked the same way, with each use's notes interleaved with other uses' (as two
 //! threads' are).
 
-use super::{LIMIT, On, Queue, Shared, Span, StreamKey, Ticket, UseEvent};
+use super::{LIMIT, Ledger, On, Queue, Shared, Span, StreamKey, Ticket, UseEvent};
 use crate::device::Device;
 use crate::ffi::error::{Error, Result};
 use crate::memory::uses::Uses;
@@ -563,6 +563,57 @@ fn reads_on_a_stream_of_uncertain_identity_keep_the_ledger_bounded() {
     }
     let created = sim(|sim| sim.events.len());
     assert!(created <= LIMIT + 8, "events are recycled: {created} created for 1000 reads");
+}
+
+/// `uses` uses of the whole memory, each noted in `ledger` as unordered, on random `streams`
+/// advanced at random: where each use was enqueued.
+fn unordered_uses(rng: &mut Rng, streams: &[SimStream], ledger: &mut Ledger<SimShared>, uses: usize) -> Vec<At> {
+    let whole = Span { bytes: 0..BYTES, writes: false };
+    let mut enqueued = Vec::with_capacity(uses);
+    for _ in 0..uses {
+        let stream = &streams[rng.below(streams.len() as u64) as usize];
+        enqueued.push(push(stream.index, Op::Use));
+        ledger.note_unordered(stream, whole.clone()).expect("no record fails");
+        for _ in 0..rng.below(3) {
+            advance(rng.below(streams.len() as u64) as usize);
+        }
+    }
+    enqueued
+}
+
+/// A signalling ledger (the words of stream memory operations, whose uses signal each other)
+/// never makes a stream wait, whatever its uses' streams: a wait could wait for the very use
+/// that waits for the signal. The events it gives up at the end cover every use that may
+/// still run: the release of the memory waits for those. A buffer's ledger under the same
+/// uses does wait (it collapses): the check can fail.
+#[test]
+fn a_signalling_ledger_never_waits_and_its_last_events_cover_every_running_use() {
+    for seed in 1..=200u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let uncertain = 1 + rng.below(2);
+        let streams = random_streams(&mut rng, uncertain);
+        start(streams.len(), Sim { may_query: rng.below(2) == 0, ..Sim::default() });
+        let mut ledger = Ledger::signalling();
+        let uses = unordered_uses(&mut rng, &streams, &mut ledger, 300);
+        assert_eq!(sim(|sim| sim.waits), 0, "seed {seed}: a signalling ledger made a stream wait");
+        let events = ledger.into_events();
+        let (last_records, completed) = sim(|sim| {
+            (events.iter().filter_map(|event| sim.events[event.0.index]).collect::<Vec<At>>(), sim.completed.clone())
+        });
+        for &(stream, at) in &uses {
+            let covered = last_records.iter().any(|&(on, record)| on == stream && record > at);
+            assert!(
+                completed[stream] > at || covered,
+                "seed {seed}: use {at} of stream {stream} may run, no event after it"
+            );
+        }
+    }
+    let device = Device::from_ordinal(0);
+    let uncertain = [SimStream { index: 0, handle: 0, device, id: None, builtin: false }];
+    start(1, Sim::default());
+    let mut buffers = Ledger::default();
+    unordered_uses(&mut Rng(7), &uncertain, &mut buffers, 2 * LIMIT);
+    assert!(sim(|sim| sim.waits) > 0, "a buffer's ledger collapses (waits) past its bound");
 }
 
 /// One use of the two-buffer schedule: of one buffer, of the other, or of both.

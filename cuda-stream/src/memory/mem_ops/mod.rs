@@ -46,8 +46,11 @@
 //!   bytes, at least 64; small ones carved from 64 KiB). [`live_words`] counts the blocks in
 //!   use.
 //! * A block goes back to the free list only once no operation may touch it: each operation
-//!   (outside a capture) records an internal event after it on its stream (one event per
-//!   stream, recorded again); the drop returns the block at once if those events have
+//!   (outside a capture) is noted as a use of the block in the ledger device buffers keep, a
+//!   use ordered with no other (operations signal each other: a wait for another stream's
+//!   operations could wait for the very stream that waits for this one's write), with an
+//!   internal event recorded after it (one per stream of certain identity, recorded again;
+//!   events recycled as buffers' are); the drop returns the block at once if those events have
 //!   completed, and otherwise hands it to a host function on a private stream of each device
 //!   involved that waits for them: the block returns when that runs. The drop itself makes a
 //!   few asynchronous calls and returns: it never waits for the device, so dropping the words

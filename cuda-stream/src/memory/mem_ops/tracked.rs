@@ -1,5 +1,7 @@
-//! The operations that may still touch a block of words: an event per stream after them, and
-//! the block's release once none may (at the drop, or by a host function that waits for them).
+//! The operations that may still touch a block of words, in the ledger device buffers keep
+//! (each operation a use of the block that is ordered with no other: operations signal each
+//! other), and the block's release once none may (at the drop, or by a host function that
+//! waits for them).
 
 use super::blocks::{Block, OVERFLOW, Place, lock};
 use super::operation::{BarrierScope, MemOp, WaitValue};
@@ -9,18 +11,15 @@ use crate::call::live_captures;
 use crate::call::transitions::no_capture_transitions;
 use crate::device::keep_alive::{graph_mutations, keep_alive};
 use crate::device::{Device, same_device};
-use crate::event::Event;
 use crate::ffi::driver::{self, MemOpParams};
 use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::{call_outside_host_fn, refuse_inside_host_fn};
+use crate::memory::ledger::{Ledger, SharedEvent, Span};
 use crate::stream::capture_status::{CaptureStatus, capture_state};
 use crate::stream::{Builtin, Stream, StreamOptions, StreamRef};
 use crate::sys;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
-
-/// How many events an owner keeps before it drops those whose operations have completed.
-const PRUNE_AT: usize = 16;
 
 /// What an enqueue does on a capturing stream.
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -43,11 +42,10 @@ pub(super) struct Words<W> {
 }
 
 /// The operations still possibly in flight.
-#[derive(Default)]
 pub(super) struct Tracked {
-    /// Recorded after the last operation on each stream (by CUDA's id where the crate knows
-    /// it; else one per operation, pruned as they complete).
-    events: Vec<(Option<u64>, Event)>,
+    /// An event after the last operation on each stream of certain identity, and after each
+    /// other operation, forgotten as they complete (a signalling ledger: nothing waits).
+    ledger: Ledger,
     /// An operation could not be noted: the block is never reused.
     leaked: bool,
 }
@@ -61,7 +59,8 @@ impl<W: Word> Words<W> {
         }
         let bytes = len.checked_mul(size_of::<W>()).filter(|&bytes| bytes <= isize::MAX as usize);
         let block = Block::take(place, bytes.ok_or(Error::Size(OVERFLOW))?)?;
-        Ok(Words { block: Arc::new(block), len, place, tracked: Mutex::default(), _word: PhantomData })
+        let tracked = Mutex::new(Tracked { ledger: Ledger::signalling(), leaked: false });
+        Ok(Words { block: Arc::new(block), len, place, tracked, _word: PhantomData })
     }
 
     /// The device address of word `index`.
@@ -184,12 +183,12 @@ impl<W: Word> Words<W> {
         }
     }
 
-    /// Records `stream`'s event after the work just enqueued there: its slot's event again (a
-    /// stream this crate created, known by CUDA's id), or a new one. On failure the block is
-    /// never reused.
+    /// Notes the work just enqueued on `stream` as a use of the block, ordered with no other
+    /// (see [`Ledger::signalling`]): an event recorded after it, that stream's earlier one
+    /// again where its identity is certain. On failure the block is never reused.
     fn note(&self, stream: &StreamRef) -> Result<()> {
         let mut tracked = lock(&self.tracked);
-        let noted = note(&mut tracked, stream);
+        let noted = tracked.ledger.note_unordered(stream, Span { bytes: 0..self.len * size_of::<W>(), writes: false });
         if noted.is_err() {
             tracked.leaked = true;
         }
@@ -216,37 +215,19 @@ pub(super) fn capturing(stream: &StreamRef) -> Result<Option<(sys::cudaGraph_t, 
 pub(super) const CAPTURED: &str =
     "device words are zeroed and copied to the host now, not in a capture (a graph would do it at each launch)";
 
-/// [`Words::note`]'s record, under the owner's lock.
-pub(super) fn note(tracked: &mut Tracked, stream: &StreamRef) -> Result<()> {
-    let id = stream.known_id();
-    let recorded_before = tracked.events.iter().find(|(slot, _)| id.is_some() && *slot == id);
-    if let Some((_, event)) = recorded_before {
-        // Recorded again after this stream's newer work, which comes after the older.
-        return stream.record_raw(event.as_raw(), 0);
-    }
-    // Queries only while no stream of the process can be capturing (a query would break a
-    // capture of this thread's).
-    if tracked.events.len() >= PRUNE_AT && !live_captures::may_capture() {
-        tracked.events.retain(|(_, event)| driver::event_query(event.as_raw()) != Ok(true));
-    }
-    let event = Event::internal(stream.device())?;
-    stream.record_raw(event.as_raw(), 0)?;
-    tracked.events.push((id, event));
-    Ok(())
-}
-
 impl<W> Drop for Words<W> {
     /// Never waits: the block goes back now if no operation may touch it, later (a host
     /// function on a private stream waits for the operations) if one may, or never if that
     /// cannot be arranged.
     fn drop(&mut self) {
-        let tracked = std::mem::take(self.tracked.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let tracked = self.tracked.get_mut().unwrap_or_else(PoisonError::into_inner);
         if tracked.leaked {
             std::mem::forget(Arc::clone(&self.block));
             return;
         }
-        if !tracked.events.is_empty() {
-            let (events, block) = (tracked.events, Arc::clone(&self.block));
+        let events = std::mem::take(&mut tracked.ledger).into_events();
+        if !events.is_empty() {
+            let block = Arc::clone(&self.block);
             // CUDA calls are refused inside a host function: then on another thread.
             call_outside_host_fn(move || release_after(events, block));
         }
@@ -257,19 +238,19 @@ impl<W> Drop for Words<W> {
 /// if the events have completed; else through a host function on a new stream of each
 /// events' device that waits for them (the stream destroyed at once: its work still runs). If
 /// that cannot be arranged, the block is leaked.
-pub(super) fn release_after(mut events: Vec<(Option<u64>, Event)>, block: Arc<Block>) {
+fn release_after(mut events: Vec<SharedEvent>, block: Arc<Block>) {
     if !live_captures::may_capture() {
-        events.retain(|(_, event)| driver::event_query(event.as_raw()) != Ok(true));
+        events.retain(|event| driver::event_query(event.as_raw()) != Ok(true));
     }
     let mut devices: Vec<Device> = Vec::new();
-    for (_, event) in &events {
+    for event in &events {
         if !devices.contains(&event.device()) {
             devices.push(event.device());
         }
     }
     for device in devices {
         let arranged = Stream::new(device, StreamOptions::non_blocking()).and_then(|stream| {
-            for (_, event) in events.iter().filter(|(_, event)| event.device() == device) {
+            for event in events.iter().filter(|event| event.device() == device) {
                 stream.wait_raw(event.as_raw(), 0)?;
             }
             let held = Arc::clone(&block);
