@@ -6,7 +6,9 @@
 //! there before.
 
 use cuda_stream::capture::ThreadLocal;
-use cuda_stream::{CaptureBuffer, DeviceBuffer, Error, GraphExec, InstantiateOptions, Stream};
+use cuda_stream::{
+    CaptureBuffer, DeviceBuffer, Error, GraphExec, InstantiateOptions, PinnedBuffer, SharedPinned, Stream,
+};
 use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, spin};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -365,6 +367,53 @@ fn an_auto_free_executable_relaunches_and_never_hands_its_output_out() {
     assert_eq!(output.take(&stream).unwrap().to_vec().unwrap(), vec![0x2222_2222; N]);
     exec.launch(&stream).unwrap();
     assert_eq!(output.take(&stream).unwrap().to_vec().unwrap(), vec![0x2222_2222; N]);
+}
+
+/// An auto-free executable's output is read between its launches without being taken: copy
+/// in (page-locked memory the host changes between launches), then the graph keeps the block,
+/// and each read on another stream waits for the launch that made it (the graph spins before it
+/// copies: a read that did not wait would see the last round's values, or none). The read
+/// borrows the executable whose launches allocate the output, and refuses before a launch,
+/// another executable, a wrong length and a capturing stream.
+#[test]
+fn an_auto_free_executables_output_is_read_between_its_launches() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let (stream, reader, capturing) =
+        (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let host_in = Arc::new(SharedPinned::new(PinnedBuffer::from_slice(&vec![0u32; N]).unwrap()));
+    let mut capture = stream.begin_capture(ThreadLocal).unwrap();
+    let block = capture.alloc::<u32>(&stream, N).unwrap();
+    spin(&stream, SLOW).unwrap();
+    capture.copy_from_pinned(&stream, (&block, ..), (&host_in, ..)).unwrap();
+    let output = capture.keep(block).unwrap();
+    let graph = capture.end().unwrap();
+    let exec = graph.instantiate_with(InstantiateOptions::new().auto_free_on_launch()).unwrap();
+    let misuse = |result: cuda_stream::Result<Vec<u32>>| matches!(result, Err(Error::GraphMisuse(_)));
+    assert!(misuse(output.to_vec(&exec, &reader)), "no launch yet");
+    let (other_graph, _) = output_graph(&stream, 0x44);
+    let other = other_graph.instantiate().unwrap();
+    for round in 1..=3u32 {
+        host_in.lock().as_mut_slice().unwrap().fill(round);
+        exec.launch(&stream).unwrap();
+        assert!(misuse(output.to_vec(&other, &reader)), "round {round}: read with another graph's executable");
+        assert_eq!(
+            output.to_vec(&exec, &reader).unwrap(),
+            vec![round; N],
+            "round {round}: the read waited for the launch"
+        );
+    }
+    let mut short = vec![0u32; N - 1];
+    assert!(matches!(output.copy_to_slice(&exec, &reader, &mut short), Err(Error::Size(_))));
+    let mut whole = vec![0u32; N];
+    output.copy_to_slice(&exec, &reader, &mut whole).unwrap();
+    assert_eq!(whole, vec![3; N], "read again, the same launch");
+    assert!(matches!(output.take(&reader), Err(Error::GraphMisuse(_))), "an auto-free output is never taken");
+    let capture = capturing.begin_capture(ThreadLocal).unwrap();
+    assert!(matches!(output.to_vec(&exec, &capturing), Err(Error::CaptureMisuse(_))), "a capturing stream");
+    capture.end().unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(output.to_vec(&exec, &reader).unwrap(), vec![3; N], "the executable relaunches after the reads");
 }
 
 /// An output is not taken on a stream being captured (the wait for the launch would break the

@@ -701,7 +701,7 @@ fn allocate_now(stream: &StreamRef, bytes: usize, pool: Option<&MemPool>) -> Res
 }
 
 /// `cudaMemcpyAsync` on `stream`, its device current.
-fn copy_async(
+pub(super) fn copy_async(
     stream: &StreamRef,
     to: *mut c_void,
     from: *const c_void,

@@ -291,6 +291,13 @@ impl HeldMemory {
         }
     }
 
+    /// Whether `exec` holds the graph output `slot` (its launches allocate it).
+    pub(super) fn held_by(exec: &GraphExec, slot: &Arc<OutputSlot>) -> bool {
+        let memory = exec.memory();
+        let held = memory.as_ref().and_then(|memory| memory.as_any().downcast_ref::<HeldMemory>());
+        held.is_some_and(|held| held.outputs.iter().any(|output| Arc::ptr_eq(output, slot)))
+    }
+
     /// Holds `buffer` for a node that touches `span` of it.
     fn hold_buffer(&mut self, buffer: Arc<dyn HeldBuffer>, span: Span) -> Result<()> {
         if merge_into(&mut self.buffers, &buffer, &span) {

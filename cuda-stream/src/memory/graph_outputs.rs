@@ -17,17 +17,28 @@
 //!   launch that made it, whichever executable made it.
 //! * The address is the same at every launch; one executable of the graph exists at a time
 //!   (checked here, as CUDA does): the state is the graph's, which its executables share.
+//! * An output is read without being taken ([`GraphOutput::copy_to_slice`], the way to read an
+//!   auto-free executable's): the read borrows the executable, so no launch of it frees or
+//!   rewrites the output meanwhile (`GraphExec` is not `Sync`), and holds the output's state
+//!   until the copy has completed, so no take on another thread frees it under the copy.
 
-use super::DeviceCopy;
-use super::buffer::DeviceBuffer;
+use super::buffer::{DeviceBuffer, copy_async};
 use super::capture_buffer::CaptureBuffer;
 use super::graph_nodes::HeldMemory;
 use super::output_slot::{OutputSlot, OutputState};
+use super::{DeviceCopy, same_length};
+use crate::call::live_captures;
+use crate::call::sync_debug::{self, SyncKind};
 use crate::device::{Device, same_device};
+use crate::event::Event;
 use crate::ffi::error::{Error, Result};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::graph::GraphExec;
 use crate::graph::capture::{Capture, CaptureMode};
 use crate::stream::AsStream;
 use crate::stream::enqueue::InCapture;
+use crate::sys;
+use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -105,6 +116,9 @@ impl<T: DeviceCopy> GraphOutput<T> {
     /// [`Error::CaptureMisuse`] while `home` is being captured; [`Error::InsideHostFn`];
     /// CUDA's errors (the output is then not taken).
     pub fn take<S: AsStream>(&self, home: S) -> Result<DeviceBuffer<T, S>> {
+        // Before the lock: a read holds it while it waits for a launch, which may be running
+        // this host function.
+        refuse_inside_host_fn()?;
         let stream = home.as_stream();
         same_device("a graph's output is taken on a stream of its device", self.device, stream.device())?;
         // Taken under the lock, before the wait: no launch and no other take meanwhile.
@@ -133,5 +147,82 @@ impl<T: DeviceCopy> GraphOutput<T> {
         }
         drop((stream, launched));
         Ok(DeviceBuffer::adopt(home, self.address, self.len, Arc::clone(&self.slot)))
+    }
+}
+
+impl<T: DeviceCopy> GraphOutput<T> {
+    /// Copies the last launch's output into `destination` on `stream` (a stream of the graph's
+    /// device), after that launch, and returns once the copy has completed (a Rust slice is
+    /// pageable memory, as for [`DeviceBuffer::copy_to_slice`]). This reads an output without
+    /// taking it: the way to read what each launch of an auto-free executable left (its next
+    /// launch frees the output, so it is never taken), and any output between launches.
+    /// `exec` is the executable whose launches allocate it, borrowed for the read: no launch of
+    /// it frees or rewrites the output meanwhile (`GraphExec` is not `Sync`; a graph with
+    /// outputs has one executable at a time). A [`take`](GraphOutput::take) on another thread
+    /// waits for the read.
+    ///
+    /// # Errors
+    /// [`Error::Size`] unless `destination` has the output's length; [`Error::GraphMisuse`]
+    /// for an executable that does not launch this output, before a launch and once the output
+    /// was taken; [`Error::DeviceMismatch`]; [`Error::CaptureMisuse`] while `stream` is being
+    /// captured, and where a capture of this crate forbids waiting
+    /// ([the rules](crate::capture#calls-refused-during-a-capture)); [`Error::InsideHostFn`];
+    /// CUDA's errors.
+    pub fn copy_to_slice(&self, exec: &GraphExec, stream: impl AsStream, destination: &mut [T]) -> Result<()> {
+        same_length(destination.len(), self.len)?;
+        self.read_into(exec, stream, destination.as_mut_ptr().cast())
+    }
+
+    /// The last launch's output, copied on `stream` after that launch (blocking; see
+    /// [`GraphOutput::copy_to_slice`]).
+    ///
+    /// # Errors
+    /// As [`GraphOutput::copy_to_slice`].
+    pub fn to_vec(&self, exec: &GraphExec, stream: impl AsStream) -> Result<Vec<T>> {
+        let mut values = Vec::<T>::with_capacity(self.len);
+        self.read_into(exec, stream, values.as_mut_ptr().cast())?;
+        // SAFETY: the read completed and wrote all `len` elements; any bytes are a valid `T`
+        // (`DeviceCopy`).
+        unsafe { values.set_len(self.len) };
+        Ok(values)
+    }
+
+    /// The last launch's output copied to `to` (host memory of the output's size that stays
+    /// valid for the call), returning once the copy has completed: see
+    /// [`GraphOutput::copy_to_slice`].
+    fn read_into(&self, exec: &GraphExec, stream: impl AsStream, to: *mut c_void) -> Result<()> {
+        refuse_inside_host_fn()?;
+        let stream = stream.as_stream();
+        same_device("a graph's output is read on a stream of its device", self.device, stream.device())?;
+        if !HeldMemory::held_by(exec, &self.slot) {
+            return Err(Error::GraphMisuse("a graph's output is read with the executable whose launches allocate it"));
+        }
+        let done = Event::internal(self.device)?;
+        let (from, bytes) = (self.address.as_ptr().cast::<c_void>().cast_const(), self.len * size_of::<T>());
+        // The state is locked under the hold (the lock order: the launch takes it there too),
+        // and stays locked without it until the copy has completed: no take (and so no free)
+        // meanwhile; no launch either (`exec` is borrowed, and the only executable of the graph).
+        let state = stream.outside_transitions(
+            InCapture::Refused("a graph's output is not read on a capturing stream"),
+            || {
+                if live_captures::any() {
+                    // This thread's own capture would be invalidated by the wait below.
+                    live_captures::refuse_unsafe_call()?;
+                }
+                sync_debug::before_sync("cudaMemcpyAsync (pageable host memory)", SyncKind::PageableCopy)?;
+                let state = self.slot.lock();
+                let OutputState::Launched(launched) = &*state else {
+                    return Err(Error::GraphMisuse("no launch left an output to read (none yet, or it was taken)"));
+                };
+                // On a stream checked not capturing, under the hold: a plain wait and record.
+                stream.wait_raw(launched.as_raw(), 0)?;
+                copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
+                stream.record_raw(done.as_raw(), 0)?;
+                Ok(state)
+            },
+        )?;
+        let copied = done.synchronize_checked_earlier();
+        drop(state);
+        copied
     }
 }

@@ -107,7 +107,9 @@
 //!   [`GraphOutput::take`] hands it over as a [`DeviceBuffer`] whose drop frees it; the next
 //!   launch waits for that free and is refused until it is made, and an executable
 //!   instantiated with `auto_free_on_launch` frees its outputs itself and never hands them
-//!   out. One neither freed nor kept is never freed (see [`CaptureBuffer`]).
+//!   out: [`GraphOutput::to_vec`] and [`GraphOutput::copy_to_slice`] read an output after a
+//!   launch without taking it, borrowing the executable meanwhile. One neither freed nor kept
+//!   is never freed (see [`CaptureBuffer`]).
 //! * A graph holds at most 12 device buffers (one launch orders at most 12, as one kernel
 //!   launch does), and one that holds any is not instantiated for device launch, whose launches
 //!   the host would not see.
