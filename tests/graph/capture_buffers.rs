@@ -7,7 +7,8 @@
 
 use cuda_stream::capture::ThreadLocal;
 use cuda_stream::{
-    CaptureBuffer, DeviceBuffer, Error, GraphExec, InstantiateOptions, PinnedBuffer, SharedPinned, Stream,
+    CaptureBuffer, DeviceBuffer, Error, GraphExec, InstantiateOptions, MappedWords, PinnedBuffer, SharedPinned, Stream,
+    WaitValue,
 };
 use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, spin};
 use std::sync::{Arc, Mutex};
@@ -386,7 +387,7 @@ fn an_auto_free_executables_output_is_read_between_its_launches() {
     let block = capture.alloc::<u32>(&stream, N).unwrap();
     spin(&stream, SLOW).unwrap();
     capture.copy_from_pinned(&stream, (&block, ..), (&host_in, ..)).unwrap();
-    let output = capture.keep(block).unwrap();
+    let mut output = capture.keep(block).unwrap();
     let graph = capture.end().unwrap();
     let exec = graph.instantiate_with(InstantiateOptions::new().auto_free_on_launch()).unwrap();
     let misuse = |result: cuda_stream::Result<Vec<u32>>| matches!(result, Err(Error::GraphMisuse(_)));
@@ -414,6 +415,46 @@ fn an_auto_free_executables_output_is_read_between_its_launches() {
     capture.end().unwrap();
     exec.launch(&stream).unwrap();
     assert_eq!(output.to_vec(&exec, &reader).unwrap(), vec![3; N], "the executable relaunches after the reads");
+}
+
+/// A read of an output waits on the host for the launch that made it holding nothing of the
+/// crate's enqueue path: another thread's capture begins and ends meanwhile, and only after it
+/// does the host write the word the launch waits for (a read that waited under the enqueue
+/// path's hold would keep the capture from beginning, and the word from being written: a
+/// deadlock, which this test would see as a capture that never began).
+#[test]
+fn a_read_waiting_for_its_launch_holds_up_no_capture_begin() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let (stream, reader, capturing) =
+        (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let gate = MappedWords::<u32>::new(1).unwrap();
+    let mut capture = stream.begin_capture(ThreadLocal).unwrap();
+    gate.wait_value(&stream, 0, WaitValue::equal(1)).unwrap();
+    let block = capture.alloc::<u32>(&stream, N).unwrap();
+    capture.fill_bytes(&stream, &block, .., 0x5a).unwrap();
+    let mut output = capture.keep(block).unwrap();
+    let graph = capture.end().unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    let (began, begun) = std::sync::mpsc::channel();
+    let (read, capture_began) = std::thread::scope(|scope| {
+        let reader = &reader;
+        let reading = scope.spawn(move || output.to_vec(&exec, reader));
+        std::thread::sleep(Duration::from_millis(50));
+        let capturing = &capturing;
+        scope.spawn(move || {
+            let capture = capturing.begin_capture(ThreadLocal).unwrap();
+            began.send(()).unwrap();
+            capture.end().unwrap();
+        });
+        let capture_began = begun.recv_timeout(Duration::from_secs(5)).is_ok();
+        // Released either way: a failing test ends rather than hangs.
+        gate.words()[0].store(1, std::sync::atomic::Ordering::Release);
+        (reading.join().unwrap(), capture_began)
+    });
+    assert!(capture_began, "a capture could not begin while a read waited for its launch");
+    assert_eq!(read.unwrap(), vec![0x5a5a_5a5a; N], "the read waited for the launch");
 }
 
 /// An output is not taken on a stream being captured (the wait for the launch would break the

@@ -348,7 +348,15 @@ impl GraphMemory for HeldMemory {
             for output in &self.outputs {
                 output.before_launch(stream)?;
             }
-            launch()?;
+            if let Err(error) = launch() {
+                // A CUDA error may come after the launch itself (a launch that replays to the
+                // race detector records a marker after it): perhaps launched, so no output is
+                // read, taken or launched again. The crate's refusals come before any launch.
+                if error.cuda_code().is_some() {
+                    self.outputs.iter().for_each(|output| output.launch_failed());
+                }
+                return Err(error);
+            }
             // Every output is noted (a failed note refuses the next launch), whatever the others did.
             let outputs = self.outputs.iter().map(|output| output.launched(stream)).fold(Ok(()), Result::and);
             // One event after the launch serves every side: the first page-locked note records

@@ -19,8 +19,9 @@
 //!   (checked here, as CUDA does): the state is the graph's, which its executables share.
 //! * An output is read without being taken ([`GraphOutput::copy_to_slice`], the way to read an
 //!   auto-free executable's): the read borrows the executable, so no launch of it frees or
-//!   rewrites the output meanwhile (`GraphExec` is not `Sync`), and holds the output's state
-//!   until the copy has completed, so no take on another thread frees it under the copy.
+//!   rewrites the output meanwhile (`GraphExec` is not `Sync`), and the output itself mutably,
+//!   so no take frees it under the copy. It waits on the host for the launch that made it,
+//!   holding only the output's state, then copies under the enqueue path's hold.
 
 use super::buffer::{DeviceBuffer, copy_async};
 use super::capture_buffer::CaptureBuffer;
@@ -116,8 +117,7 @@ impl<T: DeviceCopy> GraphOutput<T> {
     /// [`Error::CaptureMisuse`] while `home` is being captured; [`Error::InsideHostFn`];
     /// CUDA's errors (the output is then not taken).
     pub fn take<S: AsStream>(&self, home: S) -> Result<DeviceBuffer<T, S>> {
-        // Before the lock: a read holds it while it waits for a launch, which may be running
-        // this host function.
+        // Before the lock, which a launch holds while it enqueues.
         refuse_inside_host_fn()?;
         let stream = home.as_stream();
         same_device("a graph's output is taken on a stream of its device", self.device, stream.device())?;
@@ -158,17 +158,18 @@ impl<T: DeviceCopy> GraphOutput<T> {
     /// launch frees the output, so it is never taken), and any output between launches.
     /// `exec` is the executable whose launches allocate it, borrowed for the read: no launch of
     /// it frees or rewrites the output meanwhile (`GraphExec` is not `Sync`; a graph with
-    /// outputs has one executable at a time). A [`take`](GraphOutput::take) on another thread
-    /// waits for the read.
+    /// outputs has one executable at a time); the output is borrowed mutably, so no
+    /// [`take`](GraphOutput::take) frees it under the copy. The host first waits for that
+    /// launch, holding nothing of this crate's but the output's state, then the copy is made.
     ///
     /// # Errors
     /// [`Error::Size`] unless `destination` has the output's length; [`Error::GraphMisuse`]
-    /// for an executable that does not launch this output, before a launch and once the output
-    /// was taken; [`Error::DeviceMismatch`]; [`Error::CaptureMisuse`] while `stream` is being
-    /// captured, and where a capture of this crate forbids waiting
-    /// ([the rules](crate::capture#calls-refused-during-a-capture)); [`Error::InsideHostFn`];
-    /// CUDA's errors.
-    pub fn copy_to_slice(&self, exec: &GraphExec, stream: impl AsStream, destination: &mut [T]) -> Result<()> {
+    /// for an executable that does not launch this output, before a launch, once the output
+    /// was taken, and after a launch that failed; [`Error::DeviceMismatch`];
+    /// [`Error::CaptureMisuse`] while `stream` is being captured, and where a capture of this
+    /// crate forbids waiting ([the rules](crate::capture#calls-refused-during-a-capture));
+    /// [`Error::InsideHostFn`]; CUDA's errors.
+    pub fn copy_to_slice(&mut self, exec: &GraphExec, stream: impl AsStream, destination: &mut [T]) -> Result<()> {
         same_length(destination.len(), self.len)?;
         self.read_into(exec, stream, destination.as_mut_ptr().cast())
     }
@@ -178,7 +179,7 @@ impl<T: DeviceCopy> GraphOutput<T> {
     ///
     /// # Errors
     /// As [`GraphOutput::copy_to_slice`].
-    pub fn to_vec(&self, exec: &GraphExec, stream: impl AsStream) -> Result<Vec<T>> {
+    pub fn to_vec(&mut self, exec: &GraphExec, stream: impl AsStream) -> Result<Vec<T>> {
         let mut values = Vec::<T>::with_capacity(self.len);
         self.read_into(exec, stream, values.as_mut_ptr().cast())?;
         // SAFETY: the read completed and wrote all `len` elements; any bytes are a valid `T`
@@ -189,40 +190,55 @@ impl<T: DeviceCopy> GraphOutput<T> {
 
     /// The last launch's output copied to `to` (host memory of the output's size that stays
     /// valid for the call), returning once the copy has completed: see
-    /// [`GraphOutput::copy_to_slice`].
-    fn read_into(&self, exec: &GraphExec, stream: impl AsStream, to: *mut c_void) -> Result<()> {
+    /// [`GraphOutput::copy_to_slice`]. Nothing changes the output's state meanwhile: no launch
+    /// (`exec` is borrowed, the only executable of the graph), no take (`&mut self`), and no
+    /// taken buffer exists while a launch's output is untaken.
+    fn read_into(&mut self, exec: &GraphExec, stream: impl AsStream, to: *mut c_void) -> Result<()> {
         refuse_inside_host_fn()?;
         let stream = stream.as_stream();
         same_device("a graph's output is read on a stream of its device", self.device, stream.device())?;
         if !HeldMemory::held_by(exec, &self.slot) {
             return Err(Error::GraphMisuse("a graph's output is read with the executable whose launches allocate it"));
         }
+        if live_captures::any() {
+            // This thread's own capture would be invalidated by the waits below.
+            live_captures::refuse_unsafe_call()?;
+        }
+        sync_debug::before_sync("cudaMemcpyAsync (pageable host memory)", SyncKind::PageableCopy)?;
+        {
+            let state = self.slot.lock();
+            let OutputState::Launched(launched) = &*state else {
+                return Err(Error::GraphMisuse(
+                    "no launch left an output to read (none yet, it was taken, or a launch failed)",
+                ));
+            };
+            // The launch's own event, recorded after it outside any capture. Waited for on the
+            // host, with no hold of the enqueue path: another thread's capture begin, or a
+            // signal the launch waits for, is not held up behind this wait.
+            launched.synchronize_checked_earlier()?;
+        }
         let done = Event::internal(self.device)?;
         let (from, bytes) = (self.address.as_ptr().cast::<c_void>().cast_const(), self.len * size_of::<T>());
-        // The state is locked under the hold (the lock order: the launch takes it there too),
-        // and stays locked without it until the copy has completed: no take (and so no free)
-        // meanwhile; no launch either (`exec` is borrowed, and the only executable of the graph).
-        let state = stream.outside_transitions(
+        let (mut enqueued, mut recorded) = (false, false);
+        let copied = stream.outside_transitions(
             InCapture::Refused("a graph's output is not read on a capturing stream"),
             || {
-                if live_captures::any() {
-                    // This thread's own capture would be invalidated by the wait below.
-                    live_captures::refuse_unsafe_call()?;
-                }
-                sync_debug::before_sync("cudaMemcpyAsync (pageable host memory)", SyncKind::PageableCopy)?;
-                let state = self.slot.lock();
-                let OutputState::Launched(launched) = &*state else {
-                    return Err(Error::GraphMisuse("no launch left an output to read (none yet, or it was taken)"));
-                };
-                // On a stream checked not capturing, under the hold: a plain wait and record.
-                stream.wait_raw(launched.as_raw(), 0)?;
                 copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
+                enqueued = true;
+                // On a stream checked not capturing, under the hold: a plain record.
                 stream.record_raw(done.as_raw(), 0)?;
-                Ok(state)
+                recorded = true;
+                Ok(())
             },
-        )?;
-        let copied = done.synchronize_checked_earlier();
-        drop(state);
+        );
+        if enqueued {
+            // The copy is waited for before `to` goes back: through its event, or, if none was
+            // recorded, through the stream.
+            let waited =
+                if recorded { done.synchronize_checked_earlier() } else { stream.synchronize_checked_earlier() };
+            copied?;
+            return waited;
+        }
         copied
     }
 }

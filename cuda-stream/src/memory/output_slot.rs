@@ -98,6 +98,13 @@ impl OutputSlot {
         };
     }
 
+    /// A launch that may have been enqueued failed (its event after it was not recorded, say):
+    /// where the output is, and when it is written, is unknown: no launch is made again, and
+    /// nothing reads or takes it.
+    pub(super) fn launch_failed(&self) {
+        *self.lock() = OutputState::Unordered;
+    }
+
     /// A buffer taken from it was dropped without freeing the memory (a leak): it stays
     /// allocated, perhaps in use, and no launch allocates it again.
     pub(super) fn never_freed(&self) {

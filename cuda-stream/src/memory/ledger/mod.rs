@@ -91,6 +91,12 @@ impl StreamKey {
         StreamKey { identity: stream.identity(), id: stream.known_id(), builtin: stream.builtin().is_some() }
     }
 
+    /// Whether it can be certainly the same as another key (it has an id, or is a default
+    /// stream's).
+    fn certain(&self) -> bool {
+        self.id.is_some() || self.builtin
+    }
+
     /// Certainly the same stream (so its own earlier use is already ordered before this one).
     fn certainly_same(&self, other: &StreamKey) -> bool {
         (self.id.is_some() && self.id == other.id) || (self.builtin && other.builtin && self.identity == other.identity)
@@ -320,6 +326,9 @@ pub(super) struct Ledger<E = SharedEvent> {
     /// How many times it collapsed (for the model check).
     #[cfg(test)]
     collapses: usize,
+    /// How many marks its merges went through (for the model check).
+    #[cfg(test)]
+    merged_marks: usize,
 }
 
 impl<E> Default for Ledger<E> {
@@ -331,6 +340,8 @@ impl<E> Default for Ledger<E> {
             signalling: false,
             #[cfg(test)]
             collapses: 0,
+            #[cfg(test)]
+            merged_marks: 0,
         }
     }
 }
@@ -359,6 +370,12 @@ impl<E: Shared> Ledger<E> {
     #[cfg(test)]
     pub(super) fn collapses(&self) -> usize {
         self.collapses
+    }
+
+    /// How many marks its merges went through (for the model check).
+    #[cfg(test)]
+    pub(super) fn merged_marks(&self) -> usize {
+        self.merged_marks
     }
 
     /// Whether some use that may still be running conflicts with `span`.
@@ -624,16 +641,32 @@ impl<E: Shared> Ledger<E> {
             self.merge_per_stream();
         }
         // The next queries once as many marks again have come (not at every mark while the
-        // GPU is behind).
-        self.prune_at = (self.marks.len() + PRUNE_AT).min(LIMIT - 1);
+        // GPU is behind). A signalling ledger, which no collapse bounds, grows geometrically
+        // instead: marks that neither complete nor merge (streams of uncertain identity while
+        // no query is allowed) cost each note a tidy only at each doubling.
+        self.prune_at = if self.signalling {
+            (2 * self.marks.len()).max(PRUNE_AT)
+        } else {
+            (self.marks.len() + PRUNE_AT).min(LIMIT - 1)
+        };
     }
 
     /// Replaces the marks of each stream of a certain identity (and the home stream's) by one:
     /// the newest's event (its record comes after the others' on that stream), over all their
-    /// bytes.
+    /// bytes. Marks of streams of uncertain identity stay as they are, set apart from the
+    /// search (it costs the certain streams' count per mark, not the ledger's length).
     fn merge_per_stream(&mut self) {
+        #[cfg(test)]
+        {
+            self.merged_marks += self.marks.len();
+        }
         let mut merged: Vec<Mark<E>> = Vec::new();
+        let mut apart: Vec<Mark<E>> = Vec::new();
         for mark in std::mem::take(&mut self.marks).into_iter().rev() {
+            if !mark.home && !mark.on.certain() {
+                apart.push(mark);
+                continue;
+            }
             // The home stream's marks are one stream's, whatever its key says.
             let same = merged.iter_mut().find(|kept| {
                 (kept.home && mark.home) || (!kept.home && !mark.home && kept.on.certainly_same(&mark.on))
@@ -647,7 +680,9 @@ impl<E: Shared> Ledger<E> {
                 None => merged.push(mark),
             }
         }
-        merged.reverse();
+        merged.append(&mut apart);
+        // Oldest first again: a mark's place is its `seq`.
+        merged.sort_unstable_by_key(|mark| mark.seq);
         self.marks = merged;
     }
 }

@@ -616,6 +616,22 @@ fn a_signalling_ledger_never_waits_and_its_last_events_cover_every_running_use()
     assert!(sim(|sim| sim.waits) > 0, "a buffer's ledger collapses (waits) past its bound");
 }
 
+/// A signalling ledger whose marks neither complete nor merge (a stream of uncertain
+/// identity, no query allowed: a borrowed stream once a foreign handle is wrapped) grows, and
+/// tidies itself only at each doubling: its merges go through a number of marks linear in its
+/// uses, not one pass per use.
+#[test]
+fn a_signalling_ledger_that_grows_tidies_itself_only_at_each_doubling() {
+    let device = Device::from_ordinal(0);
+    let uncertain = [SimStream { index: 0, handle: 0, device, id: None, builtin: false }];
+    start(1, Sim::default());
+    let mut ledger = Ledger::signalling();
+    let uses = 5_000;
+    unordered_uses(&mut Rng(11), &uncertain, &mut ledger, uses);
+    assert_eq!(ledger.len(), uses, "every use is still running, and none merges");
+    assert!(ledger.merged_marks() <= 4 * uses, "merges went through {} marks for {uses} uses", ledger.merged_marks());
+}
+
 /// One use of the two-buffer schedule: of one buffer, of the other, or of both.
 struct TwoBufferUse {
     stream: usize,
