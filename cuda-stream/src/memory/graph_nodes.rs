@@ -24,6 +24,15 @@
 //! nodes expect it). The launch takes the lock for as long as it orders and enqueues, with a
 //! try: a lock held elsewhere refuses the launch rather than wait, so no launch blocks behind
 //! the host.
+//!
+//! Host memory in a node is page-locked only. CUDA accepts pageable memory in memcpy nodes,
+//! built and captured, but a graph with such a node launches synchronously: probed on CUDA 13.0
+//! (driver 580, H200), `cudaGraphLaunch` of a graph of a 100 ms kernel, a copy in from pageable
+//! memory and a copy out to it returned after 102 ms, the copy out already written. A launch
+//! is enqueued under the enqueue path's hold (or a fast call), which a capture's begin waits
+//! for: such a launch would hold every capture of the process up for the whole graph, and
+//! deadlock where the graph waits for work that another thread enqueues after a capture's
+//! begin (a word written by a memory operation). Copy through a [`SharedPinned`] instead.
 
 use super::capture_buffer::{CaptureAllocation, CaptureBuffer};
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
