@@ -15,9 +15,9 @@
 
 use cuda_stream::{
     AccessPolicyWindow, AccessProperty, BorrowedStream, BuiltinStream, Capture, CaptureMode, CaptureStatus, Device,
-    DeviceBuffer, DeviceWords, Error, Event, EventFlags, Graph, InstantiateOptions, LaunchConfig, MappedWords, MemOp,
-    MemOpSupport, MemPool, NULL_STREAM_IS_PER_THREAD, PinnedBuffer, RecordFlags, Result, SmPartition, Stream,
-    StreamOptions, StreamPool, StreamRef, SyncPolicy, WaitValue, capture, sys,
+    DeviceBuffer, DeviceWords, Error, Event, EventFlags, Graph, GraphExec, GraphOutput, InstantiateOptions,
+    LaunchConfig, MappedWords, MemOp, MemOpSupport, MemPool, NULL_STREAM_IS_PER_THREAD, PinnedBuffer, RecordFlags,
+    Result, SmPartition, Stream, StreamOptions, StreamPool, StreamRef, SyncPolicy, WaitValue, capture, sys,
 };
 use cuda_stream_tests::non_blocking_stream;
 use cuda_stream_tests::{TagLog, block_on, ffi, gpu_or_skip, take_last_error};
@@ -74,6 +74,8 @@ struct Scene<'a> {
     pool: &'a MemPool,
     words: &'a MappedWords<u32>,
     device_words: &'a DeviceWords<u32>,
+    /// A graph's output that its executable's launch left (made before the capture).
+    output: &'a Mutex<(GraphOutput<u32>, GraphExec)>,
 }
 
 /// Buffers whose home is the captured stream.
@@ -166,6 +168,7 @@ fn capture_around_in<M: CaptureMode>(
     let pool = MemPool::new(device).unwrap();
     let words = MappedWords::<u32>::new(4).unwrap();
     let device_words = DeviceWords::<u32>::zeroed(&idle, 4).unwrap();
+    let output = Mutex::new(launched_output(&idle));
     captured.synchronize().unwrap();
     idle.synchronize().unwrap();
 
@@ -183,6 +186,7 @@ fn capture_around_in<M: CaptureMode>(
         pool: &pool,
         words: &words,
         device_words: &device_words,
+        output: &output,
     };
     let (mut outcomes, last_error) = call_from(caller, &scene, calls);
     assert_eq!(last_error, sys::cudaError::cudaSuccess, "{context}: the calls left a stale last error");
@@ -200,7 +204,24 @@ fn capture_around_in<M: CaptureMode>(
     exec.launch(&replay).unwrap();
     replay.synchronize().unwrap();
     assert_eq!(log.tags(), [1, 2], "{context}: the graph replays both tags");
+    // The output's memory freed (an untaken output stays allocated for good), unless a call
+    // that disagreed with its rule left it taken.
+    drop(lock(&output).0.take(&idle));
+    idle.synchronize().unwrap();
     outcomes
+}
+
+/// A graph's output (a capture buffer kept), and the executable whose launch on `stream` left
+/// it, once that launch has completed.
+fn launched_output(stream: &StreamRef) -> (GraphOutput<u32>, GraphExec) {
+    let mut capture = stream.begin_capture(capture::ThreadLocal).unwrap();
+    let block = capture.alloc::<u32>(stream, 4).unwrap();
+    capture.fill_bytes(stream, &block, .., 0).unwrap();
+    let output = capture.keep(block).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(stream).unwrap();
+    stream.synchronize().unwrap();
+    (output, exec)
 }
 
 fn kind(blocking: bool) -> &'static str {
@@ -1149,6 +1170,23 @@ fn rows() -> Vec<Row> {
             // A buffer whose home stream is the captured one.
             Side::OnTheCapture => s.captured_home.to_vec(),
             Side::Elsewhere => lock(s.buffer).to_vec().map(drop),
+        }),
+        row("GraphOutput::take", Refused, Allowed, |s, side| {
+            let mut output = lock(s.output);
+            let (output, exec) = &mut *output;
+            drop(output.take(on(s, side))?);
+            // Launched again, outside the capture, for the calls after.
+            exec.launch(s.idle)
+        }),
+        row("GraphOutput::to_vec", Refused, RefusedByMode, |s, side| {
+            let mut output = lock(s.output);
+            let (output, exec) = &mut *output;
+            output.to_vec(exec, on(s, side)).map(drop)
+        }),
+        row("GraphOutput::copy_to_slice", Refused, RefusedByMode, |s, side| {
+            let mut output = lock(s.output);
+            let (output, exec) = &mut *output;
+            output.copy_to_slice(exec, on(s, side), &mut [0; 4])
         }),
         row("DeviceBuffer::copy_from_pinned", Refused, Allowed, |s, side| {
             lock(s.buffer).copy_from_pinned(on(s, side), &mut *lock(s.pinned))

@@ -251,6 +251,9 @@
 //! | `DeviceBuffer::copy_from_slice` | **refused** | **refused by mode** (it waits for its copy) |
 //! | `DeviceBuffer::copy_to_slice` | **refused** | **refused by mode** (it waits for its copy) |
 //! | `DeviceBuffer::to_vec` | **refused** | **refused by mode** (it waits for its copy) |
+//! | `GraphOutput::take` | **refused** | **allowed** |
+//! | `GraphOutput::to_vec` | **refused** | **refused by mode** (it waits for the launch and for its copy) |
+//! | `GraphOutput::copy_to_slice` | **refused** | **refused by mode** (it waits for the launch and for its copy) |
 //! | `DeviceBuffer::copy_from_pinned` | **refused** | **allowed** |
 //! | `DeviceBuffer::copy_to_pinned` | **refused** | **allowed** |
 //! | `DeviceBuffer::copy_from` | **refused** | **allowed** |

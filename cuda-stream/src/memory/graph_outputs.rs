@@ -28,6 +28,7 @@ use super::capture_buffer::CaptureBuffer;
 use super::graph_nodes::HeldMemory;
 use super::output_slot::{OutputSlot, OutputState};
 use super::{DeviceCopy, same_length};
+use crate::call::capture_mode::other_threads_captures_ignored;
 use crate::call::live_captures;
 use crate::call::sync_debug::{self, SyncKind};
 use crate::device::{Device, same_device};
@@ -214,8 +215,15 @@ impl<T: DeviceCopy> GraphOutput<T> {
             };
             // The launch's own event, recorded after it outside any capture. Waited for on the
             // host, with no hold of the enqueue path: another thread's capture begin, or a
-            // signal the launch waits for, is not held up behind this wait.
-            launched.synchronize_checked_earlier()?;
+            // signal the launch waits for, is not held up behind this wait. In CUDA where
+            // other threads' captures cannot forbid it (the thread's mode settled: another
+            // library's Global capture must not be invalidated); else (this thread chose
+            // Global itself) by the event's own polls, which a capture's begin waits for.
+            if other_threads_captures_ignored() {
+                launched.synchronize_checked_earlier()?;
+            } else {
+                launched.synchronize()?;
+            }
         }
         let done = Event::internal(self.device)?;
         let (from, bytes) = (self.address.as_ptr().cast::<c_void>().cast_const(), self.len * size_of::<T>());
