@@ -441,7 +441,8 @@ fn a_read_waiting_for_its_launch_holds_up_no_capture_begin() {
     let (read, capture_began) = std::thread::scope(|scope| {
         let reader = &reader;
         let reading = scope.spawn(move || output.to_vec(&exec, reader));
-        std::thread::sleep(Duration::from_millis(50));
+        // Time for the read to reach its wait (the launch is held until the end).
+        std::thread::sleep(Duration::from_millis(200));
         let capturing = &capturing;
         scope.spawn(move || {
             let capture = capturing.begin_capture(ThreadLocal).unwrap();

@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 /// The memory a graph's nodes use, held by the graph (see the [module docs](self)).
 pub(crate) trait GraphMemory: Any + Send + Sync + fmt::Debug {
-    /// Runs `launch` (one launch of a graph on `stream`), ordered after the earlier uses of the
-    /// memory it conflicts with, and noted for the later ones and the frees.
+    /// Runs `launch` (one launch of a graph on `stream`, which sets its flag once CUDA took the
+    /// launch, whatever it returns after), ordered after the earlier uses of the memory it
+    /// conflicts with, and noted for the later ones and the frees.
     ///
     /// # Errors
     /// Those of the ordering, and `launch`'s.
-    fn ordered_launch(&self, stream: &StreamRef, launch: &mut dyn FnMut() -> Result<()>) -> Result<()>;
+    fn ordered_launch(&self, stream: &StreamRef, launch: &mut dyn FnMut(&mut bool) -> Result<()>) -> Result<()>;
 
     /// What names the nodes, without the memory: what an executable keeps of the graph it was
     /// made from (to check a node whose memory it is asked to change), holding nothing.

@@ -534,7 +534,7 @@ impl GraphExec {
         if let Some(memory) = &self.memory {
             return self.launch_holding(&stream, memory.as_ref());
         }
-        self.launch_on(&stream)
+        self.launch_on(&stream, &mut false)
     }
 
     /// A launch of a graph whose memory nodes use buffers: ordered with their other uses.
@@ -543,22 +543,33 @@ impl GraphExec {
         // Before any ordering: a stream of another device would wait for the buffers' uses,
         // then have CUDA refuse the launch.
         same_device("a graph is launched on a stream of its own device", self.device, stream.device())?;
-        memory.ordered_launch(stream, &mut || self.launch_on(stream))
+        memory.ordered_launch(stream, &mut |launched| self.launch_on(stream, launched))
     }
 
+    /// Launches on `stream`; `launched` is set once CUDA took the launch (an error may still
+    /// follow).
     #[inline(always)]
-    fn launch_on(&self, stream: &StreamRef) -> Result<()> {
+    fn launch_on(&self, stream: &StreamRef, launched: &mut bool) -> Result<()> {
         if let Some(accesses) = self.race_accesses.as_deref().filter(|_| race::tracking()) {
-            return self.launch_replaying(stream, accesses);
+            return self.launch_replaying(stream, accesses, launched);
         }
         let work = Work::named("cudaGraphLaunch").refused_in_capture(LAUNCH_INTO_CAPTURE).through_driver();
-        stream.enqueue(work, |via| self.launch_via(stream, via))
+        stream.enqueue(work, |via| {
+            self.launch_via(stream, via)?;
+            *launched = true;
+            Ok(())
+        })
     }
 
     /// A launch whose capture declared `accesses` to the race detector: the replay is checked
     /// and recorded as those accesses.
     #[cold]
-    fn launch_replaying(&self, stream: &StreamRef, accesses: &race::CapturedAccesses) -> Result<()> {
+    fn launch_replaying(
+        &self,
+        stream: &StreamRef,
+        accesses: &race::CapturedAccesses,
+        launched: &mut bool,
+    ) -> Result<()> {
         let (_current, via) = stream.enter_for(Calls::Driver)?;
         stream.outside_transitions(InCapture::Refused(LAUNCH_INTO_CAPTURE), || {
             // CUDA orders an executable's launches one after another, whatever their streams:
@@ -574,6 +585,7 @@ impl GraphExec {
             };
             let checked = stream.race_check_replay(accesses)?;
             self.launch_via(stream, via).map(|()| checked.enqueued())?;
+            *launched = true;
             stream.record_raw(marker.as_raw(), 0)?;
             *last = Some(marker);
             Ok(())

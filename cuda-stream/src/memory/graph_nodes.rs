@@ -338,7 +338,7 @@ impl HeldMemory {
 }
 
 impl GraphMemory for HeldMemory {
-    fn ordered_launch(&self, stream: &StreamRef, launch: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    fn ordered_launch(&self, stream: &StreamRef, launch: &mut dyn FnMut(&mut bool) -> Result<()>) -> Result<()> {
         let homes = self.buffers.iter().map(|(buffer, _)| buffer.home()).collect::<Result<Vec<_>>>()?;
         let touched: Vec<Touched<'_>> = homes
             .iter()
@@ -357,11 +357,13 @@ impl GraphMemory for HeldMemory {
             for output in &self.outputs {
                 output.before_launch(stream)?;
             }
-            if let Err(error) = launch() {
-                // A CUDA error may come after the launch itself (a launch that replays to the
-                // race detector records a marker after it): perhaps launched, so no output is
-                // read, taken or launched again. The crate's refusals come before any launch.
-                if error.cuda_code().is_some() {
+            let mut launched = false;
+            if let Err(error) = launch(&mut launched) {
+                // An error after CUDA took the launch (a launch that replays to the race
+                // detector records a marker after it): its outputs are allocated, but no event
+                // marks when, so none is read, taken or launched again. Before it, nothing
+                // changed.
+                if launched {
                     self.outputs.iter().for_each(|output| output.launch_failed());
                 }
                 return Err(error);

@@ -134,7 +134,9 @@ impl<T: DeviceCopy> GraphOutput<T> {
                 OutputState::Launched(launched) => launched,
                 other => {
                     *state = other;
-                    return Err(Error::GraphMisuse("no launch left an output to take (none yet, or it was taken)"));
+                    return Err(Error::GraphMisuse(
+                        "no launch left an output to take (none yet, it was taken, or a launch failed after CUDA took it)",
+                    ));
                 }
             }
         };
@@ -210,7 +212,7 @@ impl<T: DeviceCopy> GraphOutput<T> {
             let state = self.slot.lock();
             let OutputState::Launched(launched) = &*state else {
                 return Err(Error::GraphMisuse(
-                    "no launch left an output to read (none yet, it was taken, or a launch failed)",
+                    "no launch left an output to read (none yet, it was taken, or a launch failed after CUDA took it)",
                 ));
             };
             // The launch's own event, recorded after it outside any capture. Waited for on the
@@ -231,6 +233,11 @@ impl<T: DeviceCopy> GraphOutput<T> {
         let copied = stream.outside_transitions(
             InCapture::Refused("a graph's output is not read on a capturing stream"),
             || {
+                if live_captures::any() {
+                    // Again under the hold: a capture of this crate begun since the first check
+                    // would be invalidated by the wait for the copy.
+                    live_captures::refuse_unsafe_call()?;
+                }
                 copy_async(&stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToHost)?;
                 enqueued = true;
                 // On a stream checked not capturing, under the hold: a plain record.

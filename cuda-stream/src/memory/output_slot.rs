@@ -69,7 +69,7 @@ impl OutputSlot {
                 "a buffer taken from the last launch's output is alive: the next launch would allocate it again",
             )),
             OutputState::Unordered => Err(Error::GraphMisuse(
-                "a buffer taken from an output leaked its memory, or its free could not be marked: the graph is not launched again",
+                "a buffer taken from an output leaked its memory, its free could not be marked, or a launch failed after CUDA took it: the graph is not launched again",
             )),
         }
     }
@@ -98,9 +98,9 @@ impl OutputSlot {
         };
     }
 
-    /// A launch that may have been enqueued failed (its event after it was not recorded, say):
-    /// where the output is, and when it is written, is unknown: no launch is made again, and
-    /// nothing reads or takes it.
+    /// A launch failed after CUDA took it (a record after it failed): the output is allocated,
+    /// but no event marks when it is written: no launch is made again, and nothing reads or
+    /// takes it.
     pub(super) fn launch_failed(&self) {
         *self.lock() = OutputState::Unordered;
     }

@@ -351,10 +351,10 @@ impl<E> Ledger<E> {
     /// operations: a stream waits until another writes a value), which must never make one
     /// wait for another: a wait could wait for the very use that waits for the signal. Its
     /// uses ([`Ledger::note_unordered`]) are ordered with nothing; it keeps only the events
-    /// after them, for the memory's release ([`Ledger::into_events`]). It is bounded as a
-    /// buffer's is, by forgetting completed uses and merging each stream's, but never by a
-    /// collapse (a wait): uses on streams of uncertain identity while no query is allowed
-    /// make it grow.
+    /// after them, for the memory's release ([`Ledger::into_events`]). It forgets completed
+    /// uses and merges each stream's, as a buffer's does, but is never bounded by a collapse
+    /// (a wait): uses on streams of uncertain identity while no query is allowed make it grow,
+    /// one event per use, and it tidies itself only at each doubling.
     pub(super) fn signalling() -> Ledger<E> {
         Ledger { signalling: true, ..Ledger::default() }
     }
