@@ -8,7 +8,7 @@ use super::page_locked::sealed::Token;
 use super::page_locked::{PageLocked, PageLockedMemory};
 use super::pool::MemPool;
 use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
-use super::{DeviceCopy, byte_size, same_length};
+use super::{DeviceCopy, byte_size, same_length, wait_for_blocking_copy};
 use crate::call::capture_mode::{ignore_other_threads_captures, uncapturable_call, uncaptured_stream_call};
 use crate::call::live_captures;
 use crate::call::race::model::{Step, Use};
@@ -583,16 +583,11 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             after_copy.event = Some(Arc::clone(&done));
             Ok(())
         });
-        if enqueued {
-            // The copy is waited for before the host memory goes back: through its event, or,
-            // if none was recorded (a record fails only when the context is broken, and then
-            // no copy runs), through the stream.
-            let waited =
-                if recorded { done.synchronize_checked_earlier() } else { stream.synchronize_checked_earlier() };
-            ordered?;
-            return waited;
+        // The copy is waited for before the host memory goes back.
+        match wait_for_blocking_copy(stream, &done, enqueued, recorded) {
+            Some(waited) => ordered.and(waited),
+            None => ordered,
         }
-        ordered
     }
 
     /// A copy between the buffer's elements from `start` on and `elements` of page-locked

@@ -27,7 +27,7 @@ use super::buffer::{DeviceBuffer, copy_async};
 use super::capture_buffer::CaptureBuffer;
 use super::graph_nodes::HeldMemory;
 use super::output_slot::{OutputSlot, OutputState};
-use super::{DeviceCopy, same_length};
+use super::{DeviceCopy, same_length, wait_for_blocking_copy};
 use crate::call::capture_mode::other_threads_captures_ignored;
 use crate::call::live_captures;
 use crate::call::sync_debug::{self, SyncKind};
@@ -246,14 +246,10 @@ impl<T: DeviceCopy> GraphOutput<T> {
                 Ok(())
             },
         );
-        if enqueued {
-            // The copy is waited for before `to` goes back: through its event, or, if none was
-            // recorded, through the stream.
-            let waited =
-                if recorded { done.synchronize_checked_earlier() } else { stream.synchronize_checked_earlier() };
-            copied?;
-            return waited;
+        // The copy is waited for before `to` goes back.
+        match wait_for_blocking_copy(&stream, &done, enqueued, recorded) {
+            Some(waited) => copied.and(waited),
+            None => copied,
         }
-        copied
     }
 }

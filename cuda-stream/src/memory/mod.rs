@@ -155,7 +155,9 @@ pub use registered::{RegisteredSlice, register_host};
 pub use shared_pinned::{PinnedGuard, SharedPinned};
 pub use view::{ChunksMut, DeviceSlice, DeviceSliceMut};
 
+use crate::event::Event;
 use crate::ffi::error::{Error, Result};
+use crate::stream::StreamRef;
 use std::ops::{Bound, Range, RangeBounds};
 
 /// Plain old data that can live in device memory and be copied byte for byte between host and
@@ -192,6 +194,14 @@ fn byte_size<T>(len: usize) -> Result<usize> {
     len.checked_mul(size_of::<T>())
         .filter(|&bytes| bytes <= isize::MAX as usize)
         .ok_or(Error::Size("the byte size of the buffer overflows"))
+}
+
+/// The wait after a blocking copy to or from host memory that the caller lends only for the
+/// call, once the copy was `enqueued`: through `done` if it was `recorded` after the copy, else
+/// through `stream` (a record fails only when the context is broken, and then no copy runs).
+/// `None` when nothing was enqueued (nothing to wait for).
+fn wait_for_blocking_copy(stream: &StreamRef, done: &Event, enqueued: bool, recorded: bool) -> Option<Result<()>> {
+    enqueued.then(|| if recorded { done.synchronize_checked_earlier() } else { stream.synchronize_checked_earlier() })
 }
 
 /// [`Error::Size`] unless the two sides of a copy have the same length.

@@ -10,6 +10,7 @@ use crate::call::sync_debug::{self, SyncKind};
 use crate::device::Device;
 use crate::event::Event;
 use crate::ffi::error::{Result, check};
+use crate::memory::wait_for_blocking_copy;
 use crate::stream::{AsStream, StreamRef};
 use crate::sys;
 use std::ffi::c_void;
@@ -261,14 +262,10 @@ impl<W: Word> DeviceWords<W> {
             recorded = true;
             Ok(())
         });
-        if enqueued {
-            let waited =
-                if recorded { done.synchronize_checked_earlier() } else { stream.synchronize_checked_earlier() };
-            if let Err(error) = waited {
-                // The copy may still write the vector: never hand its memory back.
-                std::mem::forget(values);
-                return Err(error);
-            }
+        if let Some(Err(error)) = wait_for_blocking_copy(&stream, &done, enqueued, recorded) {
+            // The copy may still write the vector: never hand its memory back.
+            std::mem::forget(values);
+            return Err(error);
         }
         ordered?;
         // SAFETY: the copy above completed and wrote all `len` words; any bits are a `W`.
