@@ -21,7 +21,11 @@
 //!   copies out to a shared buffer and page-locked memory; refusals: an allocation on a
 //!   stream outside and of zero elements, a second capture of the same thread whose buffer
 //!   this capture refuses and which refuses this capture's, frees on a stream outside, a
-//!   freed buffer; the node count; then one buffer perhaps never freed: instantiated with
+//!   freed buffer; the node count; then one buffer perhaps never freed: kept as the graph's
+//!   output (`Capture::keep`), launched by an executable, auto-free or not, read between
+//!   launches on random streams without being taken (`GraphOutput::to_vec`), taken and freed
+//!   between the launches of a plain one, with the refusals of a take or read before a launch,
+//!   a relaunch over an untaken output and a take of an auto-free one; or instantiated with
 //!   `auto_free_on_launch` (every launch `Ok`) or without (the relaunch fails with CUDA's
 //!   error while the allocation is outstanding; once the program frees it with a raw
 //!   `cudaFreeAsync`, the executable launches again). The graph and executable of a capture
@@ -33,7 +37,7 @@
 //! CUDA does; the shared and page-locked sides of their copies are ordered at each launch.
 
 use super::*;
-use cuda_stream::{CaptureMode, InstantiateOptions};
+use cuda_stream::{CaptureMode, GraphOutput, InstantiateOptions};
 
 /// At most this many capture buffers (freed ones included) in one capture of the program.
 const MAX_BLOCKS: usize = 4;
@@ -426,15 +430,20 @@ impl World<'_> {
             assert!(capture_intact(origin, id), "the second capture left this one intact");
         }
         // Frees on a random stream of the capture (often the allocating one), or one buffer
-        // never freed: its address kept, to free it outside the graph after the launches.
+        // never freed: kept as the graph's output (`Capture::keep`), or its address kept, to
+        // free it outside the graph after the launches.
         let leak = rng.below(3) == 0;
         let leak_a = leak && (b.is_none() || coin(rng));
+        let keeps = leak && coin(rng);
         let mut leaked = None;
         let mut buffers = vec![(&mut a, a_on, leak_a)];
         if let Some((second, b_on)) = &mut b {
             buffers.push((second, *b_on, leak && !leak_a));
         }
         for (buffer, allocated_on, leaks) in buffers {
+            if leaks && keeps {
+                continue;
+            }
             if leaks {
                 let address = capture.use_on(origin, &*buffer, |_, address| address as usize);
                 checked("Capture::use_on (the address of a capture buffer never freed)", Expected::Ok, &address);
@@ -464,6 +473,13 @@ impl World<'_> {
                 refused("Capture::free (a freed capture buffer)", &capture.free(stream, buffer), origin, id, true);
             }
         }
+        let mut output = None;
+        if keeps {
+            let kept = if leak_a { a } else { b.take().map(|(second, _)| second)? };
+            let kept = capture.keep(kept);
+            checked("Capture::keep", Expected::Ok, &kept);
+            output = Some(kept.ok()?);
+        }
         for fork in &on[1..] {
             ok("StreamRef::wait_stream (a fork joined back)", &origin.wait_stream(fork));
         }
@@ -480,6 +496,10 @@ impl World<'_> {
                 check_expect(&Holds { expect: Some(expect.clone()), ..Holds::default() }, what);
             }
         };
+        if let Some(output) = output {
+            launch_kept(rng, &graph, output, origin, idle, strict);
+            return None;
+        }
         let Some(address) = leaked else {
             let exec = graph.instantiate();
             checked("Graph::instantiate (capture buffers)", Expected::Ok, &exec);
@@ -549,6 +569,70 @@ impl World<'_> {
             }
         }
         None
+    }
+}
+
+/// A graph that keeps a capture buffer (its output): an executable, auto-free or not, launched
+/// on `origin` one to three times; after each launch the output read on a random stream
+/// without being taken, and, unless auto-free, taken (read again, perhaps) and freed before
+/// the next launch; the refusals before a launch, of an untaken output's relaunch and of an
+/// auto-free output's take. At the end the last output is taken and freed (an auto-free
+/// executable's through a plain executable of the graph made after it), so the program leaks
+/// no device memory. Results are `Ok` where the program's streams allow strict checks.
+fn launch_kept(
+    rng: &mut Rng,
+    graph: &Graph,
+    mut output: GraphOutput<u32>,
+    origin: &Stream,
+    idle: &Stream,
+    strict: bool,
+) {
+    let expected = if strict { Expected::Ok } else { Expected::Typed };
+    let auto_free = coin(rng);
+    let exec = if auto_free {
+        graph.instantiate_with(InstantiateOptions::new().auto_free_on_launch())
+    } else {
+        graph.instantiate()
+    };
+    checked("Graph::instantiate (a kept capture buffer)", Expected::Ok, &exec);
+    let Ok(exec) = exec else { return };
+    checked("GraphOutput::take (before a launch)", Expected::GraphMisuse, &output.take(idle).map(drop));
+    checked("GraphOutput::to_vec (before a launch)", Expected::GraphMisuse, &output.to_vec(&exec, idle));
+    let mut untaken = false;
+    for _ in 0..1 + rng.below(3) {
+        let launched = exec.launch(origin);
+        checked("GraphExec::launch (a kept capture buffer)", expected, &launched);
+        if launched.is_err() {
+            break;
+        }
+        untaken = true;
+        let reader: &Stream = if coin(rng) { origin } else { idle };
+        let read = output.to_vec(&exec, reader);
+        checked("GraphOutput::to_vec", expected, &read);
+        if let Ok(values) = &read {
+            assert_eq!(values.len(), output.len(), "GraphOutput::to_vec: the whole output");
+        }
+        if auto_free {
+            let taken = output.take(idle).map(drop);
+            checked("GraphOutput::take (an auto-free executable's output)", Expected::GraphMisuse, &taken);
+            continue;
+        }
+        checked("GraphExec::launch (its last output untaken)", Expected::GraphMisuse, &exec.launch(origin));
+        let taken = output.take(reader);
+        checked("GraphOutput::take", expected, &taken);
+        let Ok(buffer) = taken else { break };
+        untaken = false;
+        if coin(rng) {
+            checked("DeviceBuffer::to_vec (a taken output)", expected, &buffer.to_vec());
+        }
+    }
+    if untaken {
+        // An auto-free executable's last output outlives it; the graph's next executable, a
+        // plain one, hands it over.
+        drop(exec);
+        let plain = if auto_free { graph.instantiate().map(Some) } else { Ok(None) };
+        checked("Graph::instantiate (after an auto-free executable)", Expected::Ok, &plain);
+        checked("GraphOutput::take (the last output)", expected, &output.take(idle).map(drop));
     }
 }
 
