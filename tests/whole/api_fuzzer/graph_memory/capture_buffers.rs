@@ -432,9 +432,9 @@ impl World<'_> {
         // Frees on a random stream of the capture (often the allocating one), or one buffer
         // never freed: kept as the graph's output (`Capture::keep`), or its address kept, to
         // free it outside the graph after the launches.
-        let leak = rng.below(3) == 0;
+        let leak = coin(rng);
         let leak_a = leak && (b.is_none() || coin(rng));
-        let keeps = leak && coin(rng);
+        let keeps = leak && rng.below(3) != 0;
         let mut leaked = None;
         let mut buffers = vec![(&mut a, a_on, leak_a)];
         if let Some((second, b_on)) = &mut b {
