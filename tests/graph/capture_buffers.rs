@@ -458,6 +458,29 @@ fn a_read_waiting_for_its_launch_holds_up_no_capture_begin() {
     assert_eq!(read.unwrap(), vec![0x5a5a_5a5a; N], "the read waited for the launch");
 }
 
+/// A graph that keeps an output is not cloned: the clone's executables would be a second
+/// executable beside the graph's, sharing the output's state. The crate refuses it before CUDA,
+/// and CUDA refuses to clone a graph with allocation nodes as well (a raw `cudaGraphClone`).
+#[test]
+fn a_graph_with_outputs_is_not_cloned() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let stream = non_blocking_stream(device);
+    let (graph, _output) = output_graph(&stream, 0x66);
+    assert!(matches!(graph.try_clone(), Err(Error::GraphMisuse(_))), "refused before CUDA");
+    let mut clone: cuda_stream::sys::cudaGraph_t = std::ptr::null_mut();
+    // SAFETY: a live graph of this thread, complete; a valid out-pointer.
+    let code = unsafe { cuda_stream::sys::cudaGraphClone(&mut clone, graph.as_raw()) };
+    println!("cudaGraphClone of a graph with an allocation node: {code:?}");
+    let _ = cuda_stream_tests::take_last_error();
+    if !clone.is_null() {
+        // SAFETY: the clone made above, used by nothing else.
+        let destroyed = unsafe { cuda_stream::sys::cudaGraphDestroy(clone) };
+        assert_eq!(destroyed, cuda_stream::sys::cudaError::cudaSuccess);
+    }
+    assert_ne!(code, cuda_stream::sys::cudaError::cudaSuccess, "CUDA cloned a graph with an allocation node");
+}
+
 /// An output is not taken on a stream being captured (the wait for the launch would break the
 /// capture): refused, the capture intact, the output still there to take.
 #[test]

@@ -131,13 +131,21 @@ impl Graph {
     /// ([`GraphNode`]) are not nodes of the clone.
     ///
     /// # Errors
-    /// [`Error::GraphMisuse`] for a graph with conditional nodes (CUDA clones none), and for a
+    /// [`Error::GraphMisuse`] for a graph with conditional nodes (CUDA clones none), for a graph
+    /// with outputs ([`Capture::keep`](crate::Capture::keep)), and for a
     /// graph whose body capture has not ended, failed, or was dropped before `end`;
     /// [`Error::InsideHostFn`]; CUDA's errors (CUDA clones no graph with memory allocation or
     /// free nodes either, such as [`Capture::scratch`](crate::Capture::scratch)'s).
     pub fn try_clone(&self) -> Result<Graph> {
         if self.tree().conditional.get() {
             return Err(Error::GraphMisuse("a graph with conditional nodes is not cloned (CUDA's rule)"));
+        }
+        // Its outputs' state is the graph's, shared by one executable at a time: a clone's
+        // executables would be a second (CUDA refuses the clone too, for its allocation nodes).
+        if self.tree().memory.borrow().as_ref().is_some_and(|memory| memory.one_executable()) {
+            return Err(Error::GraphMisuse(
+                "a graph whose allocations outlive its launches (Capture::keep) is not cloned: one executable at a time shares its outputs",
+            ));
         }
         self.refuse_incomplete()?;
         let _current = self.device().make_current()?;
