@@ -521,11 +521,7 @@ impl World<'_> {
             return Some((graph, exec, holds));
         };
         let auto_free = coin(rng);
-        let exec = if auto_free {
-            graph.instantiate_with(InstantiateOptions::new().auto_free_on_launch())
-        } else {
-            graph.instantiate()
-        };
+        let exec = instantiate(&graph, auto_free);
         checked("Graph::instantiate (a capture buffer never freed)", Expected::Ok, &exec);
         let exec = exec.ok()?;
         let launch = |outstanding: bool| {
@@ -572,6 +568,15 @@ impl World<'_> {
     }
 }
 
+/// An executable of `graph`, instantiated with `auto_free_on_launch` or without.
+fn instantiate(graph: &Graph, auto_free: bool) -> Result<GraphExec> {
+    if auto_free {
+        graph.instantiate_with(InstantiateOptions::new().auto_free_on_launch())
+    } else {
+        graph.instantiate()
+    }
+}
+
 /// A graph that keeps a capture buffer (its output): an executable, auto-free or not, launched
 /// on `origin` one to three times; after each launch the output read on a random stream
 /// without being taken, and, unless auto-free, taken (read again, perhaps) and freed before
@@ -589,11 +594,7 @@ fn launch_kept(
 ) {
     let expected = if strict { Expected::Ok } else { Expected::Typed };
     let auto_free = coin(rng);
-    let exec = if auto_free {
-        graph.instantiate_with(InstantiateOptions::new().auto_free_on_launch())
-    } else {
-        graph.instantiate()
-    };
+    let exec = instantiate(graph, auto_free);
     checked("Graph::instantiate (a kept capture buffer)", Expected::Ok, &exec);
     let Ok(exec) = exec else { return };
     checked("GraphOutput::take (before a launch)", Expected::GraphMisuse, &output.take(idle).map(drop));
