@@ -265,8 +265,8 @@ pub use kernel::{
 };
 pub use memory::{
     ArgUse, CaptureBuffer, CaptureMemory, CaptureUses, ChunksMut, DeviceBuffer, DeviceCopy, DeviceSlice,
-    DeviceSliceMut, GraphOutput, MemPool, MemPoolStats, PageLockedMemory, PinnedBuffer, PinnedGuard, PinnedPool,
-    PinnedPoolStats, PinnedSliceMut, PoolAccess, RegisteredSlice, ReusePolicy, SharedPinned, register_host,
+    DeviceSliceMut, GraphBuffer, GraphOutput, MemPool, MemPoolStats, PageLockedMemory, PinnedBuffer, PinnedGuard,
+    PinnedPool, PinnedPoolStats, PinnedSliceMut, PoolAccess, RegisteredSlice, ReusePolicy, SharedPinned, register_host,
 };
 pub use memory::{BarrierScope, Condition, DeviceWords, MappedWords, MemOp, MemOpSupport, WaitValue, Word, live_words};
 pub use stream::attributes::{self, AccessPolicyWindow, AccessProperty, SyncPolicy};

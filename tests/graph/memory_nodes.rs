@@ -629,3 +629,189 @@ fn the_last_holders_drop_never_waits_for_the_copies_of_page_locked_memory_it_hel
     assert!(!stream.query().unwrap(), "the drop returned while the launch still ran");
     stream.synchronize().unwrap();
 }
+
+/// The pool's bytes in use once the device has run everything enqueued so far.
+fn used_after_all(device: cuda_stream::Device, pool: &MemPool) -> u64 {
+    device.synchronize().unwrap();
+    pool.stats().unwrap().used_current
+}
+
+#[test]
+fn a_borrowed_buffers_memory_outlives_its_owner_in_the_graph_and_goes_with_the_last_holder() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let stream = non_blocking_stream(device);
+    let launches = non_blocking_stream(device);
+    let pool = MemPool::new(device).unwrap();
+    let values: Vec<u32> = (0..N as u32).map(|i| i.wrapping_mul(40_503) ^ 0x00c0_ffee).collect();
+    let host_out = pinned(&[0; N]);
+    let exec = {
+        // Borrowed buffers: their home is `&stream`, which no graph can keep.
+        let mut source = DeviceBuffer::<u32, &Stream>::new_in(&pool, &stream, N).unwrap();
+        source.copy_from_slice(&stream, &values).unwrap();
+        let target = DeviceBuffer::<u32, &Stream>::new_in(&pool, &stream, N).unwrap();
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let start = slow_start(&mut builder, &launches);
+        let copy = builder.add_copy(&target, .., &source, .., &start).unwrap();
+        builder.add_copy_to_pinned(&host_out, .., &target, .., &[copy]).unwrap();
+        let exec = graph.instantiate().unwrap();
+        drop(graph);
+        // The owners go first: the memory stays the executable's.
+        drop((source, target));
+        exec
+    };
+    let held = used_after_all(device, &pool);
+    assert!(held >= (2 * N * 4) as u64, "the executable holds both buffers' memory after their owners: {held} bytes");
+    // New memory of the same size, tagged: were the held memory freed, it could be handed out
+    // here, and the launches would overwrite the tags.
+    let tagged: Vec<DeviceBuffer<u32, &Stream>> = (0..4)
+        .map(|_| {
+            let mut buffer = DeviceBuffer::new_in(&pool, &stream, N).unwrap();
+            buffer.fill_bytes(&stream, 0xab).unwrap();
+            buffer
+        })
+        .collect();
+    for round in 0..3 {
+        host_out.lock().as_mut_slice().unwrap().fill(0);
+        exec.launch(&launches).unwrap();
+        // After the launch's slow start: an unordered read would see the zeros.
+        assert_eq!(host_out.lock().as_slice().unwrap(), values, "round {round}");
+    }
+    for buffer in &tagged {
+        assert_eq!(buffer.to_vec().unwrap(), vec![0xabab_abab; N], "no launch wrote another allocation");
+    }
+    drop(tagged);
+    // The last holder goes while a launch runs: the free waits for it, on a stream of its own.
+    exec.launch(&launches).unwrap();
+    drop(exec);
+    assert_eq!(used_after_all(device, &pool), 0, "the last holder freed the memory after its launches");
+    assert_eq!(host_out.lock().as_slice().unwrap(), values, "the last launch ran to its end");
+}
+
+#[test]
+fn a_graph_dropped_before_the_borrowed_buffer_leaves_the_free_to_its_owner() {
+    let device = gpu_or_skip!();
+    let _alone = graph_memory_alone();
+    let stream = non_blocking_stream(device);
+    let pool = MemPool::new(device).unwrap();
+    let host_out = pinned(&[0; N]);
+    let buffer = DeviceBuffer::<u32, &Stream>::new_in(&pool, &stream, N).unwrap();
+    {
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let start = slow_start(&mut builder, &stream);
+        let fill = builder.add_fill_bytes(&buffer, .., 0x3c, &start).unwrap();
+        builder.add_copy_to_pinned(&host_out, .., &buffer, .., &[fill]).unwrap();
+        graph.instantiate().unwrap().launch(&stream).unwrap();
+    }
+    // The owner's read is ordered after the launch, through the buffer's uses.
+    assert_eq!(buffer.to_vec().unwrap(), vec![0x3c3c_3c3c; N]);
+    assert!(used_after_all(device, &pool) > 0);
+    drop(buffer);
+    assert_eq!(used_after_all(device, &pool), 0, "the owner freed it, as any buffer");
+}
+
+#[test]
+fn a_capture_holds_borrowed_buffers_and_their_owners_uses_are_ordered_with_its_launches() {
+    let device = gpu_or_skip!();
+    let stream = non_blocking_stream(device);
+    let (capturing, launches, other) =
+        (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let values: Vec<u32> = (0..N as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let source = DeviceBuffer::from_slice(&stream, &values).unwrap();
+    let mut target = DeviceBuffer::<u32, _>::zeroed(&stream, N).unwrap();
+    let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+    let read = capture.use_on(&capturing, &source, |_, source| source.cast_const()).unwrap();
+    capture
+        .use_on(&capturing, &target, |stream, target| {
+            // SAFETY: N u32s each, in memory the graph holds for every launch.
+            unsafe { cuda_stream_tests::spin_copy(stream, read, target, N, SLOW) }
+        })
+        .unwrap()
+        .unwrap();
+    capture.fill_bytes(&capturing, &target, ..1, 0xff).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    let mut expected = values.clone();
+    expected[0] = u32::MAX;
+    for round in 0..2 {
+        exec.launch(&launches).unwrap();
+        // The owner's read on the home stream at once: after the launch's slow write.
+        assert_eq!(target.to_vec().unwrap(), expected, "round {round}");
+        // The owner's write elsewhere: the next launch waits for it, and overwrites it.
+        spin(&other, SLOW).unwrap();
+        target.fill_bytes(&other, 0).unwrap();
+    }
+    exec.launch(&launches).unwrap();
+    assert_eq!(target.to_vec().unwrap(), expected, "the launch came after the owner's write");
+    // The owners go; the executable keeps replaying into memory that is its alone.
+    drop((source, target));
+    exec.launch(&launches).unwrap();
+    launches.synchronize().unwrap();
+}
+
+#[test]
+fn a_borrowed_buffer_is_refused_where_a_graph_could_not_be_ordered_with_its_home_work() {
+    let device = gpu_or_skip!();
+    let stream = non_blocking_stream(device);
+    let (capturing, other) = (non_blocking_stream(device), non_blocking_stream(device));
+    let graph_misuse = |result: cuda_stream::Result<GraphNode>| matches!(result, Err(Error::GraphMisuse(_)));
+    // Its address handed out for home work the buffer does not see: no graph holds it.
+    let exported = DeviceBuffer::<u32, _>::zeroed(&stream, N).unwrap();
+    let _address = exported.as_ptr();
+    let mut graph = Graph::new(device).unwrap();
+    let mut builder = graph.builder();
+    assert!(graph_misuse(builder.add_fill_bytes(&exported, .., 1, &[])));
+    // Held first and handed out after: the launch is refused, and nothing runs.
+    let buffer = DeviceBuffer::<u32, _>::zeroed(&stream, N).unwrap();
+    builder.add_fill_bytes(&buffer, .., 1, &[]).unwrap();
+    let exec = graph.instantiate().unwrap();
+    let _address = buffer.as_ptr();
+    assert!(matches!(exec.launch(&other), Err(Error::GraphMisuse(_))));
+    other.synchronize().unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), vec![0; N], "the refused launch wrote nothing");
+
+    // Homed on the stream being captured, with home work not yet marked: refused (the mark
+    // would go into the capture). Used on another stream first, it has none left to mark.
+    let mut fresh = DeviceBuffer::<u32, _>::zeroed(&capturing, N).unwrap();
+    capturing.synchronize().unwrap();
+    let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+    assert!(matches!(capture.fill_bytes(&capturing, &fresh, .., 7), Err(Error::CaptureMisuse(_))));
+    drop(capture);
+    fresh.use_on(&other, |_, _| ()).unwrap();
+    let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+    capture.fill_bytes(&capturing, &fresh, .., 7).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&other).unwrap();
+    assert_eq!(fresh.to_vec().unwrap(), vec![0x0707_0707; N]);
+}
+
+#[test]
+fn launches_on_another_thread_while_the_owner_goes_replay_into_memory_that_stays_the_graphs() {
+    let device = gpu_or_skip!();
+    let stream = non_blocking_stream(device);
+    let host_out = pinned(&[0; N]);
+    let values: Vec<u32> = (0..N as u32).map(|i| !i).collect();
+    let source = DeviceBuffer::from_slice(&stream, &values).unwrap();
+    let target = DeviceBuffer::<u32, _>::zeroed(&stream, N).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    let mut builder = graph.builder();
+    let copy = builder.add_copy(&target, .., &source, .., &[]).unwrap();
+    builder.add_copy_to_pinned(&host_out, .., &target, .., &[copy]).unwrap();
+    let exec = graph.instantiate().unwrap();
+    drop(graph);
+    let (host_out, values) = (&host_out, &values);
+    std::thread::scope(|scope| {
+        let launcher = scope.spawn(move || {
+            let launches = non_blocking_stream(device);
+            for _ in 0..200 {
+                host_out.lock().as_mut_slice().unwrap().fill(0);
+                exec.launch(&launches).unwrap();
+                assert_eq!(host_out.lock().as_slice().unwrap(), values.as_slice());
+            }
+        });
+        std::thread::sleep(Duration::from_millis(2));
+        drop((source, target));
+        launcher.join().unwrap();
+    });
+}

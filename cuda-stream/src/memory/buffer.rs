@@ -1,13 +1,14 @@
 //! [`DeviceBuffer`]: device memory allocated and freed in the order of its home stream, used on
 //! other streams only through calls that order the use both ways.
 
+use super::buffer_core::{BufferCore, Detached};
 use super::ledger::{SharedEvent, Span, UseEvent};
 use super::lent::LentMemory;
 use super::output_slot::OutputSlot;
 use super::page_locked::sealed::Token;
 use super::page_locked::{PageLocked, PageLockedMemory};
 use super::pool::MemPool;
-use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use};
+use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use, refuse_capture};
 use super::{DeviceCopy, byte_size, same_length, wait_for_blocking_copy};
 use crate::call::capture_mode::{ignore_other_threads_captures, uncapturable_call, uncaptured_stream_call};
 use crate::call::live_captures;
@@ -57,8 +58,8 @@ pub struct DeviceBuffer<T: DeviceCopy, S: AsStream> {
     /// that changed its answer, would not be ordered with the allocation).
     home_identity: ((Device, usize, u64), Option<u64>),
     home: S,
-    /// The order of its uses across streams.
-    uses: Uses,
+    /// The order of its uses across streams, shared with the graphs that hold the memory.
+    core: Arc<BufferCore>,
     /// Where the memory came from, and so what the drop does after the last use.
     origin: Origin,
     _owns: PhantomData<T>,
@@ -133,7 +134,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let ptr = NonNull::new(ptr.cast::<T>()).ok_or(Error::Size("CUDA returned no address"))?;
         let (home_raw, device) = (stream.as_raw(), stream.device());
         let home_identity = (stream.identity(), stream.known_id());
-        let uses = Uses::allocated(bytes);
+        let core = Arc::new(BufferCore::new(Uses::allocated(bytes)));
         Ok(DeviceBuffer {
             ptr,
             len,
@@ -141,7 +142,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             home_raw,
             home_identity,
             home,
-            uses,
+            core,
             origin: Origin::Allocated,
             _owns: PhantomData,
         })
@@ -174,8 +175,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             let stream = home.as_stream();
             (stream.as_raw(), stream.device(), (stream.identity(), stream.known_id()))
         };
-        let uses = Uses::allocated(len * size_of::<T>());
-        DeviceBuffer { ptr, len, device, home_raw, home_identity, home, uses, origin, _owns: PhantomData }
+        let core = Arc::new(BufferCore::new(Uses::allocated(len * size_of::<T>())));
+        DeviceBuffer { ptr, len, device, home_raw, home_identity, home, core, origin, _owns: PhantomData }
     }
 
     /// The number of elements.
@@ -215,7 +216,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// synchronizes with nothing), nothing orders those launches after the allocation nor the
     /// free after them: use `use_on`.
     pub fn as_ptr(&self) -> *const T {
-        self.uses.exported();
+        self.core.uses.exported();
         self.ptr.as_ptr()
     }
 
@@ -226,7 +227,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 
     /// The device address, for kernels on the home stream that write to the buffer.
     pub fn as_mut_ptr(&mut self) -> *mut T {
-        self.uses.exported();
+        self.core.uses.exported();
         self.ptr.as_ptr()
     }
 
@@ -278,7 +279,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         // threads' calls, which a pending transition would hold up): a capture that begins on
         // `stream` meanwhile takes your launch, your `unsafe` contract; one that begins on the
         // home stream makes the buffer leak.
-        ordered_use(stream, &[Touched { home: &home, uses: &self.uses, span }], Hold::ChecksAndWaits, |_| {
+        ordered_use(stream, &[Touched { home: Some(&home), uses: &self.core.uses, span }], Hold::ChecksAndWaits, |_| {
             Ok(launch(stream, ptr))
         })
     }
@@ -334,7 +335,30 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 
     /// Its ordering state.
     pub(super) fn uses(&self) -> &Uses {
-        &self.uses
+        &self.core.uses
+    }
+
+    /// Its memory as a graph holds it apart from the buffer, once its uses are ready for
+    /// launches that cannot reach the home stream (see [`BufferCore`]): under the enqueue
+    /// path's hold, with the home stream checked not capturing.
+    ///
+    /// # Errors
+    /// [`Error::GraphMisuse`] for memory another library lent, or a buffer whose address was
+    /// handed out; [`Error::CaptureMisuse`] while the home stream is being captured and has
+    /// uses not yet marked; [`Error::HomeStreamChanged`]; CUDA's errors recording the mark.
+    pub(super) fn core_for_graphs(&self) -> Result<Arc<BufferCore>> {
+        if matches!(self.origin, Origin::Lent(_)) {
+            return Err(Error::GraphMisuse(
+                "memory another library lent is held by a graph only through an Arc<DeviceBuffer>",
+            ));
+        }
+        let home = self.home()?;
+        // A home stream being captured is marked by no record (it would go into the capture):
+        // refused only where it has uses to mark.
+        home.outside_transitions(InCapture::Captured, || {
+            self.core.uses.prepare_for_graphs(&*home, || refuse_capture(&home))
+        })?;
+        Ok(Arc::clone(&self.core))
     }
 
     /// The bytes of the `len` elements from `start` on (within the buffer: the callers check),
@@ -437,8 +461,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         }
         let (to_home, from_home) = (self.home()?, source.home()?);
         let touched = [
-            Touched { home: &to_home, uses: &self.uses, span: self.span(start, len, true) },
-            Touched { home: &from_home, uses: &source.uses, span: source.span(source_start, len, false) },
+            Touched { home: Some(&to_home), uses: &self.core.uses, span: self.span(start, len, true) },
+            Touched { home: Some(&from_home), uses: &source.core.uses, span: source.span(source_start, len, false) },
         ];
         ordered_use(stream, &touched, Hold::Throughout, |_| {
             if to_device == from_device {
@@ -500,7 +524,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         if (home.identity(), home.known_id()) == self.home_identity {
             Ok(home)
         } else {
-            self.uses.mark_leaked();
+            self.core.uses.mark_leaked();
             Err(Error::HomeStreamChanged)
         }
     }
@@ -516,7 +540,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     ) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let home = self.home()?;
-        ordered_use(stream, &[Touched { home: &home, uses: &self.uses, span }], Hold::Throughout, enqueue)
+        ordered_use(stream, &[Touched { home: Some(&home), uses: &self.core.uses, span }], Hold::Throughout, enqueue)
     }
 
     /// Lends the elements `range` (checked by the caller) to work another library enqueues on
@@ -537,7 +561,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// later use is refused.
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn leak_on_drop(&self) {
-        self.uses.mark_leaked();
+        self.core.uses.mark_leaked();
     }
 
     /// Whether this buffer allocated its memory (not a graph's output, not lent memory).
@@ -549,7 +573,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// Whether a use could not be ordered ([`DeviceBuffer::leak_on_drop`]).
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn leaked(&self) -> bool {
-        self.uses.leaked()
+        self.core.uses.leaked()
     }
 
     /// A copy between the buffer and host memory the caller lends only for this call: the
@@ -722,34 +746,59 @@ fn copy_uses(to: *mut c_void, from: *const c_void, bytes: usize) -> Vec<Use> {
 impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
     /// Frees the memory on the home stream (`cudaFreeAsync`), after every use ordered there;
     /// memory another library lent is handed back to it once those uses have completed.
-    /// Leaks it instead where that cannot be done safely: inside a host function, when the
-    /// home stream behind `S` is no longer the one it was allocated on (another thread's
-    /// per-thread stream), while the home stream is being captured, after a failed ordering,
-    /// and when CUDA refuses the free (a fault).
+    /// While a graph holds the memory, frees nothing: the last graph or executable that holds
+    /// it frees it (see [`BufferCore`]). Leaks it instead where that cannot be done safely:
+    /// inside a host function, when the home stream behind `S` is no longer the one it was
+    /// allocated on (another thread's per-thread stream), while the home stream is being
+    /// captured, after a failed ordering, and when CUDA refuses the free (a fault).
     fn drop(&mut self) {
-        // A wait or a free on the legacy stream is reported by the sync-debug mode, never
-        // refused: refused, the memory would leak.
-        let end = sync_debug::reporting_only(|| self.order_and_free());
-        match (end, &mut self.origin) {
-            // Leaked, not freed: the graph's next launch would allocate it again under its uses.
-            (End::Leaked, Origin::Output(output)) => output.never_freed(),
-            // Handed back only once the last use has completed (the lender may reuse it at
-            // once); not at all if that cannot be waited for. The wait is a query of an event
-            // outside any capture, which a capture of this thread's that another library began
-            // (`torch.cuda.graph`) must neither refuse nor be invalidated by: made in the
-            // Relaxed mode.
-            (End::AfterEvent(last_use), Origin::Lent(lent))
-                if sync_debug::reporting_only(|| uncapturable_call(|| last_use.synchronize())).is_ok() =>
-            {
-                lent.hand_back();
+        let freed = Freed {
+            address: self.ptr.as_ptr() as u64,
+            bytes: self.bytes(),
+            device: self.device,
+            origin: std::mem::replace(&mut self.origin, Origin::Allocated),
+        };
+        let Ok(home) = self.home() else { return freed.leak() };
+        // Only a graph holds a clone of the core, and none can take one now (that takes a
+        // borrow of the buffer); one that lets go meanwhile leaves the free to this drop's
+        // own clone, at its end.
+        if Arc::strong_count(&self.core) > 1 {
+            match detach_from(&home, &self.core.uses) {
+                Ok(private) => self.core.detach(Detached { home: private, freed }),
+                Err(_) => {
+                    self.core.uses.mark_leaked();
+                    freed.leak();
+                }
             }
-            _ => {}
+            return;
         }
+        free_after_uses(&home, &self.core.uses, freed);
     }
 }
 
+/// A new private stream of `home`'s device, after `home`'s work so far: the home of memory
+/// whose owner is dropped while graphs hold it (see [`BufferCore`]). Refused inside a host
+/// function and while `home` is being captured.
+fn detach_from(home: &StreamRef, uses: &Uses) -> Result<crate::stream::Stream> {
+    refuse_inside_host_fn()?;
+    if uses.leaked() {
+        return Err(Error::Size("a use of this buffer could not be noted"));
+    }
+    ignore_other_threads_captures();
+    let private = crate::stream::Stream::new(home.device(), crate::stream::StreamOptions::non_blocking())?;
+    let tail = Event::internal(home.device())?;
+    // No capture of this crate begins between the check and the record.
+    let _transitions = no_capture_transitions();
+    if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
+        return Err(Error::CaptureMisuse(CAPTURED));
+    }
+    home.record_raw(tail.as_raw(), 0)?;
+    private.wait_raw(tail.as_raw(), 0)?;
+    Ok(private)
+}
+
 /// Where a buffer's memory came from, and so what its drop does after the last use.
-enum Origin {
+pub(super) enum Origin {
     /// Allocated by this buffer (`cudaMallocAsync`): freed on the home stream.
     Allocated,
     /// A graph's output ([`GraphOutput::take`](super::GraphOutput::take)): freed on the home
@@ -757,6 +806,25 @@ enum Origin {
     Output(Arc<OutputSlot>),
     /// Another library's memory: handed back to it, never freed here.
     Lent(LentMemory),
+}
+
+/// What the end of a buffer's memory needs besides its uses: where it is, and where it came
+/// from.
+pub(super) struct Freed {
+    /// The device address (never dereferenced on the host).
+    pub(super) address: u64,
+    pub(super) bytes: usize,
+    pub(super) device: Device,
+    pub(super) origin: Origin,
+}
+
+impl Freed {
+    /// Never freed nor handed back (noted for a graph output's next launch).
+    fn leak(self) {
+        if let Origin::Output(output) = &self.origin {
+            output.never_freed();
+        }
+    }
 }
 
 /// How a buffer's drop ended.
@@ -769,67 +837,94 @@ enum End {
     AfterEvent(Event),
 }
 
-impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
-    /// The drop: the free, after every use, on the home stream (noted for a graph output's
-    /// next launch), or, for lent memory, an event after every use; or nothing (a leak).
-    fn order_and_free(&self) -> End {
-        if self.uses.leaked() || refuse_inside_host_fn().is_err() {
-            return End::Leaked;
+/// The end of a buffer's memory, after every use: freed on `home` (noted for a graph output's
+/// next launch), or, for lent memory, handed back once the last use has completed; or leaked.
+/// `home` is the buffer's home stream at its owner's drop, or the private stream of memory
+/// whose owner was dropped while graphs held it.
+pub(super) fn free_after_uses(home: &StreamRef, uses: &Uses, mut freed: Freed) {
+    // A wait or a free on the legacy stream is reported by the sync-debug mode, never
+    // refused: refused, the memory would leak.
+    let end = sync_debug::reporting_only(|| order_and_free(home, uses, &freed));
+    match (end, &mut freed.origin) {
+        (End::Leaked, _) => freed.leak(),
+        // Handed back only once the last use has completed (the lender may reuse it at
+        // once); not at all if that cannot be waited for. The wait is a query of an event
+        // outside any capture, which a capture of this thread's that another library began
+        // (`torch.cuda.graph`) must neither refuse nor be invalidated by: made in the
+        // Relaxed mode.
+        (End::AfterEvent(last_use), Origin::Lent(lent))
+            if sync_debug::reporting_only(|| uncapturable_call(|| last_use.synchronize())).is_ok() =>
+        {
+            lent.hand_back();
         }
-        let Ok(home) = self.home() else { return End::Leaked };
-        ignore_other_threads_captures();
-        // No capture of this crate begins between the check and the free.
-        let _transitions = no_capture_transitions();
-        // Not into a capture (a free node), and not making a capturing home stream wait.
-        if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
-            return End::Leaked;
-        }
-        // After the last use on every other stream (recorded outside any capture).
-        if self.uses.home_waits_for_others(&*home).is_err() {
-            return End::Leaked;
-        }
-        // A race the detector finds is reported, never refused here: refused, the memory
-        // would leak and the report be lost.
-        // Memory of this crate's own lent back to it is not freed here: no free to check.
-        let frees = !matches!(&self.origin, Origin::Lent(lent) if !lent.foreign());
-        let free_check = || {
-            let uses = || if frees { vec![self.race_use(AccessKind::Free)] } else { Vec::new() };
-            home.race_check(Step::Work, uses, || "cudaFreeAsync".to_owned())
-        };
-        let Ok(checked) = race::reporting_only(free_check) else {
-            return End::Leaked;
-        };
-        if let Origin::Lent(_) = self.origin {
-            // On a stream checked not capturing, under the hold: a plain record.
-            let Ok(last_use) = Event::internal(self.device) else { return End::Leaked };
-            if home.record_raw(last_use.as_raw(), 0).is_err() {
-                return End::Leaked;
+        _ => {}
+    }
+}
+
+/// The free, after every use, on `home`, or, for lent memory, an event after every use; or
+/// nothing (a leak).
+fn order_and_free(home: &StreamRef, uses: &Uses, freed: &Freed) -> End {
+    if uses.leaked() || refuse_inside_host_fn().is_err() {
+        return End::Leaked;
+    }
+    ignore_other_threads_captures();
+    // No capture of this crate begins between the check and the free.
+    let _transitions = no_capture_transitions();
+    // Not into a capture (a free node), and not making a capturing home stream wait.
+    if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
+        return End::Leaked;
+    }
+    // After the last use on every other stream (recorded outside any capture).
+    if uses.home_waits_for_others(home).is_err() {
+        return End::Leaked;
+    }
+    // A race the detector finds is reported, never refused here: refused, the memory
+    // would leak and the report be lost.
+    // Memory of this crate's own lent back to it is not freed here: no free to check.
+    let frees = !matches!(&freed.origin, Origin::Lent(lent) if !lent.foreign());
+    let free_check = || {
+        let uses = || {
+            if frees {
+                vec![Access::bytes(freed.address, freed.bytes as u64, AccessKind::Free).as_use()]
+            } else {
+                Vec::new()
             }
-            checked.enqueued();
-            return End::AfterEvent(last_use);
-        }
-        let (address, raw) = (self.ptr.as_ptr().cast::<c_void>(), home.as_raw());
-        // Memory this buffer allocated and nothing else frees; every use this crate enqueued
-        // is ordered before this point of the home stream. On failure the memory is leaked.
-        // Not into a capture (checked above), but the calling thread may be capturing another
-        // stream in Global or ThreadLocal mode (see `allocate_raw`).
-        let freed = uncaptured_stream_call(|| match home.enter()? {
-            // SAFETY: as above; a live real stream.
-            None => unsafe { driver::mem_free_async(address, raw) },
-            // SAFETY: as above; a special handle of the current device.
-            Some(_current) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
-        });
-        if freed.is_err() {
+        };
+        home.race_check(Step::Work, uses, || "cudaFreeAsync".to_owned())
+    };
+    let Ok(checked) = race::reporting_only(free_check) else {
+        return End::Leaked;
+    };
+    if let Origin::Lent(_) = freed.origin {
+        // On a stream checked not capturing, under the hold: a plain record.
+        let Ok(last_use) = Event::internal(freed.device) else { return End::Leaked };
+        if home.record_raw(last_use.as_raw(), 0).is_err() {
             return End::Leaked;
         }
         checked.enqueued();
-        // On the stream just freed on, under the same hold: what a graph output's next launch
-        // waits for.
-        if let Origin::Output(output) = &self.origin {
-            output.freed_on(&home);
-        }
-        End::Freed
+        return End::AfterEvent(last_use);
     }
+    let (address, raw) = (freed.address as *mut c_void, home.as_raw());
+    // Memory this buffer allocated and nothing else frees; every use this crate enqueued
+    // is ordered before this point of the home stream. On failure the memory is leaked.
+    // Not into a capture (checked above), but the calling thread may be capturing another
+    // stream in Global or ThreadLocal mode (see `allocate_raw`).
+    let released = uncaptured_stream_call(|| match home.enter()? {
+        // SAFETY: as above; a live real stream.
+        None => unsafe { driver::mem_free_async(address, raw) },
+        // SAFETY: as above; a special handle of the current device.
+        Some(_current) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
+    });
+    if released.is_err() {
+        return End::Leaked;
+    }
+    checked.enqueued();
+    // On the stream just freed on, under the same hold: what a graph output's next launch
+    // waits for.
+    if let Origin::Output(output) = &freed.origin {
+        output.freed_on(home);
+    }
+    End::Freed
 }
 
 impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {

@@ -34,6 +34,7 @@
 //! deadlock where the graph waits for work that another thread enqueues after a capture's
 //! begin (a word written by a memory operation). Copy through a [`SharedPinned`] instead.
 
+use super::buffer_core::BufferCore;
 use super::capture_buffer::{CaptureAllocation, CaptureBuffer};
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
 use super::output_slot::OutputSlot;
@@ -62,15 +63,16 @@ use std::sync::Arc;
 /// Why a launch or a node is refused while a page-locked buffer's lock is held.
 const LOCKED: &str = "the SharedPinned a graph copies to or from is locked (a guard is alive, on this thread or another, or another launch that copies it is being enqueued): a graph is not launched, nor a node added, while the lock is held elsewhere";
 
-/// A device buffer a graph holds, its type erased.
+/// A device buffer a graph holds, its type erased: a shared buffer, whose home stream its
+/// launches reach, or a borrowed buffer's memory, whose home they never touch.
 trait HeldBuffer: Send + Sync + fmt::Debug {
-    fn home(&self) -> Result<BorrowedStream<'_>>;
+    fn home(&self) -> Result<Option<BorrowedStream<'_>>>;
     fn uses(&self) -> &Uses;
 }
 
 impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> HeldBuffer for DeviceBuffer<T, S> {
-    fn home(&self) -> Result<BorrowedStream<'_>> {
-        DeviceBuffer::home(self)
+    fn home(&self) -> Result<Option<BorrowedStream<'_>>> {
+        DeviceBuffer::home(self).map(Some)
     }
 
     fn uses(&self) -> &Uses {
@@ -78,10 +80,41 @@ impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> HeldBuffer for DeviceBu
     }
 }
 
+impl HeldBuffer for BufferCore {
+    fn home(&self) -> Result<Option<BorrowedStream<'_>>> {
+        Ok(None)
+    }
+
+    fn uses(&self) -> &Uses {
+        &self.uses
+    }
+}
+
+/// A borrowed buffer, which gives a graph its memory apart from itself, its type erased.
+trait BorrowedBuffer {
+    fn core_for_graphs(&self) -> Result<Arc<BufferCore>>;
+}
+
+impl<T: DeviceCopy, S: AsStream> BorrowedBuffer for DeviceBuffer<T, S> {
+    fn core_for_graphs(&self) -> Result<Arc<BufferCore>> {
+        DeviceBuffer::core_for_graphs(self)
+    }
+}
+
 /// Device memory that a capture's memcpy, memset and `use_on` work takes: a buffer the graph
-/// holds, `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say), or memory the
-/// capture's graph allocated, a [`CaptureBuffer`]. Sealed.
+/// holds ([`GraphBuffer`]), or memory the capture's graph allocated, a [`CaptureBuffer`].
+/// Sealed.
 pub trait CaptureMemory: side::Side {
+    /// The type of its elements.
+    type Element: DeviceCopy;
+}
+
+/// A device buffer that a graph's memcpy and memset nodes, and a capture's work, may use,
+/// which the graph then holds: a borrowed [`DeviceBuffer`] (`&buffer`, whatever its home
+/// stream), whose memory the graph holds apart from it (freed by the last holder when the
+/// buffer is dropped first; see [the memory docs](crate::memory#graphs)), or a shared one,
+/// `Arc<DeviceBuffer<T, S>>` with `S: 'static`, which the graph holds whole. Sealed.
+pub trait GraphBuffer: side::Side {
     /// The type of its elements.
     type Element: DeviceCopy;
 }
@@ -96,7 +129,7 @@ pub trait CaptureUses: side::Sides {
 
 /// What the capture's memory calls read of their device memory (see [`CaptureMemory`]).
 pub(super) mod side {
-    use super::{CaptureAllocation, HeldBuffer, Span};
+    use super::{BorrowedBuffer, CaptureAllocation, HeldBuffer, Span};
     use crate::device::Device;
     use std::ffi::c_void;
     use std::ops::Range;
@@ -104,6 +137,14 @@ pub(super) mod side {
 
     pub trait Side {
         fn side(&self) -> Memory<'_>;
+    }
+
+    /// How a graph comes to hold a buffer.
+    pub(super) enum Holder<'a> {
+        /// A shared buffer: the graph holds a clone of its `Arc`.
+        Shared(Arc<dyn HeldBuffer>),
+        /// A borrowed buffer: the graph holds its memory, once ready.
+        Borrowed(&'a dyn BorrowedBuffer),
     }
 
     pub trait Sides {
@@ -120,8 +161,8 @@ pub(super) mod side {
         /// The address of its first element.
         pub(super) start: *mut c_void,
         pub(super) element_size: usize,
-        /// The buffer the graph holds for it; `None` for the graph's own memory.
-        pub(super) held: Option<Arc<dyn HeldBuffer>>,
+        /// How the graph holds the buffer; `None` for the graph's own memory.
+        pub(super) held: Option<Holder<'a>>,
         /// The capture's allocation it is, whose uses are ordered in the capture.
         pub(super) allocation: Option<&'a CaptureAllocation>,
     }
@@ -145,6 +186,10 @@ impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> CaptureMemory for Arc<D
     type Element = T;
 }
 
+impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> GraphBuffer for Arc<DeviceBuffer<T, S>> {
+    type Element = T;
+}
+
 impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> side::Side for Arc<DeviceBuffer<T, S>> {
     fn side(&self) -> side::Memory<'_> {
         side::Memory {
@@ -152,7 +197,28 @@ impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> side::Side for Arc<Devi
             len: self.len(),
             start: self.element(0),
             element_size: size_of::<T>(),
-            held: Some(Arc::clone(self) as Arc<dyn HeldBuffer>),
+            held: Some(side::Holder::Shared(Arc::clone(self) as Arc<dyn HeldBuffer>)),
+            allocation: None,
+        }
+    }
+}
+
+impl<T: DeviceCopy, S: AsStream> CaptureMemory for DeviceBuffer<T, S> {
+    type Element = T;
+}
+
+impl<T: DeviceCopy, S: AsStream> GraphBuffer for DeviceBuffer<T, S> {
+    type Element = T;
+}
+
+impl<T: DeviceCopy, S: AsStream> side::Side for DeviceBuffer<T, S> {
+    fn side(&self) -> side::Memory<'_> {
+        side::Memory {
+            device: self.device(),
+            len: self.len(),
+            start: self.element(0),
+            element_size: size_of::<T>(),
+            held: Some(side::Holder::Borrowed(self)),
             allocation: None,
         }
     }
@@ -343,7 +409,7 @@ impl GraphMemory for HeldMemory {
         let touched: Vec<Touched<'_>> = homes
             .iter()
             .zip(&self.buffers)
-            .map(|(home, (buffer, span))| Touched { home, uses: buffer.uses(), span: span.clone() })
+            .map(|(home, (buffer, span))| Touched { home: home.as_deref(), uses: buffer.uses(), span: span.clone() })
             .collect();
         let mut locked = Vec::with_capacity(self.page_locked.len());
         for (memory, span) in &self.page_locked {
@@ -553,16 +619,17 @@ fn fill_params(to: *mut c_void, bytes: usize, byte: u8) -> sys::cudaMemsetParams
 /// for a node that touches `span` of it.
 fn hold_side(memory: &mut HeldMemory, side: side::Memory<'_>, span: Span) -> Result<()> {
     match side.held {
-        Some(buffer) => memory.hold_buffer(buffer, span),
+        Some(side::Holder::Shared(buffer)) => memory.hold_buffer(buffer, span),
+        Some(side::Holder::Borrowed(buffer)) => memory.hold_buffer(buffer.core_for_graphs()?, span),
         None => Ok(()),
     }
 }
 
 /// Elements `range` of `buffer` set to bytes `byte`, by a graph of `device` that holds `held`.
-fn plan_fill<T: DeviceCopy>(
+fn plan_fill(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
-    buffer: &impl CaptureMemory<Element = T>,
+    buffer: &impl side::Side,
     range: impl RangeBounds<usize>,
     byte: u8,
 ) -> Result<Planned> {
@@ -578,11 +645,11 @@ fn plan_fill<T: DeviceCopy>(
 
 /// Elements `from_range` of `from` copied into `to_range` of `to`, by a graph of `device` that
 /// holds `held`.
-fn plan_copy<T: DeviceCopy>(
+fn plan_copy(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
-    (to, to_range): (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
-    (from, from_range): (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
+    (to, to_range): (&impl side::Side, impl RangeBounds<usize>),
+    (from, from_range): (&impl side::Side, impl RangeBounds<usize>),
 ) -> Result<Planned> {
     let (to, from) = (to.side(), from.side());
     same_device("a graph's memcpy copies between buffers of the graph's device", device, to.device)?;
@@ -611,7 +678,7 @@ fn plan_copy<T: DeviceCopy>(
 fn plan_pinned_copy<T: DeviceCopy>(
     held: Option<Arc<dyn GraphMemory>>,
     device: Device,
-    (buffer, device_range): (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
+    (buffer, device_range): (&impl side::Side, impl RangeBounds<usize>),
     (pinned, pinned_range): (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     into_device: bool,
 ) -> Result<Planned> {
@@ -652,9 +719,9 @@ impl GraphBuilder<'_> {
     /// buffer in one graph; [`Error::DeviceMismatch`] for a buffer of another device;
     /// [`Error::GraphMisuse`] for a node of another graph or body in `after`, or while a capture
     /// leaked with `mem::forget` writes into this level; [`Error::InsideHostFn`]; CUDA's errors.
-    pub fn add_fill_bytes<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    pub fn add_fill_bytes<T: DeviceCopy>(
         &mut self,
-        buffer: &Arc<DeviceBuffer<T, S>>,
+        buffer: &impl GraphBuffer<Element = T>,
         range: impl RangeBounds<usize>,
         byte: u8,
         after: &[GraphNode],
@@ -674,11 +741,11 @@ impl GraphBuilder<'_> {
     /// [`Error::Size`] for an empty range or one outside its buffer, ranges of different
     /// lengths, overlapping ranges of one buffer, and a 13th device buffer in one graph;
     /// otherwise as [`GraphBuilder::add_fill_bytes`].
-    pub fn add_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R: AsStream + Send + Sync + 'static>(
+    pub fn add_copy<T: DeviceCopy>(
         &mut self,
-        to: &Arc<DeviceBuffer<T, S>>,
+        to: &impl GraphBuffer<Element = T>,
         to_range: impl RangeBounds<usize>,
-        from: &Arc<DeviceBuffer<T, R>>,
+        from: &impl GraphBuffer<Element = T>,
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
@@ -698,9 +765,9 @@ impl GraphBuilder<'_> {
     /// # Errors
     /// [`Error::GraphMisuse`] while a guard of `from` is alive; otherwise as
     /// [`GraphBuilder::add_copy`].
-    pub fn add_copy_from_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    pub fn add_copy_from_pinned<T: DeviceCopy>(
         &mut self,
-        to: &Arc<DeviceBuffer<T, S>>,
+        to: &impl GraphBuffer<Element = T>,
         to_range: impl RangeBounds<usize>,
         from: &Arc<SharedPinned<T>>,
         from_range: impl RangeBounds<usize>,
@@ -718,11 +785,11 @@ impl GraphBuilder<'_> {
     ///
     /// # Errors
     /// As [`GraphBuilder::add_copy_from_pinned`].
-    pub fn add_copy_to_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    pub fn add_copy_to_pinned<T: DeviceCopy>(
         &mut self,
         to: &Arc<SharedPinned<T>>,
         to_range: impl RangeBounds<usize>,
-        from: &Arc<DeviceBuffer<T, S>>,
+        from: &impl GraphBuffer<Element = T>,
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
@@ -989,12 +1056,12 @@ impl GraphExec {
     /// from (or one whose body capture has not ended), and for a node that is not a
     /// device-to-device memcpy node this crate added to it; otherwise as
     /// [`GraphBuilder::add_copy`]; CUDA's errors (the executable is then unchanged).
-    pub fn set_copy<T: DeviceCopy, S: AsStream + Send + Sync + 'static, R: AsStream + Send + Sync + 'static>(
+    pub fn set_copy<T: DeviceCopy>(
         &mut self,
         graph: &Graph,
         node: GraphNode,
-        (to, to_range): (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
-        (from, from_range): (&Arc<DeviceBuffer<T, R>>, impl RangeBounds<usize>),
+        (to, to_range): (&impl GraphBuffer<Element = T>, impl RangeBounds<usize>),
+        (from, from_range): (&impl GraphBuffer<Element = T>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let planned = plan_copy(self.memory(), self.device(), (to, to_range), (from, from_range))?;
         self.set_planned(graph, node, planned)
@@ -1007,11 +1074,11 @@ impl GraphExec {
     ///
     /// # Errors
     /// As [`GraphExec::set_copy`], for a memset node.
-    pub fn set_fill_bytes<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    pub fn set_fill_bytes<T: DeviceCopy>(
         &mut self,
         graph: &Graph,
         node: GraphNode,
-        buffer: &Arc<DeviceBuffer<T, S>>,
+        buffer: &impl GraphBuffer<Element = T>,
         range: impl RangeBounds<usize>,
         byte: u8,
     ) -> Result<()> {
@@ -1024,11 +1091,11 @@ impl GraphExec {
     ///
     /// # Errors
     /// As [`GraphExec::set_copy`] and [`GraphBuilder::add_copy_from_pinned`].
-    pub fn set_copy_from_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    pub fn set_copy_from_pinned<T: DeviceCopy>(
         &mut self,
         graph: &Graph,
         node: GraphNode,
-        to: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+        to: (&impl GraphBuffer<Element = T>, impl RangeBounds<usize>),
         from: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let planned = plan_pinned_copy(self.memory(), self.device(), to, from, true)?;
@@ -1040,12 +1107,12 @@ impl GraphExec {
     ///
     /// # Errors
     /// As [`GraphExec::set_copy_from_pinned`].
-    pub fn set_copy_to_pinned<T: DeviceCopy, S: AsStream + Send + Sync + 'static>(
+    pub fn set_copy_to_pinned<T: DeviceCopy>(
         &mut self,
         graph: &Graph,
         node: GraphNode,
         to: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
-        from: (&Arc<DeviceBuffer<T, S>>, impl RangeBounds<usize>),
+        from: (&impl GraphBuffer<Element = T>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let planned = plan_pinned_copy(self.memory(), self.device(), from, to, false)?;
         self.set_planned(graph, node, planned)

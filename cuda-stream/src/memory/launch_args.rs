@@ -48,8 +48,8 @@ pub(crate) fn ordered_launch(
 
 impl Touches for ArgUse<'_> {
     #[inline(always)]
-    fn home(&self) -> &StreamRef {
-        &self.home
+    fn home(&self) -> Option<&StreamRef> {
+        Some(&self.home)
     }
 
     #[inline(always)]

@@ -121,6 +121,7 @@
 // Layer 10 of docs/architecture.md, memory. May use: ffi, call, device, event, stream, graph.
 
 mod buffer;
+mod buffer_core;
 mod capture_buffer;
 mod graph_nodes;
 mod graph_outputs;
@@ -140,7 +141,7 @@ mod view;
 
 pub use buffer::DeviceBuffer;
 pub use capture_buffer::CaptureBuffer;
-pub use graph_nodes::{CaptureMemory, CaptureUses};
+pub use graph_nodes::{CaptureMemory, CaptureUses, GraphBuffer};
 pub use graph_outputs::GraphOutput;
 pub use launch_args::ArgUse;
 pub(crate) use launch_args::ordered_launch;

@@ -20,6 +20,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// Why a buffer one of whose uses could not be noted refuses every later use.
 const UNTRACKED: &str = "a use of this buffer could not be noted: it is never used again (and leaked)";
 
+/// Why a graph does not hold, or launch with, a buffer whose address was handed out.
+pub(super) const EXPORTED: &str = "the buffer's address was handed out (as_ptr, as_mut_ptr) for work on its home stream that a graph's launch cannot be ordered with: a graph holds a borrowed buffer whose uses go through use_on, views and typed launches only (or an Arc<DeviceBuffer>)";
+
 /// A buffer's ordering state, with events `E` (the crate's events, shared; the ledger's model check
 /// simulates its own).
 #[derive(Debug)]
@@ -149,6 +152,55 @@ impl<E: Shared> Uses<E> {
         noted
     }
 
+    /// Makes the buffer ready to be held by graphs whose launches cannot reach its home stream
+    /// (a borrowed buffer's memory, which may outlive its owner): the home stream's unmarked
+    /// uses are marked on `home`, and its later uses are marked like any other, so that a use
+    /// with no home ([`Uses::before_homeless`]) waits for exactly those it conflicts with.
+    /// [`Error::GraphMisuse`] for a buffer whose address was handed out: the home stream's
+    /// work on it is seen only by a use that can mark the home stream.
+    /// `may_mark` is asked before a mark is recorded on `home` (the caller's capture check).
+    pub(super) fn prepare_for_graphs<Q: Queue<Event = E>>(
+        &self,
+        home: &Q,
+        may_mark: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        if self.leaked() {
+            return Err(Error::Size(UNTRACKED));
+        }
+        let mut state = self.state();
+        let state = &mut *state;
+        if self.exported.load(Ordering::Acquire) {
+            return Err(Error::GraphMisuse(EXPORTED));
+        }
+        if let Some(unmarked) = state.home_unmarked.take() {
+            let marked = may_mark().and_then(|()| state.ledger.mark(home, On::stream(home, true), unmarked.clone()));
+            if let Err(error) = marked {
+                state.home_unmarked = Some(unmarked);
+                return Err(error);
+            }
+        }
+        // Set under the lock: every home use noted from now on is marked.
+        self.shared.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// [`Uses::before`] for a use that cannot reach the home stream (a graph's launch of a
+    /// borrowed buffer's memory, prepared by [`Uses::prepare_for_graphs`]): it is never on
+    /// the home stream, and it is refused where it would have to mark the home stream's work.
+    pub(super) fn before_homeless<Q: Queue<Event = E>>(&self, stream: &Q, on: On, span: &Span) -> Result<Ticket> {
+        if self.leaked() {
+            return Err(Error::Size(UNTRACKED));
+        }
+        let mut state = self.state();
+        if self.exported.load(Ordering::Acquire) {
+            return Err(Error::GraphMisuse(EXPORTED));
+        }
+        if state.home_unmarked.as_ref().is_some_and(|unmarked| unmarked.conflicts(span)) {
+            return Err(Error::GraphMisuse("a buffer's home uses are unmarked where a graph holds it"));
+        }
+        state.ledger.order_before(stream, on, span)
+    }
+
     /// The home stream waits for every use on other streams (before the free). On failure,
     /// the uses not yet waited for are kept.
     pub(super) fn home_waits_for_others<Q: Queue<Event = E>>(&self, home: &Q) -> Result<()> {
@@ -172,10 +224,10 @@ pub(super) enum Hold {
     ChecksAndWaits,
 }
 
-/// One buffer a use touches: its home stream, its ordering state, and the bytes the use reads
-/// or writes.
+/// One buffer a use touches: its home stream (none for a graph's launch of memory it holds
+/// apart from its owner), its ordering state, and the bytes the use reads or writes.
 pub(super) struct Touched<'a> {
-    pub(super) home: &'a StreamRef,
+    pub(super) home: Option<&'a StreamRef>,
     pub(super) uses: &'a Uses,
     pub(super) span: Span,
 }
@@ -183,7 +235,7 @@ pub(super) struct Touched<'a> {
 /// What a use touches of one buffer, as [`ordered_use`] reads it: a [`Touched`], or a launch
 /// argument's use (`launch_args.rs`), which need not be copied into one.
 pub(super) trait Touches {
-    fn home(&self) -> &StreamRef;
+    fn home(&self) -> Option<&StreamRef>;
     fn uses(&self) -> &Uses;
     fn span(&self) -> &Span;
 
@@ -191,13 +243,13 @@ pub(super) trait Touches {
     /// every use move a large array).
     #[inline(always)]
     fn on(&self, stream: &StreamRef) -> On {
-        On::stream(stream, stream == self.home())
+        On::stream(stream, self.home() == Some(stream))
     }
 }
 
 impl Touches for Touched<'_> {
     #[inline(always)]
-    fn home(&self) -> &StreamRef {
+    fn home(&self) -> Option<&StreamRef> {
         self.home
     }
 
@@ -230,15 +282,19 @@ pub(super) fn ordered_use<R, T: Touches>(
         return Err(Error::Size("one use touches at most 12 buffers and views"));
     }
     // Another library may capture the per-thread stream at any time: never a fast call then.
-    let thread_bound = stream.is_thread_bound() || touched.iter().any(|buffer| buffer.home().is_thread_bound());
+    let thread_bound =
+        stream.is_thread_bound() || touched.iter().any(|buffer| buffer.home().is_some_and(StreamRef::is_thread_bound));
     let checks_and_waits = || -> Result<[Ticket; MAX_TOUCHED]> {
         refuse_capture(stream)?;
-        for buffer in touched {
-            refuse_capture(buffer.home())?;
+        for home in touched.iter().filter_map(Touches::home) {
+            refuse_capture(home)?;
         }
         let mut tickets = [Ticket::default(); MAX_TOUCHED];
         for (buffer, ticket) in touched.iter().zip(tickets.iter_mut()) {
-            *ticket = buffer.uses().before(buffer.home(), stream, buffer.on(stream), buffer.span())?;
+            *ticket = match buffer.home() {
+                Some(home) => buffer.uses().before(home, stream, buffer.on(stream), buffer.span())?,
+                None => buffer.uses().before_homeless(stream, buffer.on(stream), buffer.span())?,
+            };
         }
         Ok(tickets)
     };
