@@ -1,10 +1,10 @@
 //! A graph that copies in, computes and copies out, NVIDIA's simpleCudaGraphs ported: a
 //! host-to-device copy and memsets, a reduction in two kernels, a device-to-host copy and a
 //! host function, built by hand, then cloned, then made again by capture; the three executables
-//! replayed with new input each time. A graph holds the memory its copies and memsets use (`Arc`
-//! buffers), so the buffers are dropped here before the first launch, and each launch is
-//! ordered with the host's access to the page-locked input and output: no synchronize between
-//! the rounds.
+//! replayed with new input each time. A graph holds the memory its nodes use (borrowed buffers'
+//! memory in the graph built by hand, `Arc` buffers in the captured one), so the buffers are
+//! dropped here before the first launch, and each launch is ordered with the host's access to
+//! the page-locked input and output: no synchronize between the rounds.
 //!
 //! A crate of its own: this file as `src/main.rs`, `examples/kernels/graph_memory.cu` in
 //! `kernels/`, `cuda-stream` (feature `testing`, for the GPU gate) as a dependency and
@@ -37,26 +37,29 @@ fn main() -> cuda_stream::Result<()> {
     let reported = Arc::new(AtomicU32::new(0));
 
     let (exec, clone_exec) = {
-        let input = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(&stream), N)?);
-        let partial = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(&stream), BLOCKS as usize)?);
-        let result = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(&stream), 1)?);
+        // Borrowed buffers (their home, `&stream`, is lent): the graph holds their memory.
+        let input = DeviceBuffer::<f32, _>::new(&*stream, N)?;
+        let partial = DeviceBuffer::<f32, _>::new(&*stream, BLOCKS as usize)?;
+        let result = DeviceBuffer::<f32, _>::new(&*stream, 1)?;
         let mut graph = Graph::new(device)?;
         let mut builder = graph.builder();
         let copy_in = builder.add_copy_from_pinned(&input, .., &host_input, .., &[])?;
         let clear_partial = builder.add_fill_bytes(&partial, .., 0, &[])?;
         let clear_result = builder.add_fill_bytes(&result, .., 0, &[])?;
-        // The kernels reach the buffers through raw addresses (device memory: a kernel may
-        // write through a `*const` the buffer gave out); the graph holds every one of them,
-        // since its copies and memsets use them.
-        let (input_ptr, partial_ptr, result_ptr) =
-            (input.as_ptr(), partial.as_ptr().cast_mut(), result.as_ptr().cast_mut());
+        // The kernels reach the buffers through addresses the graph hands out as it holds
+        // them: each launch is ordered with the buffers' other uses.
+        let (input_ptr, partial_ptr, result_ptr) = (
+            builder.hold_for_kernels(&input)?,
+            builder.hold_for_kernels(&partial)?,
+            builder.hold_for_kernels(&result)?,
+        );
         // SAFETY: reads the N inputs and writes BLOCKS partial sums, in buffers the graph holds
         // for every launch, which nothing else touches while a launch runs.
         let reduce = unsafe {
             builder.add_kernel(
                 &REDUCE,
                 &LaunchConfig::new(BLOCKS, THREADS),
-                (input_ptr, partial_ptr, N as u64),
+                (input_ptr.cast_const(), partial_ptr, N as u64),
                 &[copy_in, clear_partial],
             )?
         };
@@ -80,7 +83,7 @@ fn main() -> cuda_stream::Result<()> {
         println!("graph built by hand: {} nodes", graph.node_count()?);
         let clone = graph.try_clone()?;
         (graph.instantiate()?, clone.instantiate()?)
-        // The graphs and this scope's Arcs of the buffers drop here: the executables hold them.
+        // The graphs and the buffers drop here: the executables hold the buffers' memory.
     };
 
     let captured_exec = by_capture(&stream, &host_input, &host_result, &reported)?;

@@ -639,7 +639,6 @@ fn used_after_all(device: cuda_stream::Device, pool: &MemPool) -> u64 {
 #[test]
 fn a_borrowed_buffers_memory_outlives_its_owner_in_the_graph_and_goes_with_the_last_holder() {
     let device = gpu_or_skip!();
-    let _alone = graph_memory_alone();
     let stream = non_blocking_stream(device);
     let launches = non_blocking_stream(device);
     let pool = MemPool::new(device).unwrap();
@@ -692,7 +691,6 @@ fn a_borrowed_buffers_memory_outlives_its_owner_in_the_graph_and_goes_with_the_l
 #[test]
 fn a_graph_dropped_before_the_borrowed_buffer_leaves_the_free_to_its_owner() {
     let device = gpu_or_skip!();
-    let _alone = graph_memory_alone();
     let stream = non_blocking_stream(device);
     let pool = MemPool::new(device).unwrap();
     let host_out = pinned(&[0; N]);

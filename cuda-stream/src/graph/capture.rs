@@ -259,7 +259,7 @@
 //! | `DeviceBuffer::copy_from` | **refused** | **allowed** |
 //! | `DeviceBuffer::fill_bytes` | **refused** | **allowed** |
 //! | `DeviceBuffer::use_on` | **refused** | **allowed** |
-//! | `drop(DeviceBuffer)` | **allowed** (its home stream capturing: nothing is freed, the memory leaks) | **allowed** |
+//! | `drop(DeviceBuffer)` | **allowed** (its home stream capturing: nothing is freed, the memory leaks; its memory held by a graph: the last holder frees it) | **allowed** |
 //! | `PinnedBuffer::zeroed` | **—** | **Relaxed** |
 //! | `PinnedBuffer::from_slice` | **—** | **Relaxed** |
 //! | `PinnedBuffer::as_slice` | **—** | **allowed** (no copy in flight; with copies in flight it waits for them: **refused by mode**) |

@@ -1,6 +1,7 @@
 //! Memcpy and memset nodes of graphs, built node by node or captured, over memory the graph
-//! holds: device buffers shared as `Arc<DeviceBuffer>`, page-locked buffers as
-//! `Arc<SharedPinned>`
+//! holds: device buffers borrowed (their memory, apart from the buffer: see
+//! [`buffer_core`](super::buffer_core)) or shared as `Arc<DeviceBuffer>`, page-locked buffers
+//! as `Arc<SharedPinned>`
 //! ([`cudaGraphAddMemcpyNode1D`, `cudaGraphAddMemsetNode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html);
 //! `cudaMemcpyAsync` and `cudaMemsetAsync` during a capture), and a capture's kernels on such
 //! buffers (`Capture::use_on`). An operation is planned once ([`Planned`]: the checks, the
@@ -11,13 +12,14 @@
 //! fails (or cannot be made) leaks it: another library may have ended the capture and kept a
 //! graph that uses it.
 //!
-//! The graph keeps a clone of each `Arc` that a node uses, and so do its clones and every
-//! executable made from it: no launch can be enqueued after the memory is gone, whichever is
-//! dropped first. Each launch of an executable is one use of that memory, ordered as a copy is:
+//! The graph keeps a clone of each `Arc` that a node uses (a shared buffer's, a borrowed
+//! buffer's memory's), and so do its clones and every executable made from it: no launch can
+//! be enqueued after the memory is gone, whichever is dropped first. Each launch of an executable is one use of that memory, ordered as a copy is:
 //! the launch's stream waits for the earlier uses that the nodes conflict with, and the
 //! launch's event is left behind for later uses, the buffers' frees and page-locked memory's
-//! host access. A buffer whose last `Arc` an executable drops is thus freed on its home stream
-//! after the launches that used it.
+//! host access. A shared buffer whose last `Arc` an executable drops is thus freed on its home
+//! stream after the launches that used it, and a borrowed buffer's memory whose owner went
+//! first on a private stream after them.
 //!
 //! A [`SharedPinned`] is the host's way in between launches (its guard gives `as_mut_slice`,
 //! which waits for the launches' copies, and never the buffer itself, which stays where the
@@ -711,12 +713,17 @@ impl GraphBuilder<'_> {
     /// Adds a node that sets the bytes of elements `range` of `buffer` to `byte` after the
     /// nodes `after`, at every launch of the graph (and every run of the body it is in)
     /// ([`cudaGraphAddMemsetNode`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__GRAPH.html)).
-    /// The graph holds `buffer` (a clone of the `Arc`); each launch is ordered with its other
-    /// uses as a write of those elements (see [`GraphExec::launch`](crate::GraphExec::launch)).
+    /// The graph holds `buffer` (borrowed, its memory; shared, a clone of the `Arc`: see
+    /// [`GraphBuffer`]); each launch is ordered with its other uses as a write of those
+    /// elements (see [`GraphExec::launch`](crate::GraphExec::launch)).
     ///
     /// # Errors
     /// [`Error::Size`] for an empty range or one outside the buffer, and for a 13th device
     /// buffer in one graph; [`Error::DeviceMismatch`] for a buffer of another device;
+    /// [`Error::GraphMisuse`] for a borrowed buffer whose address was handed out
+    /// ([`DeviceBuffer::as_ptr`]) or whose memory another library lent;
+    /// [`Error::CaptureMisuse`] for a borrowed buffer whose home stream is being captured and
+    /// has uses not yet marked (see [the memory docs](crate::memory#graphs));
     /// [`Error::GraphMisuse`] for a node of another graph or body in `after`, or while a capture
     /// leaked with `mem::forget` writes into this level; [`Error::InsideHostFn`]; CUDA's errors.
     pub fn add_fill_bytes<T: DeviceCopy>(
@@ -797,6 +804,26 @@ impl GraphBuilder<'_> {
         self.add_planned(after, planned)
     }
 
+    /// Holds `buffer` for kernel nodes of this graph and returns its device address, for their
+    /// arguments ([`GraphBuilder::add_kernel`](crate::GraphBuilder::add_kernel)): each launch
+    /// of the graph is then ordered with the buffer's other uses as a write of all of it, as
+    /// [`Capture::use_on`] orders a captured kernel's. A borrowed buffer's address handed out
+    /// this way is not an export ([`DeviceBuffer::as_ptr`] would make the graph refuse it).
+    /// Adding the kernel stays `unsafe`: use the address only in nodes of this graph.
+    ///
+    /// # Errors
+    /// As [`GraphBuilder::add_fill_bytes`], without the node's.
+    pub fn hold_for_kernels<T: DeviceCopy>(&mut self, buffer: &impl GraphBuffer<Element = T>) -> Result<*mut T> {
+        let side = buffer.side();
+        same_device("a graph's kernels use a buffer of the graph's device", self.device(), side.device)?;
+        let start = side.start.cast::<T>();
+        let span = side.at(&(0..side.len), true).1;
+        let mut memory = HeldMemory::of(self.memory())?;
+        hold_side(&mut memory, side, span)?;
+        self.hold_memory(Arc::new(memory));
+        Ok(start)
+    }
+
     /// Adds the node `planned` describes after `after`; then the graph holds its memory, and
     /// replays its accesses to the race detector at each launch.
     fn add_planned(&mut self, after: &[GraphNode], planned: Planned) -> Result<GraphNode> {
@@ -818,12 +845,12 @@ impl<M: CaptureMode> Capture<'_, M> {
     /// captured stream or one that joined this capture: the copy becomes a memcpy node of the
     /// capture's graph, after the stream's captured work
     /// ([`cudaMemcpyAsync`](https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html)
-    /// during capture). Each side is a shared buffer, `Arc<DeviceBuffer>`, which the graph then
-    /// holds as a built graph's memcpy node does (see [`GraphBuilder::add_copy`] and
+    /// during capture). Each side is a device buffer, borrowed or shared ([`GraphBuffer`]),
+    /// which the graph then holds as a built graph's memcpy node does (see [`GraphBuilder::add_copy`] and
     /// [the memory docs](crate::memory#graphs)): each launch of an executable made from it is
     /// ordered with their other uses; or a [`CaptureBuffer`] of this capture, whose use is
     /// ordered after its allocation and before its free. Between streams of the capture,
-    /// order the work on shared buffers as for kernels (a fork and a join).
+    /// order the work on those buffers as for kernels (a fork and a join).
     ///
     /// # Errors
     /// [`Error::CaptureMisuse`] for a stream that is not part of this capture, or a capture
@@ -899,9 +926,9 @@ impl<M: CaptureMode> Capture<'_, M> {
 
     /// Runs `launch` with `stream`, a stream of this capture, and the device addresses of
     /// `memory`: one buffer (`&buffer`, its address) or a tuple of two to four (`(&a, &b)`,
-    /// their addresses as a tuple, in order), each a shared buffer or a [`CaptureBuffer`] (see
-    /// [`CaptureUses`]). The kernels `launch` enqueues there are captured. A shared buffer is
-    /// then held by the graph, whose every element they may read and write: each launch of an
+    /// their addresses as a tuple, in order), each a device buffer, borrowed or shared
+    /// ([`GraphBuffer`]), or a [`CaptureBuffer`] (see [`CaptureUses`]). The kernels `launch`
+    /// enqueues there are captured. A device buffer is then held by the graph, whose every element they may read and write: each launch of an
     /// executable made from the graph is ordered with the buffer's other uses as a write of all
     /// of it (see [the memory docs](crate::memory#graphs)). A [`CaptureBuffer`] of this
     /// capture: `stream` first waits for its allocation, and its free waits for what `launch`

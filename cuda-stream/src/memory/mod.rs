@@ -62,12 +62,24 @@
 //! [`Capture::copy`](crate::Capture::copy), [`fill_bytes`](crate::Capture::fill_bytes),
 //! [`copy_from_pinned`](crate::Capture::copy_from_pinned),
 //! [`copy_to_pinned`](crate::Capture::copy_to_pinned), and
-//! [`use_on`](crate::Capture::use_on) for a captured kernel. They take buffers shared as
-//! `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say) and page-locked memory as
-//! `Arc<`[`SharedPinned`]`<T>>`; a buffer's own copies and fills, which borrow it, stay refused
-//! in a capture.
-//! * The graph, its clones and every executable made from it each keep a clone of those `Arc`s:
-//!   no launch is enqueued once the memory is gone, whichever value drops first. A capture
+//! [`use_on`](crate::Capture::use_on) for a captured kernel. They take device buffers as a
+//! [`GraphBuffer`]: borrowed, `&DeviceBuffer<T, S>` whatever its home stream, or shared as
+//! `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say); and page-locked memory
+//! as `Arc<`[`SharedPinned`]`<T>>`. A buffer's own copies and fills stay refused in a capture.
+//! * The graph, its clones and every executable made from it each keep the memory: a clone of
+//!   a shared buffer's `Arc`, and of a borrowed buffer's memory apart from the buffer, whose
+//!   owner may go first (its home stream with it). No launch is enqueued once the memory is
+//!   gone, whichever value drops first. A borrowed buffer's owner, dropped while a graph holds
+//!   its memory, frees nothing: the last graph or executable that holds it frees it, on a
+//!   private stream after the home stream's work up to the owner's drop and after every use
+//!   since. A launch never reaches a borrowed buffer's home stream: once a graph holds the
+//!   memory, the home stream's uses are marked like any other stream's (an event record per
+//!   use there), and a buffer whose address was handed out for home work it does not see
+//!   ([`DeviceBuffer::as_ptr`]) is refused, when a graph would hold it and at each launch
+//!   ([`Error::GraphMisuse`]: order such work through `use_on` or a typed launch). A buffer
+//!   whose home stream is being captured and has uses not yet marked (a fresh buffer of the
+//!   captured stream) is refused by the capture's calls: allocate it on another stream, or use
+//!   it on one first. A capture
 //!   holds them until `end` hands them to its graph; one dropped before `end` lets them go
 //!   with the graph it discards, and one whose end fails, or that another library ended,
 //!   leaks them (that library may keep a graph that uses them): such a buffer, and the home
@@ -76,8 +88,9 @@
 //!   fill a body's memory with the builder's nodes.
 //! * Each launch of an executable is one use of that memory, ordered as a copy is: the stream
 //!   waits for the earlier uses its nodes conflict with, and later uses, the buffers' frees
-//!   and the host's access to the page-locked memory wait for the launch. A buffer whose last
-//!   `Arc` an executable drops is freed on its home stream after the launches that used it.
+//!   and the host's access to the page-locked memory wait for the launch. A shared buffer
+//!   whose last `Arc` an executable drops is freed on its home stream after the launches that
+//!   used it.
 //! * The host reaches the page-locked memory between launches through
 //!   [`SharedPinned::lock`]: its guard's `as_mut_slice` waits for the launches' copies, and no
 //!   guard reaches the buffer itself, so the memory a node copies stays where it is until the
