@@ -1,7 +1,7 @@
 //! [`DeviceBuffer`]: device memory allocated and freed in the order of its home stream, used on
 //! other streams only through calls that order the use both ways.
 
-use super::buffer_core::{BufferCore, Detached};
+use super::buffer_core::{BufferCore, Detached, Freed, Origin, detach_from, free_after_uses};
 use super::ledger::{SharedEvent, Span, UseEvent};
 use super::lent::LentMemory;
 use super::output_slot::OutputSlot;
@@ -10,18 +10,15 @@ use super::page_locked::{PageLocked, PageLockedMemory};
 use super::pool::MemPool;
 use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use, refuse_capture};
 use super::{DeviceCopy, byte_size, same_length, wait_for_blocking_copy};
-use crate::call::capture_mode::{ignore_other_threads_captures, uncapturable_call, uncaptured_stream_call};
+use crate::call::capture_mode::{ignore_other_threads_captures, uncaptured_stream_call};
 use crate::call::live_captures;
-use crate::call::race::model::{Step, Use};
-use crate::call::race::{self, Access, AccessKind};
+use crate::call::race::model::Use;
+use crate::call::race::{Access, AccessKind};
 use crate::call::sync_debug::{self, SyncKind};
-use crate::call::transitions::no_capture_transitions;
 use crate::device::{Device, same_device};
 use crate::event::Event;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
-use crate::ffi::inside_host_fn::refuse_inside_host_fn;
-use crate::stream::capture_status::CaptureStatus;
 use crate::stream::enqueue::{InCapture, Work};
 use crate::stream::{AsStream, BorrowedStream, StreamRef};
 use crate::sys;
@@ -747,7 +744,7 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
     /// Frees the memory on the home stream (`cudaFreeAsync`), after every use ordered there;
     /// memory another library lent is handed back to it once those uses have completed.
     /// While a graph holds the memory, frees nothing: the last graph or executable that holds
-    /// it frees it (see [`BufferCore`]). Leaks it instead where that cannot be done safely:
+    /// it frees it (see [the memory docs](crate::memory#graphs)). Leaks it instead where that cannot be done safely:
     /// inside a host function, when the home stream behind `S` is no longer the one it was
     /// allocated on (another thread's per-thread stream), while the home stream is being
     /// captured, after a failed ordering, and when CUDA refuses the free (a fault).
@@ -774,157 +771,6 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
         }
         free_after_uses(&home, &self.core.uses, freed);
     }
-}
-
-/// A new private stream of `home`'s device, after `home`'s work so far: the home of memory
-/// whose owner is dropped while graphs hold it (see [`BufferCore`]). Refused inside a host
-/// function and while `home` is being captured.
-fn detach_from(home: &StreamRef, uses: &Uses) -> Result<crate::stream::Stream> {
-    refuse_inside_host_fn()?;
-    if uses.leaked() {
-        return Err(Error::Size("a use of this buffer could not be noted"));
-    }
-    ignore_other_threads_captures();
-    let private = crate::stream::Stream::new(home.device(), crate::stream::StreamOptions::non_blocking())?;
-    let tail = Event::internal(home.device())?;
-    // No capture of this crate begins between the check and the record.
-    let _transitions = no_capture_transitions();
-    if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
-        return Err(Error::CaptureMisuse(CAPTURED));
-    }
-    home.record_raw(tail.as_raw(), 0)?;
-    private.wait_raw(tail.as_raw(), 0)?;
-    Ok(private)
-}
-
-/// Where a buffer's memory came from, and so what its drop does after the last use.
-pub(super) enum Origin {
-    /// Allocated by this buffer (`cudaMallocAsync`): freed on the home stream.
-    Allocated,
-    /// A graph's output ([`GraphOutput::take`](super::GraphOutput::take)): freed on the home
-    /// stream, and that free is what the graph's next launch waits for.
-    Output(Arc<OutputSlot>),
-    /// Another library's memory: handed back to it, never freed here.
-    Lent(LentMemory),
-}
-
-/// What the end of a buffer's memory needs besides its uses: where it is, and where it came
-/// from.
-pub(super) struct Freed {
-    /// The device address (never dereferenced on the host).
-    pub(super) address: u64,
-    pub(super) bytes: usize,
-    pub(super) device: Device,
-    pub(super) origin: Origin,
-}
-
-impl Freed {
-    /// Never freed nor handed back (noted for a graph output's next launch).
-    fn leak(self) {
-        if let Origin::Output(output) = &self.origin {
-            output.never_freed();
-        }
-    }
-}
-
-/// How a buffer's drop ended.
-enum End {
-    /// Nothing was freed or handed back.
-    Leaked,
-    /// Freed on the home stream.
-    Freed,
-    /// Lent memory, whose last use ends at this event (recorded on the home stream after it).
-    AfterEvent(Event),
-}
-
-/// The end of a buffer's memory, after every use: freed on `home` (noted for a graph output's
-/// next launch), or, for lent memory, handed back once the last use has completed; or leaked.
-/// `home` is the buffer's home stream at its owner's drop, or the private stream of memory
-/// whose owner was dropped while graphs held it.
-pub(super) fn free_after_uses(home: &StreamRef, uses: &Uses, mut freed: Freed) {
-    // A wait or a free on the legacy stream is reported by the sync-debug mode, never
-    // refused: refused, the memory would leak.
-    let end = sync_debug::reporting_only(|| order_and_free(home, uses, &freed));
-    match (end, &mut freed.origin) {
-        (End::Leaked, _) => freed.leak(),
-        // Handed back only once the last use has completed (the lender may reuse it at
-        // once); not at all if that cannot be waited for. The wait is a query of an event
-        // outside any capture, which a capture of this thread's that another library began
-        // (`torch.cuda.graph`) must neither refuse nor be invalidated by: made in the
-        // Relaxed mode.
-        (End::AfterEvent(last_use), Origin::Lent(lent))
-            if sync_debug::reporting_only(|| uncapturable_call(|| last_use.synchronize())).is_ok() =>
-        {
-            lent.hand_back();
-        }
-        _ => {}
-    }
-}
-
-/// The free, after every use, on `home`, or, for lent memory, an event after every use; or
-/// nothing (a leak).
-fn order_and_free(home: &StreamRef, uses: &Uses, freed: &Freed) -> End {
-    if uses.leaked() || refuse_inside_host_fn().is_err() {
-        return End::Leaked;
-    }
-    ignore_other_threads_captures();
-    // No capture of this crate begins between the check and the free.
-    let _transitions = no_capture_transitions();
-    // Not into a capture (a free node), and not making a capturing home stream wait.
-    if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
-        return End::Leaked;
-    }
-    // After the last use on every other stream (recorded outside any capture).
-    if uses.home_waits_for_others(home).is_err() {
-        return End::Leaked;
-    }
-    // A race the detector finds is reported, never refused here: refused, the memory
-    // would leak and the report be lost.
-    // Memory of this crate's own lent back to it is not freed here: no free to check.
-    let frees = !matches!(&freed.origin, Origin::Lent(lent) if !lent.foreign());
-    let free_check = || {
-        let uses = || {
-            if frees {
-                vec![Access::bytes(freed.address, freed.bytes as u64, AccessKind::Free).as_use()]
-            } else {
-                Vec::new()
-            }
-        };
-        home.race_check(Step::Work, uses, || "cudaFreeAsync".to_owned())
-    };
-    let Ok(checked) = race::reporting_only(free_check) else {
-        return End::Leaked;
-    };
-    if let Origin::Lent(_) = freed.origin {
-        // On a stream checked not capturing, under the hold: a plain record.
-        let Ok(last_use) = Event::internal(freed.device) else { return End::Leaked };
-        if home.record_raw(last_use.as_raw(), 0).is_err() {
-            return End::Leaked;
-        }
-        checked.enqueued();
-        return End::AfterEvent(last_use);
-    }
-    let (address, raw) = (freed.address as *mut c_void, home.as_raw());
-    // Memory this buffer allocated and nothing else frees; every use this crate enqueued
-    // is ordered before this point of the home stream. On failure the memory is leaked.
-    // Not into a capture (checked above), but the calling thread may be capturing another
-    // stream in Global or ThreadLocal mode (see `allocate_raw`).
-    let released = uncaptured_stream_call(|| match home.enter()? {
-        // SAFETY: as above; a live real stream.
-        None => unsafe { driver::mem_free_async(address, raw) },
-        // SAFETY: as above; a special handle of the current device.
-        Some(_current) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
-    });
-    if released.is_err() {
-        return End::Leaked;
-    }
-    checked.enqueued();
-    // On the stream just freed on, under the same hold: what a graph output's next launch
-    // waits for.
-    if let Origin::Output(output) = &freed.origin {
-        output.freed_on(home);
-    }
-    End::Freed
 }
 
 impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {

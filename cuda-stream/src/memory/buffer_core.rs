@@ -15,13 +15,28 @@
 //! the free needs, here ([`Detached`]). The private stream is the memory's home from then on
 //! (its position covers every use the old home made). When the last graph or executable that
 //! holds the memory is dropped, the core frees it there, after every use, as the owner's drop
-//! would have on the home stream.
+//! would have on the home stream. The end of a buffer's memory, whoever makes it, is here too
+//! ([`free_after_uses`]).
 
-use super::buffer::{Freed, free_after_uses};
-use super::uses::Uses;
-use crate::stream::Stream;
+use super::lent::LentMemory;
+use super::output_slot::OutputSlot;
+use super::uses::{CAPTURED, Uses};
+use crate::call::capture_mode::{ignore_other_threads_captures, uncapturable_call, uncaptured_stream_call};
+use crate::call::race::model::Step;
+use crate::call::race::{self, Access, AccessKind};
+use crate::call::sync_debug;
+use crate::call::transitions::no_capture_transitions;
+use crate::device::Device;
+use crate::event::Event;
+use crate::ffi::driver;
+use crate::ffi::error::{Error, Result, check};
+use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::stream::capture_status::CaptureStatus;
+use crate::stream::{Stream, StreamOptions, StreamRef};
+use crate::sys;
+use std::ffi::c_void;
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The shared part of a device buffer (see the [module docs](self)).
 pub(super) struct BufferCore {
@@ -65,4 +80,155 @@ impl fmt::Debug for BufferCore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BufferCore").field("leaked", &self.uses.leaked()).finish_non_exhaustive()
     }
+}
+
+/// A new private stream of `home`'s device, after `home`'s work so far: the home of memory
+/// whose owner is dropped while graphs hold it (see the [module docs](self)). Refused inside a host
+/// function and while `home` is being captured.
+pub(super) fn detach_from(home: &StreamRef, uses: &Uses) -> Result<Stream> {
+    refuse_inside_host_fn()?;
+    if uses.leaked() {
+        return Err(Error::Size("a use of this buffer could not be noted"));
+    }
+    ignore_other_threads_captures();
+    let private = Stream::new(home.device(), StreamOptions::non_blocking())?;
+    let tail = Event::internal(home.device())?;
+    // No capture of this crate begins between the check and the record.
+    let _transitions = no_capture_transitions();
+    if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
+        return Err(Error::CaptureMisuse(CAPTURED));
+    }
+    home.record_raw(tail.as_raw(), 0)?;
+    private.wait_raw(tail.as_raw(), 0)?;
+    Ok(private)
+}
+
+/// Where a buffer's memory came from, and so what its drop does after the last use.
+pub(super) enum Origin {
+    /// Allocated by this buffer (`cudaMallocAsync`): freed on the home stream.
+    Allocated,
+    /// A graph's output ([`GraphOutput::take`](super::GraphOutput::take)): freed on the home
+    /// stream, and that free is what the graph's next launch waits for.
+    Output(Arc<OutputSlot>),
+    /// Another library's memory: handed back to it, never freed here.
+    Lent(LentMemory),
+}
+
+/// What the end of a buffer's memory needs besides its uses: where it is, and where it came
+/// from.
+pub(super) struct Freed {
+    /// The device address (never dereferenced on the host).
+    pub(super) address: u64,
+    pub(super) bytes: usize,
+    pub(super) device: Device,
+    pub(super) origin: Origin,
+}
+
+impl Freed {
+    /// Never freed nor handed back (noted for a graph output's next launch).
+    pub(super) fn leak(self) {
+        if let Origin::Output(output) = &self.origin {
+            output.never_freed();
+        }
+    }
+}
+
+/// How a buffer's drop ended.
+enum End {
+    /// Nothing was freed or handed back.
+    Leaked,
+    /// Freed on the home stream.
+    Freed,
+    /// Lent memory, whose last use ends at this event (recorded on the home stream after it).
+    AfterEvent(Event),
+}
+
+/// The end of a buffer's memory, after every use: freed on `home` (noted for a graph output's
+/// next launch), or, for lent memory, handed back once the last use has completed; or leaked.
+/// `home` is the buffer's home stream at its owner's drop, or the private stream of memory
+/// whose owner was dropped while graphs held it.
+pub(super) fn free_after_uses(home: &StreamRef, uses: &Uses, mut freed: Freed) {
+    // A wait or a free on the legacy stream is reported by the sync-debug mode, never
+    // refused: refused, the memory would leak.
+    let end = sync_debug::reporting_only(|| order_and_free(home, uses, &freed));
+    match (end, &mut freed.origin) {
+        (End::Leaked, _) => freed.leak(),
+        // Handed back only once the last use has completed (the lender may reuse it at
+        // once); not at all if that cannot be waited for. The wait is a query of an event
+        // outside any capture, which a capture of this thread's that another library began
+        // (`torch.cuda.graph`) must neither refuse nor be invalidated by: made in the
+        // Relaxed mode.
+        (End::AfterEvent(last_use), Origin::Lent(lent))
+            if sync_debug::reporting_only(|| uncapturable_call(|| last_use.synchronize())).is_ok() =>
+        {
+            lent.hand_back();
+        }
+        _ => {}
+    }
+}
+
+/// The free, after every use, on `home`, or, for lent memory, an event after every use; or
+/// nothing (a leak).
+fn order_and_free(home: &StreamRef, uses: &Uses, freed: &Freed) -> End {
+    if uses.leaked() || refuse_inside_host_fn().is_err() {
+        return End::Leaked;
+    }
+    ignore_other_threads_captures();
+    // No capture of this crate begins between the check and the free.
+    let _transitions = no_capture_transitions();
+    // Not into a capture (a free node), and not making a capturing home stream wait.
+    if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
+        return End::Leaked;
+    }
+    // After the last use on every other stream (recorded outside any capture).
+    if uses.home_waits_for_others(home).is_err() {
+        return End::Leaked;
+    }
+    // A race the detector finds is reported, never refused here: refused, the memory
+    // would leak and the report be lost.
+    // Memory of this crate's own lent back to it is not freed here: no free to check.
+    let frees = !matches!(&freed.origin, Origin::Lent(lent) if !lent.foreign());
+    let free_check = || {
+        let uses = || {
+            if frees {
+                vec![Access::bytes(freed.address, freed.bytes as u64, AccessKind::Free).as_use()]
+            } else {
+                Vec::new()
+            }
+        };
+        home.race_check(Step::Work, uses, || "cudaFreeAsync".to_owned())
+    };
+    let Ok(checked) = race::reporting_only(free_check) else {
+        return End::Leaked;
+    };
+    if let Origin::Lent(_) = freed.origin {
+        // On a stream checked not capturing, under the hold: a plain record.
+        let Ok(last_use) = Event::internal(freed.device) else { return End::Leaked };
+        if home.record_raw(last_use.as_raw(), 0).is_err() {
+            return End::Leaked;
+        }
+        checked.enqueued();
+        return End::AfterEvent(last_use);
+    }
+    let (address, raw) = (freed.address as *mut c_void, home.as_raw());
+    // Memory this buffer allocated and nothing else frees; every use this crate enqueued
+    // is ordered before this point of the home stream. On failure the memory is leaked.
+    // Not into a capture (checked above), but the calling thread may be capturing another
+    // stream in Global or ThreadLocal mode (see `allocate_raw`).
+    let released = uncaptured_stream_call(|| match home.enter()? {
+        // SAFETY: as above; a live real stream.
+        None => unsafe { driver::mem_free_async(address, raw) },
+        // SAFETY: as above; a special handle of the current device.
+        Some(_current) => check(unsafe { sys::cudaFreeAsync(address, raw) }, "cudaFreeAsync"),
+    });
+    if released.is_err() {
+        return End::Leaked;
+    }
+    checked.enqueued();
+    // On the stream just freed on, under the same hold: what a graph output's next launch
+    // waits for.
+    if let Origin::Output(output) = &freed.origin {
+        output.freed_on(home);
+    }
+    End::Freed
 }
