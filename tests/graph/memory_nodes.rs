@@ -813,3 +813,26 @@ fn launches_on_another_thread_while_the_owner_goes_replay_into_memory_that_stays
         launcher.join().unwrap();
     });
 }
+
+#[test]
+fn declared_accesses_export_nothing_and_an_owner_on_the_legacy_stream_detaches_under_sync_debug_refuse() {
+    let device = gpu_or_skip!();
+    let other = non_blocking_stream(device);
+    let host_out = pinned(&[0; N]);
+    let buffer = DeviceBuffer::<u32, _>::zeroed(cuda_stream::BuiltinStream::legacy(device), N).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    let mut builder = graph.builder();
+    let fill = builder.add_fill_bytes(&buffer, .., 0x5a, &[]).unwrap();
+    builder.add_copy_to_pinned(&host_out, .., &buffer, .., &[fill]).unwrap();
+    let exec = graph.instantiate().unwrap();
+    // Declarations for the race detector hand out no address for work: the graph still launches.
+    let _declared = (buffer.read_access(), buffer.write_access(), buffer.slice(..).unwrap().read_access());
+    {
+        // The owner's drop records on its home, the legacy stream: reported, never refused, or
+        // the memory would leak and the executable refuse its launches.
+        let _refuse = cuda_stream::sync_debug_scope(cuda_stream::SyncDebugMode::Refuse);
+        drop(buffer);
+    }
+    exec.launch(&other).unwrap();
+    assert_eq!(host_out.lock().as_slice().unwrap(), vec![0x5a5a_5a5a; N]);
+}

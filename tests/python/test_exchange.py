@@ -247,6 +247,13 @@ class Tests:
         assert ext.import_len(x.reshape(4, 4), ours) == 16
         assert x.sum().item() == 120.0
 
+    def test_a_buffer_a_graph_holds_is_not_exported(self):
+        ext = self.ext
+        ours = ext.new_stream(0)
+        expect_error(BufferError, lambda: ext.export_held_by_graph(ours, 64), contains="graph holds")
+        # The module still works: a plain export afterwards.
+        assert ext.allocate_and_fill(ours, 8, 2.0) is not None
+
     def test_import_during_a_cupy_capture_leaves_the_capture_intact(self):
         cupy = need("cupy")
         ext = self.ext

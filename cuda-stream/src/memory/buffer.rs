@@ -561,6 +561,13 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         self.core.uses.mark_leaked();
     }
 
+    /// Whether a graph (or capture, or executable) holds the memory apart from the buffer: none
+    /// can begin to while the caller has the buffer by value.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn held_by_graphs(&self) -> bool {
+        Arc::strong_count(&self.core) > 1
+    }
+
     /// Whether this buffer allocated its memory (not a graph's output, not lent memory).
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn allocated_here(&self) -> bool {
@@ -759,8 +766,10 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
         // Only a graph holds a clone of the core, and none can take one now (that takes a
         // borrow of the buffer); one that lets go meanwhile leaves the free to this drop's
         // own clone, at its end.
-        if Arc::strong_count(&self.core) > 1 {
-            match detach_from(&home, &self.core.uses) {
+        if self.held_by_graphs() {
+            // Reported by the sync-debug mode, never refused (a record on the legacy stream):
+            // refused, the memory would leak and the graph's launches be refused.
+            match sync_debug::reporting_only(|| detach_from(&home, &self.core.uses)) {
                 Ok(private) => self.core.detach(Detached { home: private, freed }),
                 Err(_) => {
                     self.core.uses.mark_leaked();
@@ -782,12 +791,13 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     /// The whole buffer read, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses)
     /// and [`StreamRef::declare_accesses`](crate::StreamRef::declare_accesses).
     pub fn read_access(&self) -> Access {
-        Access::read(self.as_ptr(), self.len)
+        // A declaration for the detector, not an address for work: no export.
+        Access::read(self.as_ptr_untracked(), self.len)
     }
 
     /// The whole buffer written, as [`DeviceBuffer::read_access`].
     pub fn write_access(&self) -> Access {
-        Access::write(self.as_ptr(), self.len)
+        Access::write(self.as_ptr_untracked(), self.len)
     }
 }
 

@@ -8,13 +8,14 @@
 //! graph first holds the memory, the home stream's unmarked uses are marked and its later uses
 //! are marked like any other ([`Uses::prepare_for_graphs`]); a launch then waits for the marks
 //! it conflicts with, wherever they were made. A buffer whose address was handed out for home
-//! work the buffer does not see (`as_ptr`) is refused, at the hold and at every launch.
+//! work the buffer does not see (`as_ptr`) is refused, at the hold and at every launch; one
+//! whose memory a graph holds is not handed to Python (the consumer's work is not noted).
 //!
 //! The owner's drop while a graph holds the memory frees nothing: on a new private stream of
 //! the device it waits for the home stream's work so far, and leaves that stream, with what
 //! the free needs, here ([`Detached`]). The private stream is the memory's home from then on
-//! (its position covers every use the old home made). When the last graph or executable that
-//! holds the memory is dropped, the core frees it there, after every use, as the owner's drop
+//! (its position covers every use the old home made). When the last holder of the memory (a
+//! graph, a clone, an executable, a capture) is dropped, the core frees it there, after every use, as the owner's drop
 //! would have on the home stream. The end of a buffer's memory, whoever makes it, is here too
 //! ([`free_after_uses`]).
 

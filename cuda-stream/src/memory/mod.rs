@@ -79,7 +79,10 @@
 //!   ([`Error::GraphMisuse`]: order such work through `use_on` or a typed launch). A buffer
 //!   whose home stream is being captured and has uses not yet marked (a fresh buffer of the
 //!   captured stream) is refused by the capture's calls: allocate it on another stream, or use
-//!   it on one first. A capture
+//!   it on one first. Holding a borrowed buffer's memory, a graph launches on any thread:
+//!   `&mut` on the buffer no longer keeps other work off it, and, as for any two uses of one
+//!   buffer begun at the same moment on two threads, a launch and a use each wait only for the
+//!   uses noted before they began. A capture
 //!   holds them until `end` hands them to its graph; one dropped before `end` lets them go
 //!   with the graph it discards, and one whose end fails, or that another library ended,
 //!   leaks them (that library may keep a graph that uses them): such a buffer, and the home

@@ -179,7 +179,8 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSlice<'a, T, S> {
 
     /// The view read, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses).
     pub fn read_access(&self) -> Access {
-        Access::read(self.as_ptr(), self.len())
+        // A declaration for the detector, not an address for work: no export.
+        Access::read(self.as_ptr_untracked(), self.len())
     }
 }
 
@@ -251,7 +252,8 @@ impl<'a, T: DeviceCopy, S: AsStream> DeviceSliceMut<'a, T, S> {
 
     /// The view written, for [`LaunchConfig::accesses`](crate::LaunchConfig::accesses).
     pub fn write_access(&self) -> Access {
-        Access::write(self.as_ptr(), self.len())
+        // A declaration for the detector, not an address for work: no export.
+        Access::write(self.as_ptr_untracked(), self.len())
     }
 }
 

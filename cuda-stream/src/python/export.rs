@@ -67,7 +67,8 @@ impl ExportedBuffer {
     /// [`Error::Exchange`] for a buffer whose home is a per-thread stream (handle 2, or 0 in the
     /// `per-thread-default-stream` build), which means another stream on each Python thread, and
     /// for a buffer this crate did not allocate (a graph's output, an imported tensor): only
-    /// memory this crate frees is handed out.
+    /// memory this crate frees is handed out; for a buffer whose memory a graph holds
+    /// ([`GraphBuffer`](crate::GraphBuffer)).
     pub fn new<T: DlpackElement, S: AsStream + Send + Sync + 'static>(
         buffer: DeviceBuffer<T, S>,
     ) -> Result<ExportedBuffer> {
@@ -82,6 +83,15 @@ impl ExportedBuffer {
             return Err(Error::Exchange(
                 "only a buffer this crate allocated is handed to Python (not a graph's output, not an \
                  imported tensor)"
+                    .into(),
+            ));
+        }
+        // A graph's launches are ordered with the buffer's noted uses only: never with the work
+        // a consumer enqueues on the memory after its export.
+        if buffer.held_by_graphs() {
+            return Err(Error::Exchange(
+                "a buffer whose memory a graph holds is not handed to Python: the graph's launches would \
+                 not be ordered with the consumer's work"
                     .into(),
             ));
         }

@@ -78,6 +78,24 @@ pub(crate) struct Shared {
     /// Homed on [`CAPTURE_HOMES`]: captures may hold it. A buffer of the program shared later
     /// lives on a home of the program, and only built graphs hold it.
     pub(crate) capturable: bool,
+    /// Given to graphs borrowed (`&DeviceBuffer`: the graph holds its memory apart from it)
+    /// rather than as the `Arc`. Such a buffer may go back to the program's plain buffers
+    /// while graphs hold its memory, and be used, exported or dropped there; what a graph
+    /// holding it may do is then less known (see [`Holds::add_parts`]).
+    pub(crate) borrowed: bool,
+}
+
+/// Runs `$body` with `$b` the buffer of `$shared` as a graph is given it: borrowed or shared.
+macro_rules! with_side {
+    ($shared:expr, |$b:ident| $body:expr) => {
+        if $shared.borrowed {
+            let $b = &*$shared.buffer;
+            $body
+        } else {
+            let $b = &$shared.buffer;
+            $body
+        }
+    };
 }
 
 /// One memory operation of a graph, with its operands.
@@ -235,6 +253,9 @@ impl Holds {
                 self.buffers.push(id);
             }
             self.program_homed |= !shared.capturable;
+            // The memory of a borrowed buffer: the program may export its address (launches
+            // refused), or drop the buffer while this graph holds the memory.
+            self.uncertain |= shared.borrowed;
         }
         if let Some(pin) = pinned {
             let id = identity(pin);
@@ -256,7 +277,9 @@ impl Holds {
         if bad {
             return Expected::Size;
         }
-        if self.uncertain {
+        if self.uncertain || plan.buffers().iter().any(|shared| shared.borrowed) {
+            // A borrowed buffer may be refused (its address exported, its home capturing with
+            // uses not marked) and is one more entry beside its `Arc`.
             return Expected::Typed;
         }
         let mut buffers: Vec<usize> = self.buffers.clone();
@@ -419,7 +442,7 @@ impl GraphMem {
         };
         note("DeviceBuffer::new (shared)", &made);
         if let Ok(buffer) = made {
-            self.shared.push(Shared { buffer: Arc::new(buffer), capturable: true });
+            self.shared.push(Shared { buffer: Arc::new(buffer), capturable: true, borrowed: tag % 3 == 0 });
         }
     }
 
@@ -559,15 +582,21 @@ fn tail_plans(rng: &mut Rng, shared: &[Shared], pins: &[Locked]) -> (Plan, Plan,
 /// Adds `plan` as a node after `after`.
 fn add_planned(builder: &mut GraphBuilder<'_>, plan: &Plan, after: &[GraphNode]) -> Result<GraphNode> {
     match plan {
-        Plan::Fill { buffer, range, byte } => builder.add_fill_bytes(&buffer.buffer, range.clone(), *byte, after),
-        Plan::Copy { to, to_range, from, from_range } => {
-            builder.add_copy(&to.buffer, to_range.clone(), &from.buffer, from_range.clone(), after)
+        Plan::Fill { buffer, range, byte } => {
+            with_side!(buffer, |b| builder.add_fill_bytes(b, range.clone(), *byte, after))
         }
+        Plan::Copy { to, to_range, from, from_range } => with_side!(to, |t| with_side!(from, |f| builder.add_copy(
+            t,
+            to_range.clone(),
+            f,
+            from_range.clone(),
+            after
+        ))),
         Plan::FromPinned { to, to_range, from, from_range } => {
-            builder.add_copy_from_pinned(&to.buffer, to_range.clone(), from, from_range.clone(), after)
+            with_side!(to, |t| builder.add_copy_from_pinned(t, to_range.clone(), from, from_range.clone(), after))
         }
         Plan::ToPinned { to, to_range, from, from_range } => {
-            builder.add_copy_to_pinned(to, to_range.clone(), &from.buffer, from_range.clone(), after)
+            with_side!(from, |f| builder.add_copy_to_pinned(to, to_range.clone(), f, from_range.clone(), after))
         }
     }
 }
@@ -589,15 +618,15 @@ mod capture_buffers;
 /// Captures `plan` on `stream`.
 fn capture_planned(capture: &mut AnyCapture<'_>, stream: &StreamRef, plan: &Plan) -> Result<()> {
     on_capture!(capture, |c| match plan {
-        Plan::Fill { buffer, range, byte } => c.fill_bytes(stream, &buffer.buffer, range.clone(), *byte),
+        Plan::Fill { buffer, range, byte } => with_side!(buffer, |b| c.fill_bytes(stream, b, range.clone(), *byte)),
         Plan::Copy { to, to_range, from, from_range } => {
-            c.copy(stream, (&to.buffer, to_range.clone()), (&from.buffer, from_range.clone()))
+            with_side!(to, |t| with_side!(from, |f| c.copy(stream, (t, to_range.clone()), (f, from_range.clone()))))
         }
         Plan::FromPinned { to, to_range, from, from_range } => {
-            c.copy_from_pinned(stream, (&to.buffer, to_range.clone()), (from, from_range.clone()))
+            with_side!(to, |t| c.copy_from_pinned(stream, (t, to_range.clone()), (from, from_range.clone())))
         }
         Plan::ToPinned { to, to_range, from, from_range } => {
-            c.copy_to_pinned(stream, (to, to_range.clone()), (&from.buffer, from_range.clone()))
+            with_side!(from, |f| c.copy_to_pinned(stream, (to, to_range.clone()), (f, from_range.clone())))
         }
     })
 }
@@ -733,17 +762,17 @@ impl<'p> World<'p> {
             0 if gm.shared.len() < MAX_SHARED => gm.new_shared(pick, tag),
             1 if gm.shared.len() < MAX_SHARED && !self.mem.buffers.is_empty() => {
                 let buf = self.mem.buffers.remove(at(self.mem.buffers.len()));
-                gm.shared.push(Shared { buffer: Arc::new(buf.buffer), capturable: false });
+                gm.shared.push(Shared { buffer: Arc::new(buf.buffer), capturable: false, borrowed: pick % 3 == 0 });
             }
             2 if !gm.shared.is_empty() => {
                 let shared = gm.shared.swap_remove(at(gm.shared.len()));
-                let capturable = shared.capturable;
+                let (capturable, borrowed) = (shared.capturable, shared.borrowed);
                 match Arc::try_unwrap(shared.buffer) {
                     Ok(buffer) if self.mem.buffers.len() < MAX_BUFFERS => {
                         self.mem.buffers.push(Buf { buffer, holds: None });
                     }
                     Ok(buffer) => drop(buffer),
-                    Err(buffer) => gm.shared.push(Shared { buffer, capturable }),
+                    Err(buffer) => gm.shared.push(Shared { buffer, capturable, borrowed }),
                 }
             }
             3 if gm.locked.len() < MAX_LOCKED => gm.new_locked(tag),
@@ -1045,7 +1074,8 @@ impl<'p> World<'p> {
         note("DeviceBuffer::zeroed (shared)", &made);
         let Ok(buffer) = made else { return };
         let buffer: SharedBuffer = Arc::new(buffer);
-        let shared = Shared { buffer: Arc::clone(&buffer), capturable: true };
+        // Shared, not borrowed: what the capture holds is counted in the `Arc`.
+        let shared = Shared { buffer: Arc::clone(&buffer), capturable: true, borrowed: false };
         let stream = Stream::new(self.device, StreamOptions::non_blocking());
         note("Stream::new", &stream);
         let Ok(stream) = stream else { return };

@@ -150,6 +150,22 @@ fn allocate_and_fill(home: &Bound<'_, CudaStream>, n: usize, value: f32) -> PyRe
     Ok(ExportedBuffer::new(DeviceBuffer::from_slice(home.get().shared(), &vec![value; n])?)?)
 }
 
+/// `n` floats allocated on `home`, held by an executable's memset node, handed to Python:
+/// refused (the graph's launches would race the consumer's work); the executable still
+/// launches after the refusal dropped the buffer (its memory stays the executable's).
+#[pyfunction]
+fn export_held_by_graph(home: &Bound<'_, CudaStream>, n: usize) -> PyResult<ExportedBuffer> {
+    let stream = home.get().shared();
+    let buffer = DeviceBuffer::<f32, _>::zeroed(Arc::clone(&stream), n)?;
+    let mut graph = cuda_stream::Graph::new(stream.as_stream().device())?;
+    graph.builder().add_fill_bytes(&buffer, .., 0x3f, &[])?;
+    let exec = graph.instantiate()?;
+    let exported = ExportedBuffer::new(buffer);
+    exec.launch(&*stream.as_stream())?;
+    stream.as_stream().synchronize()?;
+    Ok(exported?)
+}
+
 /// `(min, max)` of `values`.
 fn min_max(values: &[f32]) -> (f32, f32) {
     values.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)))
@@ -300,6 +316,7 @@ fn cuda_stream_ext(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(stream_handle, module)?)?;
     module.add_function(wrap_pyfunction!(written_on_two_streams, module)?)?;
     module.add_function(wrap_pyfunction!(allocate_and_fill, module)?)?;
+    module.add_function(wrap_pyfunction!(export_held_by_graph, module)?)?;
     module.add_function(wrap_pyfunction!(written_in_chunks, module)?)?;
     module.add_function(wrap_pyfunction!(import_min_max, module)?)?;
     module.add_function(wrap_pyfunction!(naive_min_max, module)?)?;

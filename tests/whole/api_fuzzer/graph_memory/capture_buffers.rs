@@ -231,7 +231,7 @@ impl World<'_> {
         let made = DeviceBuffer::zeroed(home, len);
         note("DeviceBuffer::zeroed (shared)", &made);
         let Ok(out) = made else { return };
-        let out = Shared { buffer: Arc::new(out), capturable: true };
+        let out = Shared { buffer: Arc::new(out), capturable: true, borrowed: false };
         if self.graph_mem.locked.is_empty() {
             self.graph_mem.new_locked(byte(rng));
         }
