@@ -6,10 +6,11 @@
 //! used bytes. A spin kernel captured before the memory nodes makes every launch slow, so a
 //! read that were not ordered after it would see the bytes from before.
 
-use cuda_stream::capture::ThreadLocal;
+use cuda_stream::capture::{CaptureMode, ThreadLocal};
 use cuda_stream::conditional::{GraphBuilder, GraphNode};
 use cuda_stream::{
-    DeviceBuffer, Error, Graph, InstantiateOptions, MemPool, PinnedBuffer, SharedPinned, Stream, StreamRef, check, sys,
+    Capture, CaptureMemory, DeviceBuffer, Error, Graph, InstantiateOptions, MemPool, PinnedBuffer, SharedPinned,
+    Stream, StreamRef, check, sys,
 };
 use cuda_stream_tests::probe::{Probe, Token};
 use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, spin};
@@ -45,6 +46,24 @@ fn slow_start(builder: &mut GraphBuilder<'_>, stream: &StreamRef) -> Vec<GraphNo
     spin(stream, SLOW).unwrap();
     capture.end().unwrap();
     builder.leaves().unwrap()
+}
+
+/// Captures a kernel that spins `SLOW`, then copies `source` into `target` (N u32s each), on
+/// `capturing`, through the capture's `use_on`: the graph holds both.
+fn capture_slow_copy<M: CaptureMode>(
+    capture: &mut Capture<'_, M>,
+    capturing: &StreamRef,
+    source: &impl CaptureMemory<Element = u32>,
+    target: &impl CaptureMemory<Element = u32>,
+) {
+    let read = capture.use_on(capturing, source, |_, source| source.cast_const()).unwrap();
+    capture
+        .use_on(capturing, target, |stream, target| {
+            // SAFETY: N u32s each, in memory the graph holds for every launch.
+            unsafe { cuda_stream_tests::spin_copy(stream, read, target, N, SLOW) }
+        })
+        .unwrap()
+        .unwrap();
 }
 
 /// The values the host writes into the input before launch `round`.
@@ -439,14 +458,7 @@ fn a_captured_kernel_uses_buffers_through_use_on_and_its_launches_are_ordered_wi
     let source: Buffer = Arc::new(DeviceBuffer::from_slice(home(&stream), &values).unwrap());
     let target: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
     let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
-    let read = capture.use_on(&capturing, &source, |_, source| source.cast_const()).unwrap();
-    capture
-        .use_on(&capturing, &target, |stream, target| {
-            // SAFETY: N u32s each, in buffers the graph holds for every launch.
-            unsafe { cuda_stream_tests::spin_copy(stream, read, target, N, SLOW) }
-        })
-        .unwrap()
-        .unwrap();
+    capture_slow_copy(&mut capture, &capturing, &source, &target);
     let exec = capture.end().unwrap().instantiate().unwrap();
     // The source is the executable's alone now.
     let kept = Arc::downgrade(&source);
@@ -720,14 +732,7 @@ fn a_capture_holds_borrowed_buffers_and_their_owners_uses_are_ordered_with_its_l
     let source = DeviceBuffer::from_slice(&stream, &values).unwrap();
     let mut target = DeviceBuffer::<u32, _>::zeroed(&stream, N).unwrap();
     let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
-    let read = capture.use_on(&capturing, &source, |_, source| source.cast_const()).unwrap();
-    capture
-        .use_on(&capturing, &target, |stream, target| {
-            // SAFETY: N u32s each, in memory the graph holds for every launch.
-            unsafe { cuda_stream_tests::spin_copy(stream, read, target, N, SLOW) }
-        })
-        .unwrap()
-        .unwrap();
+    capture_slow_copy(&mut capture, &capturing, &source, &target);
     capture.fill_bytes(&capturing, &target, ..1, 0xff).unwrap();
     let exec = capture.end().unwrap().instantiate().unwrap();
     let mut expected = values.clone();

@@ -770,7 +770,7 @@ impl<T: DeviceCopy, S: AsStream> Drop for DeviceBuffer<T, S> {
             // Reported by the sync-debug mode, never refused (a record on the legacy stream):
             // refused, the memory would leak and the graph's launches be refused.
             match sync_debug::reporting_only(|| detach_from(&home, &self.core.uses)) {
-                Ok(private) => self.core.detach(Detached { home: private, freed }),
+                Ok(tail) => self.core.detach(Detached { tail, freed }),
                 Err(_) => {
                     self.core.uses.mark_leaked();
                     freed.leak();

@@ -11,12 +11,13 @@
 //! work the buffer does not see (`as_ptr`) is refused, at the hold and at every launch; one
 //! whose memory a graph holds is not handed to Python (the consumer's work is not noted).
 //!
-//! The owner's drop while a graph holds the memory frees nothing: on a new private stream of
-//! the device it waits for the home stream's work so far, and leaves that stream, with what
-//! the free needs, here ([`Detached`]). The private stream is the memory's home from then on
-//! (its position covers every use the old home made). When the last holder of the memory (a
-//! graph, a clone, an executable, a capture) is dropped, the core frees it there, after every use, as the owner's drop
-//! would have on the home stream. The end of a buffer's memory, whoever makes it, is here too
+//! The owner's drop while a graph holds the memory frees nothing: it records an event after
+//! the home stream's work so far and leaves it, with what the free needs, here
+//! ([`Detached`]); nothing else (a holder leaked with a failed capture leaks an event, no
+//! stream). When the last holder of the memory (a graph, a clone, an executable, a capture)
+//! is dropped, the core frees it on a new private stream of the device that waits for that
+//! event (its position covers every use the old home made), after every use since, as the
+//! owner's drop would have on the home stream. The end of a buffer's memory, whoever makes it, is here too
 //! ([`free_after_uses`]).
 
 use super::lent::LentMemory;
@@ -46,11 +47,11 @@ pub(super) struct BufferCore {
     detached: Mutex<Option<Detached>>,
 }
 
-/// Memory whose owner was dropped while graphs held it: its home from then on, and its free.
+/// Memory whose owner was dropped while graphs held it: where its old home stream's work
+/// ended, and its free.
 pub(super) struct Detached {
-    /// A stream of the memory's device, after the old home stream's work up to the owner's
-    /// drop.
-    pub(super) home: Stream,
+    /// Recorded on the old home stream at the owner's drop, after its work so far.
+    pub(super) tail: Event,
     pub(super) freed: Freed,
 }
 
@@ -66,14 +67,23 @@ impl BufferCore {
 }
 
 impl Drop for BufferCore {
-    /// Frees memory whose owner was dropped first (see the [module docs](self)), on its
-    /// private home stream after every use; leaks it where that cannot be done safely.
+    /// Frees memory whose owner was dropped first (see the [module docs](self)), on a new
+    /// private stream after the old home's work and every use; leaks it where that cannot be
+    /// done safely (inside a host function, a stream that cannot be made).
     fn drop(&mut self) {
         let detached = self.detached.get_mut().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(Detached { home, freed }) = detached {
-            free_after_uses(&home, &self.uses, freed);
-            // The stream goes now: CUDA destroys it once the free has run.
+        let Some(Detached { tail, freed }) = detached else { return };
+        let home = refuse_inside_host_fn().and_then(|()| {
+            ignore_other_threads_captures();
+            let home = Stream::new(freed.device, StreamOptions::non_blocking())?;
+            home.wait_raw(tail.as_raw(), 0)?;
+            Ok(home)
+        });
+        match home {
+            Ok(home) => free_after_uses(&home, &self.uses, freed),
+            Err(_) => freed.leak(),
         }
+        // The stream goes now: CUDA destroys it once the free has run.
     }
 }
 
@@ -83,16 +93,15 @@ impl fmt::Debug for BufferCore {
     }
 }
 
-/// A new private stream of `home`'s device, after `home`'s work so far: the home of memory
-/// whose owner is dropped while graphs hold it (see the [module docs](self)). Refused inside a host
-/// function and while `home` is being captured.
-pub(super) fn detach_from(home: &StreamRef, uses: &Uses) -> Result<Stream> {
+/// An event recorded on `home` after its work so far: where the old home's work ends for
+/// memory whose owner is dropped while graphs hold it (see the [module docs](self)). Refused
+/// inside a host function and while `home` is being captured.
+pub(super) fn detach_from(home: &StreamRef, uses: &Uses) -> Result<Event> {
     refuse_inside_host_fn()?;
     if uses.leaked() {
         return Err(Error::Size("a use of this buffer could not be noted"));
     }
     ignore_other_threads_captures();
-    let private = Stream::new(home.device(), StreamOptions::non_blocking())?;
     let tail = Event::internal(home.device())?;
     // No capture of this crate begins between the check and the record.
     let _transitions = no_capture_transitions();
@@ -100,8 +109,7 @@ pub(super) fn detach_from(home: &StreamRef, uses: &Uses) -> Result<Stream> {
         return Err(Error::CaptureMisuse(CAPTURED));
     }
     home.record_raw(tail.as_raw(), 0)?;
-    private.wait_raw(tail.as_raw(), 0)?;
-    Ok(private)
+    Ok(tail)
 }
 
 /// Where a buffer's memory came from, and so what its drop does after the last use.

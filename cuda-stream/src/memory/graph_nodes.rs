@@ -194,14 +194,22 @@ impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> GraphBuffer for Arc<Dev
 
 impl<T: DeviceCopy, S: AsStream + Send + Sync + 'static> side::Side for Arc<DeviceBuffer<T, S>> {
     fn side(&self) -> side::Memory<'_> {
-        side::Memory {
-            device: self.device(),
-            len: self.len(),
-            start: self.element(0),
-            element_size: size_of::<T>(),
-            held: Some(side::Holder::Shared(Arc::clone(self) as Arc<dyn HeldBuffer>)),
-            allocation: None,
-        }
+        buffer_side(self, side::Holder::Shared(Arc::clone(self) as Arc<dyn HeldBuffer>))
+    }
+}
+
+/// `buffer` as the capture's memory calls see it, held as `held` says.
+fn buffer_side<'a, T: DeviceCopy, S: AsStream>(
+    buffer: &DeviceBuffer<T, S>,
+    held: side::Holder<'a>,
+) -> side::Memory<'a> {
+    side::Memory {
+        device: buffer.device(),
+        len: buffer.len(),
+        start: buffer.element(0),
+        element_size: size_of::<T>(),
+        held: Some(held),
+        allocation: None,
     }
 }
 
@@ -215,14 +223,7 @@ impl<T: DeviceCopy, S: AsStream> GraphBuffer for DeviceBuffer<T, S> {
 
 impl<T: DeviceCopy, S: AsStream> side::Side for DeviceBuffer<T, S> {
     fn side(&self) -> side::Memory<'_> {
-        side::Memory {
-            device: self.device(),
-            len: self.len(),
-            start: self.element(0),
-            element_size: size_of::<T>(),
-            held: Some(side::Holder::Borrowed(self)),
-            allocation: None,
-        }
+        buffer_side(self, side::Holder::Borrowed(self))
     }
 }
 
