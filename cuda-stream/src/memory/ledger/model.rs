@@ -3,7 +3,9 @@
 //! or two spans in one use; streams with and without a known id, of two devices), their
 //! enqueues and notes interleaved as the borrow rules allow (uses in flight at once never
 //! conflict), the streams' progress, queries allowed or not, raw home-stream work after the
-//! address was handed out, and records or waits that fail. Then, from vector clocks of the
+//! address was handed out, records or waits that fail, and graphs that hold the memory apart
+//! from its owner (launches that never reach the home stream, the owner gone, the free on a
+//! private stream). Then, from vector clocks of the
 //! simulated streams, every earlier use that conflicts with a later one, and every use, must be
 //! ordered before the later one and before the free. A simulation whose waits do nothing must
 //! fail the same check: the model can fail. Two buffers whose ledgers share the event of a use
@@ -263,6 +265,8 @@ struct Recorded {
     noted: Option<usize>,
     /// Work on the home stream through a handed-out address: ordered only after the allocation.
     raw_home: bool,
+    /// A graph's launch: never on the home stream, as far as the ledger knows.
+    homeless: bool,
 }
 
 fn conflict(a: &[Span], b: &[Span]) -> bool {
@@ -282,6 +286,11 @@ struct Plan {
     shared_counts_as_sole: bool,
     /// Out of 3, how many streams have no known id (1 unless told).
     uncertain: u64,
+    /// Graphs hold the memory apart from its owner (`buffer_core.rs`): once prepared
+    /// (`Uses::prepare_for_graphs`), launches are uses that never reach the home stream
+    /// (`Uses::before_homeless`); the owner may then go (an event after the home stream's work)
+    /// and the free is made on a private stream after that event.
+    graphs: bool,
 }
 
 impl Plan {
@@ -339,13 +348,18 @@ fn happens_before() -> impl Fn(At, At) -> bool {
 /// The schedule of `seed`; the most marks the ledger held, or the first pair left unordered.
 fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let streams = random_streams(&mut rng, plan.uncertain);
+    let mut streams = random_streams(&mut rng, plan.uncertain);
     let count = streams.len();
+    // The private stream a detached memory is freed on: made after everything else, used by
+    // nothing before the free.
+    let private = count;
+    let device = streams[0].device;
+    streams.push(SimStream { index: private, handle: 1000, device, id: Some(1000), builtin: false });
     // Raw home work in a third of the schedules: once the address is handed out, every use
     // elsewhere waits for all the home stream's work, which hides the unmarked home uses.
     let raw_home_work = seed % 3 == 0;
     start(
-        count,
+        count + 1,
         Sim {
             fail_record_at: plan.failing_record,
             fail_wait_at: plan.failing_wait,
@@ -355,7 +369,9 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
         },
     );
     let home = &streams[0];
-    let on = |stream: usize| On { key: streams[stream].key(), home: stream == 0 };
+    let on = |stream: usize, homeless: bool| On { key: streams[stream].key(), home: stream == 0 && !homeless };
+    // Graphs hold the memory (prepared); the owner went (the event after its home's work).
+    let (mut prepared, mut tail) = (false, None::<SimShared>);
     let uses = Uses::<SimShared>::allocated(BYTES);
     let allocation = push(0, Op::Use);
     let mut recorded = vec![Recorded {
@@ -366,6 +382,7 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
         began: 0,
         noted: Some(0),
         raw_home: false,
+        homeless: false,
     }];
     let (mut in_flight, mut leaked, mut most_marks) = (Vec::<usize>::new(), false, 0);
     for step in 1..=plan.steps {
@@ -373,6 +390,12 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
             // A use begins: its checks and waits, for one span or two that do not conflict.
             0..30 => {
                 let stream = rng.below(count as u64) as usize;
+                // A launch of a graph holding the memory, on any stream; once the owner went,
+                // only launches, never on the old home stream.
+                let homeless = tail.is_some() || (prepared && rng.below(2) == 0);
+                if tail.is_some() && stream == 0 {
+                    continue;
+                }
                 let mut spans = vec![rng.span()];
                 let second = rng.span();
                 if rng.below(4) == 0 && !second.conflicts(&spans[0]) {
@@ -382,10 +405,17 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
                 if in_flight.iter().any(|&k| conflict(&recorded[k].spans, &spans)) {
                     continue;
                 }
-                let tickets: Result<Vec<Ticket>> =
-                    spans.iter().map(|span| uses.before(home, &streams[stream], on(stream), span)).collect();
+                let tickets: Result<Vec<Ticket>> = spans
+                    .iter()
+                    .map(|span| match homeless {
+                        true => uses.before_homeless(&streams[stream], on(stream, true), span),
+                        false => uses.before(home, &streams[stream], on(stream, false), span),
+                    })
+                    .collect();
                 let Ok(tickets) = tickets else { continue };
-                recorded.push(Recorded { stream, spans, tickets, op: None, began: step, noted: None, raw_home: false });
+                let began =
+                    Recorded { stream, spans, tickets, op: None, began: step, noted: None, raw_home: false, homeless };
+                recorded.push(began);
                 in_flight.push(recorded.len() - 1);
             }
             // A use in flight is enqueued.
@@ -404,12 +434,11 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
                 if !enqueued.is_empty() {
                     let position = enqueued[rng.below(enqueued.len() as u64) as usize];
                     let k = in_flight.remove(position);
-                    let stream = recorded[k].stream;
+                    let (stream, on) = (recorded[k].stream, on(recorded[k].stream, recorded[k].homeless));
                     // The spans of one use share the event recorded after it.
                     let mut after_use = UseEvent { event: None, wanted: true };
                     for (span, &ticket) in recorded[k].spans.iter().zip(&recorded[k].tickets) {
-                        leaked |=
-                            uses.after(&streams[stream], on(stream), span.clone(), ticket, &mut after_use).is_err();
+                        leaked |= uses.after(&streams[stream], on, span.clone(), ticket, &mut after_use).is_err();
                     }
                     recorded[k].noted = Some(step);
                 }
@@ -418,9 +447,20 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
             70..92 => (0..rng.below(4)).for_each(|_| advance(rng.below(count as u64) as usize)),
             // Captures begin or end: queries allowed or not.
             92..96 => sim(|sim| sim.may_query = !sim.may_query && !plan.no_queries),
+            // Graphs come to hold the memory; later, the owner goes.
+            96..98 if plan.graphs => {
+                if !prepared {
+                    prepared = uses.prepare_for_graphs(home, || Ok(())).is_ok();
+                } else if tail.is_none() && in_flight.is_empty() {
+                    let event = home.new_event().expect("a simulated event");
+                    if home.record(&event).is_ok() {
+                        tail = Some(event);
+                    }
+                }
+            }
             // Raw work on the home stream through the handed-out address.
             _ => {
-                if in_flight.is_empty() && raw_home_work {
+                if in_flight.is_empty() && raw_home_work && tail.is_none() {
                     uses.exported();
                     let op = push(0, Op::Use);
                     let spans = vec![Span::write(0..BYTES)];
@@ -432,6 +472,7 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
                         began: step,
                         noted: Some(step),
                         raw_home: true,
+                        homeless: false,
                     };
                     recorded.push(raw);
                 }
@@ -443,16 +484,24 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
         if recorded[k].op.is_none() {
             recorded[k].op = Some(push(recorded[k].stream, Op::Use));
         }
-        let stream = recorded[k].stream;
+        let (stream, on) = (recorded[k].stream, on(recorded[k].stream, recorded[k].homeless));
         let mut after_use = UseEvent { event: None, wanted: true };
         for (span, &ticket) in recorded[k].spans.iter().zip(&recorded[k].tickets) {
-            leaked |= uses.after(&streams[stream], on(stream), span.clone(), ticket, &mut after_use).is_err();
+            leaked |= uses.after(&streams[stream], on, span.clone(), ticket, &mut after_use).is_err();
         }
         recorded[k].noted = Some(usize::MAX - 1);
     }
     leaked |= uses.leaked();
     COLLAPSES.with(|collapses| collapses.set(collapses.get() + uses.collapses()));
-    let free = (!leaked && uses.home_waits_for_others(home).is_ok()).then(|| push(0, Op::Free));
+    // Once the owner went, the free is the last holder's: on the private stream, after the
+    // event that ends the old home's work, then after every other use.
+    let free = match &tail {
+        None => (!leaked && uses.home_waits_for_others(home).is_ok()).then(|| push(0, Op::Free)),
+        Some(tail) => {
+            let (freer, waited) = (&streams[private], streams[private].wait(tail).is_ok());
+            (!leaked && waited && uses.home_waits_for_others(freer).is_ok()).then(|| push(private, Op::Free))
+        }
+    };
     let before = happens_before();
     for (i, a) in recorded.iter().enumerate() {
         let a_op = a.op.expect("every use was enqueued");
@@ -486,6 +535,31 @@ fn every_conflicting_pair_of_uses_is_ordered_in_random_schedules() {
         most_marks = most_marks.max(marks);
     }
     assert!(most_marks < LIMIT, "the ledger stayed bounded: {most_marks} marks at most");
+}
+
+/// Graphs hold the memory apart from its owner: launches that never reach the home stream
+/// are ordered with every conflicting use, and so are the owner's own uses after them; the
+/// owner goes, and the last holder's free on a private stream comes after every use.
+#[test]
+fn launches_of_graphs_holding_the_memory_and_a_free_after_the_owner_went_are_ordered() {
+    let (mut schedules, mut detached) = (0, 0);
+    for seed in 1..=if cfg!(miri) { 2 } else { 3000 } {
+        let plan = Plan { graphs: true, ..Plan::steps(300) };
+        schedule(seed, plan).unwrap_or_else(|pair| panic!("seed {seed}: {pair}"));
+        let free_on_private = sim(|sim| sim.streams.last().is_some_and(|ops| matches!(ops.last(), Some(Op::Free))));
+        detached += usize::from(free_on_private);
+        schedules += 1;
+    }
+    assert!(detached * 6 >= schedules, "{detached} of {schedules} schedules freed after the owner went");
+}
+
+/// The model can fail with graphs too: a launch that skipped its waits (`before_homeless`
+/// ordering nothing) is caught.
+#[test]
+fn graph_launches_whose_waits_do_nothing_are_caught() {
+    let plan = Plan { graphs: true, waits_do_nothing: true, ..Plan::steps(300) };
+    let caught = (1..=200).filter(|&seed| schedule(seed, plan).is_err()).count();
+    assert!(caught >= 190, "only {caught} of 200 schedules caught the missing waits");
 }
 
 /// Long schedules with no query ever allowed (a capture always possible): the ledger merges
@@ -684,10 +758,15 @@ fn two_buffer_schedule(seed: u64, plan: TwoBufferPlan) -> Result<usize, String> 
     /// Each buffer's home stream.
     const HOMES: [usize; 2] = [0, 1];
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let streams = random_streams(&mut rng, plan.uncertain);
+    let mut streams = random_streams(&mut rng, plan.uncertain);
     let count = streams.len();
+    // The private stream a detached memory is freed on: made after everything else, used by
+    // nothing before the free.
+    let private = count;
+    let device = streams[0].device;
+    streams.push(SimStream { index: private, handle: 1000, device, id: Some(1000), builtin: false });
     start(
-        count,
+        count + 1,
         Sim {
             fail_record_at: plan.failing_record,
             fail_wait_at: plan.failing_wait,
