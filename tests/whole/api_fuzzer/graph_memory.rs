@@ -762,14 +762,17 @@ impl<'p> World<'p> {
             0 if gm.shared.len() < MAX_SHARED => gm.new_shared(pick, tag),
             1 if gm.shared.len() < MAX_SHARED && !self.mem.buffers.is_empty() => {
                 let buf = self.mem.buffers.remove(at(self.mem.buffers.len()));
-                gm.shared.push(Shared { buffer: Arc::new(buf.buffer), capturable: false, borrowed: pick % 3 == 0 });
+                // Once held apart, always borrowed: graphs may still hold its memory.
+                let borrowed = buf.held_apart || pick % 3 == 0;
+                gm.shared.push(Shared { buffer: Arc::new(buf.buffer), capturable: false, borrowed });
             }
             2 if !gm.shared.is_empty() => {
                 let shared = gm.shared.swap_remove(at(gm.shared.len()));
                 let (capturable, borrowed) = (shared.capturable, shared.borrowed);
                 match Arc::try_unwrap(shared.buffer) {
                     Ok(buffer) if self.mem.buffers.len() < MAX_BUFFERS => {
-                        self.mem.buffers.push(Buf { buffer, holds: None });
+                        // A borrowed buffer goes back while graphs may hold its memory.
+                        self.mem.buffers.push(Buf { buffer, holds: None, held_apart: borrowed });
                     }
                     Ok(buffer) => drop(buffer),
                     Err(buffer) => gm.shared.push(Shared { buffer, capturable, borrowed }),

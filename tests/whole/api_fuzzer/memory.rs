@@ -24,6 +24,16 @@ pub(crate) struct Buf {
     /// `Some(byte)` when every byte is certainly `byte`: the last write through the buffer was
     /// made (and returned `Ok`) while no capture was in progress. `None` when unknown.
     pub(crate) holds: Option<u8>,
+    /// Graphs may hold its memory apart from it (it was given to them borrowed, then handed
+    /// back to the program): their launches write it unseen, so what it holds is never known.
+    pub(crate) held_apart: bool,
+}
+
+impl Buf {
+    /// What it holds after a write: `holds`, unless graphs may write it unseen.
+    fn set_holds(&mut self, holds: Option<u8>) {
+        self.holds = if self.held_apart { None } else { holds };
+    }
 }
 
 /// A pinned buffer and what it holds, as [`Buf::holds`].
@@ -194,7 +204,7 @@ impl<'p> World<'p> {
         let holds = after_write(&made, capturing, written);
         if let Ok(buffer) = made {
             assert_eq!(buffer.len(), len, "a buffer has the length it was made with");
-            self.mem.buffers.push(Buf { buffer, holds });
+            self.mem.buffers.push(Buf { buffer, holds, held_apart: false });
         }
     }
 
@@ -214,13 +224,13 @@ impl<'p> World<'p> {
             0 => {
                 let result = mem.buffers[index].buffer.fill_bytes(stream, tag);
                 note_intact(watched, "DeviceBuffer::fill_bytes", &result);
-                mem.buffers[index].holds = after_write(&result, capturing, Some(tag));
+                mem.buffers[index].set_holds(after_write(&result, capturing, Some(tag)));
             }
             1 => {
                 let buf = &mut mem.buffers[index];
                 let result = buf.buffer.copy_from_slice(stream, &vec![word(tag); buf.buffer.len()]);
                 note_intact(watched, "DeviceBuffer::copy_from_slice", &result);
-                buf.holds = after_write(&result, capturing, Some(tag));
+                buf.set_holds(after_write(&result, capturing, Some(tag)));
             }
             2 => {
                 let from = other as usize % mem.buffers.len();
@@ -233,7 +243,7 @@ impl<'p> World<'p> {
                 if to.buffer.len() != from.buffer.len() {
                     expect_size("DeviceBuffer::copy_from", &result);
                 }
-                to.holds = after_write(&result, capturing, from.holds);
+                to.set_holds(after_write(&result, capturing, from.holds));
             }
             3 => {
                 if mem.pinned.is_empty() {
@@ -247,7 +257,7 @@ impl<'p> World<'p> {
                 if buf.buffer.len() != pin.buffer.len() {
                     expect_size("DeviceBuffer::copy_from_pinned", &result);
                 }
-                buf.holds = after_write(&result, capturing, pin.holds);
+                buf.set_holds(after_write(&result, capturing, pin.holds));
             }
             4 => {
                 let buf = &mut mem.buffers[index];
@@ -261,14 +271,14 @@ impl<'p> World<'p> {
                 };
                 let result = buf.buffer.use_on(stream, fill).and_then(|done| done);
                 note_intact(watched, "DeviceBuffer::use_on (a fill)", &result);
-                buf.holds = after_write(&result, capturing, Some(tag));
+                buf.set_holds(after_write(&result, capturing, Some(tag)));
             }
             _ => {
                 let buf = &mut mem.buffers[index];
                 let result = buf.buffer.use_on(stream, |on, _| cuda_stream_tests::empty(on)).and_then(|done| done);
                 note_intact(watched, "DeviceBuffer::use_on (a kernel)", &result);
                 let kept = buf.holds;
-                buf.holds = after_write(&result, capturing, kept);
+                buf.set_holds(after_write(&result, capturing, kept));
             }
         }
     }
