@@ -22,18 +22,17 @@
 
 use super::lent::LentMemory;
 use super::output_slot::OutputSlot;
-use super::uses::{CAPTURED, Uses};
+use super::uses::{Uses, refuse_capture};
 use crate::call::capture_mode::{ignore_other_threads_captures, uncapturable_call, uncaptured_stream_call};
 use crate::call::race::model::Step;
 use crate::call::race::{self, Access, AccessKind};
 use crate::call::sync_debug;
-use crate::call::transitions::no_capture_transitions;
+use crate::call::transitions::{NoTransitions, no_capture_transitions};
 use crate::device::Device;
 use crate::event::Event;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
-use crate::stream::capture_status::CaptureStatus;
 use crate::stream::{Stream, StreamOptions, StreamRef};
 use crate::sys;
 use std::ffi::c_void;
@@ -97,19 +96,25 @@ impl fmt::Debug for BufferCore {
 /// memory whose owner is dropped while graphs hold it (see the [module docs](self)). Refused
 /// inside a host function and while `home` is being captured.
 pub(super) fn detach_from(home: &StreamRef, uses: &Uses) -> Result<Event> {
+    let _hold = hold_for_the_end(home, uses)?;
+    let tail = Event::internal(home.device())?;
+    home.record_raw(tail.as_raw(), 0)?;
+    Ok(tail)
+}
+
+/// What the end of a buffer's memory on `home` (its detach, its free) is made under: outside
+/// a host function, with every use noted, the other threads' captures settled, and no capture
+/// of this crate beginning until the hold returned goes, checked not capturing `home` (the
+/// end's record or free would go into the capture, or make a capturing stream wait).
+fn hold_for_the_end(home: &StreamRef, uses: &Uses) -> Result<NoTransitions> {
     refuse_inside_host_fn()?;
     if uses.leaked() {
         return Err(Error::Size("a use of this buffer could not be noted"));
     }
     ignore_other_threads_captures();
-    let tail = Event::internal(home.device())?;
-    // No capture of this crate begins between the check and the record.
-    let _transitions = no_capture_transitions();
-    if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
-        return Err(Error::CaptureMisuse(CAPTURED));
-    }
-    home.record_raw(tail.as_raw(), 0)?;
-    Ok(tail)
+    let hold = no_capture_transitions();
+    refuse_capture(home)?;
+    Ok(hold)
 }
 
 /// Where a buffer's memory came from, and so what its drop does after the last use.
@@ -179,16 +184,7 @@ pub(super) fn free_after_uses(home: &StreamRef, uses: &Uses, mut freed: Freed) {
 /// The free, after every use, on `home`, or, for lent memory, an event after every use; or
 /// nothing (a leak).
 fn order_and_free(home: &StreamRef, uses: &Uses, freed: &Freed) -> End {
-    if uses.leaked() || refuse_inside_host_fn().is_err() {
-        return End::Leaked;
-    }
-    ignore_other_threads_captures();
-    // No capture of this crate begins between the check and the free.
-    let _transitions = no_capture_transitions();
-    // Not into a capture (a free node), and not making a capturing home stream wait.
-    if home.may_be_captured_now() && home.capture_status() != Ok(CaptureStatus::None) {
-        return End::Leaked;
-    }
+    let Ok(_hold) = hold_for_the_end(home, uses) else { return End::Leaked };
     // After the last use on every other stream (recorded outside any capture).
     if uses.home_waits_for_others(home).is_err() {
         return End::Leaked;

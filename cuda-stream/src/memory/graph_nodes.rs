@@ -628,6 +628,12 @@ fn hold_side(memory: &mut HeldMemory, side: side::Memory<'_>, span: Span) -> Res
     }
 }
 
+/// Holds `side` in `memory` for kernels that may read and write all of it.
+fn hold_whole(memory: &mut HeldMemory, side: side::Memory<'_>) -> Result<()> {
+    let span = side.at(&(0..side.len), true).1;
+    hold_side(memory, side, span)
+}
+
 /// Elements `range` of `buffer` set to bytes `byte`, by a graph of `device` that holds `held`.
 fn plan_fill(
     held: Option<Arc<dyn GraphMemory>>,
@@ -818,9 +824,8 @@ impl GraphBuilder<'_> {
         let side = buffer.side();
         same_device("a graph's kernels use a buffer of the graph's device", self.device(), side.device)?;
         let start = side.start.cast::<T>();
-        let span = side.at(&(0..side.len), true).1;
         let mut memory = HeldMemory::of(self.memory())?;
-        hold_side(&mut memory, side, span)?;
+        hold_whole(&mut memory, side)?;
         self.hold_memory(Arc::new(memory));
         Ok(start)
     }
@@ -966,8 +971,7 @@ impl<M: CaptureMode> Capture<'_, M> {
         if sides.iter().any(|side| side.held.is_some()) {
             let mut held = HeldMemory::of(self.memory())?;
             for side in sides {
-                let span = side.at(&(0..side.len), true).1;
-                hold_side(&mut held, side, span)?;
+                hold_whole(&mut held, side)?;
             }
             self.hold_memory(Arc::new(held));
         }
