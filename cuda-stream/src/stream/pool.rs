@@ -29,11 +29,16 @@
 //! turn is not enough (a slot may have been pushed onto a stack already passed), so `acquire`
 //! then reads every top word twice: every change of a top word changes its tag, so if each
 //! word read the same twice, each stack was empty over the whole interval between its two
-//! reads, and all those intervals contain the instant between the two rounds of reads. (That
-//! instant is one of the hardware's single order of stores, which x86 and ARMv8 have; in the
-//! language's terms, a release that happens before the acquire is always seen.) If any word
-//! changed, another thread's operation succeeded meanwhile, and `acquire` looks again, at
-//! every stack, its home shard included. While every slot is leased and their holders keep
+//! reads, and all those intervals contain the instant between the two rounds of reads. That
+//! instant is a point of the single total order of sequentially consistent operations: every
+//! successful compare-and-swap of a top and every read of the double collect is `SeqCst`, and
+//! a `SeqCst` read sees the last `SeqCst` write of its word before it in that order. With
+//! `Acquire` reads alone, the language (and Miri's weak-memory emulation, which found it)
+//! lets one word be read as it was before a slot moved onto it and another as it is after the
+//! slot left it: every slot looks held at once when none is. On x86 the `SeqCst` forms are the
+//! same instructions (`lock cmpxchg`, `mov`); on ARMv8 they are the acquire-release ones. If
+//! any word changed, another thread's operation succeeded meanwhile, and `acquire` looks
+//! again, at every stack, its home shard included. While every slot is leased and their holders keep
 //! taking and returning them, an acquire can thus look again many times before it returns
 //! [`Error::PoolExhausted`]: it never blocks, but it is not bounded either.
 //!
@@ -50,9 +55,9 @@
 //!   pop could be fooled only if exactly a multiple of 2^44 (about 1.8 × 10^13) other pushes
 //!   and pops of its stack completed between two of its instructions, which at the pool's
 //!   ~10 ns per operation is more than two days.
-//! * Memory order: a push publishes with `Release` and a pop takes with `Acquire`; every write
-//!   of a top is a read-modify-write, so the pop synchronizes with the push that put its index
-//!   there. Everything the previous holder did with the stream happens before the next holder
+//! * Memory order: a push publishes with a `SeqCst` (hence release) compare-and-swap and a pop
+//!   takes with a `SeqCst` (hence acquire) one; every write of a top is a read-modify-write, so
+//!   the pop synchronizes with the push that put its index there. Everything the previous holder did with the stream happens before the next holder
 //!   gets it, and the pop's read of `next` sees the push's write.
 
 use crate::device::Device;
@@ -341,7 +346,8 @@ impl FreeSlots {
             start = 0;
             // Every stack looked empty, one after the other: true at one instant only if
             // every top word, read twice, was empty and unchanged.
-            let tops = || self.shards.iter().chain([&self.fresh]).map(|top| top.load(Ordering::Acquire));
+            // `SeqCst`, as every successful exchange of a top: see the module docs.
+            let tops = || self.shards.iter().chain([&self.fresh]).map(|top| top.load(Ordering::SeqCst));
             let mut first = [0u64; FreeSlots::MAX_SHARDS + 1];
             let mut empty = true;
             for (slot, top) in first.iter_mut().zip(tops()) {
@@ -379,7 +385,7 @@ impl FreeSlots {
             // Stale only if `index` was popped since `top` was read; the tag then differs and
             // the exchange below fails.
             let below = self.next[index as usize].load(Ordering::Relaxed);
-            match stack.compare_exchange_weak(top, next_top(top, below), Ordering::Acquire, Ordering::Relaxed) {
+            match stack.compare_exchange_weak(top, next_top(top, below), Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => return Some(index),
                 Err(_) => {
                     backoff.spin();
@@ -402,7 +408,7 @@ impl FreeSlots {
             if next.load(Ordering::Relaxed) != below {
                 next.store(below, Ordering::Relaxed);
             }
-            match stack.compare_exchange_weak(top, next_top(top, index + 1), Ordering::Release, Ordering::Relaxed) {
+            match stack.compare_exchange_weak(top, next_top(top, index + 1), Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(_) => {
                     backoff.spin();
