@@ -1194,11 +1194,11 @@ fn rows() -> Vec<Row> {
         row("DeviceBuffer::copy_to_pinned", Refused, Allowed, |s, side| {
             lock(s.buffer).copy_to_pinned(on(s, side), &mut *lock(s.pinned))
         }),
-        row("DeviceBuffer::copy_from", Refused, Allowed, |s, side| {
+        row("DeviceBuffer::copy_from", Captured, Allowed, |s, side| {
             let source = DeviceBuffer::<u32, _>::zeroed(s.idle, 4)?;
             lock(s.buffer).copy_from(on(s, side), &source)
         }),
-        row("DeviceBuffer::fill_bytes", Refused, Allowed, |s, side| lock(s.buffer).fill_bytes(on(s, side), 0)),
+        row("DeviceBuffer::fill_bytes", Captured, Allowed, |s, side| lock(s.buffer).fill_bytes(on(s, side), 0)),
         row("DeviceBuffer::use_on", Refused, Allowed, |s, side| lock(s.buffer).use_on(on(s, side), |_, _| ())),
         row("drop(DeviceBuffer)", Allowed, Allowed, |s, side| {
             match side {

@@ -774,17 +774,23 @@ fn a_borrowed_buffer_is_refused_where_a_graph_could_not_be_ordered_with_its_home
     other.synchronize().unwrap();
     assert_eq!(buffer.to_vec().unwrap(), vec![0; N], "the refused launch wrote nothing");
 
-    // Homed on the stream being captured, with home work not yet marked: refused (the mark
-    // would go into the capture). Used on another stream first, it has none left to mark.
-    let mut fresh = DeviceBuffer::<u32, _>::zeroed(&capturing, N).unwrap();
-    capturing.synchronize().unwrap();
+    // Homed on a stream another capture captures, with home work not yet marked: refused
+    // (the mark would go into that capture). Used on another stream first, it has none left
+    // to mark.
+    let elsewhere = non_blocking_stream(device);
+    let mut fresh = DeviceBuffer::<u32, _>::zeroed(&elsewhere, N).unwrap();
+    elsewhere.synchronize().unwrap();
+    let other_capture = elsewhere.begin_capture(ThreadLocal).unwrap();
     let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
     assert!(matches!(capture.fill_bytes(&capturing, &fresh, .., 7), Err(Error::CaptureMisuse(_))));
-    drop(capture);
+    assert!(matches!(fresh.fill_bytes(&capturing, 7), Err(Error::CaptureMisuse(_))), "the buffer's own fill too");
+    drop((capture, other_capture));
     fresh.use_on(&other, |_, _| ()).unwrap();
+    let other_capture = elsewhere.begin_capture(ThreadLocal).unwrap();
     let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
     capture.fill_bytes(&capturing, &fresh, .., 7).unwrap();
     let exec = capture.end().unwrap().instantiate().unwrap();
+    drop(other_capture);
     exec.launch(&other).unwrap();
     assert_eq!(fresh.to_vec().unwrap(), vec![0x0707_0707; N]);
 }
@@ -840,4 +846,119 @@ fn declared_accesses_export_nothing_and_an_owner_on_the_legacy_stream_detaches_u
     }
     exec.launch(&other).unwrap();
     assert_eq!(host_out.lock().as_slice().unwrap(), vec![0x5a5a_5a5a; N]);
+}
+
+/// A buffer's own copies (whole and through views) on streams of a capture, the captured
+/// stream and a stream forked from it and used on another thread, become nodes of its graph,
+/// which holds the buffers: their owners go before the first launch, every launch is ordered
+/// after its slow start, and the last holder frees the memory.
+#[test]
+fn a_buffers_own_copies_on_streams_of_a_capture_and_its_forks_on_other_threads_are_held_by_its_graph() {
+    let device = gpu_or_skip!();
+    let stream = non_blocking_stream(device);
+    let (capturing, side, launches) =
+        (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let pool = MemPool::new(device).unwrap();
+    let values: Vec<u32> = (0..N as u32).map(|i| i.wrapping_mul(2_246_822_519) ^ 0x5eed).collect();
+    let host_out = pinned(&[0; N]);
+    let exec = {
+        let mut source = DeviceBuffer::<u32, &Stream>::new_in(&pool, &stream, N).unwrap();
+        source.copy_from_slice(&stream, &values).unwrap();
+        let mut target = DeviceBuffer::<u32, &Stream>::new_in(&pool, &stream, N).unwrap();
+        target.fill_bytes(&stream, 0).unwrap();
+        let mut capture = capturing.begin_capture(ThreadLocal).unwrap();
+        spin(&capturing, SLOW).unwrap();
+        target.copy_from(&capturing, &source).unwrap();
+        // A fork of the capture, used on another thread: its view copy is captured too.
+        side.wait_stream(&capturing).unwrap();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| target.slice_mut(..N / 2).unwrap().copy_from(&side, &source.slice(N / 2..).unwrap()))
+                .join()
+                .unwrap()
+        })
+        .unwrap();
+        capturing.wait_stream(&side).unwrap();
+        capture.copy_to_pinned(&capturing, (&host_out, ..), (&target, ..)).unwrap();
+        let graph = capture.end().unwrap();
+        assert_eq!(graph.node_count().unwrap(), 4, "spin, copy, view copy, copy out");
+        assert_eq!(target.to_vec().unwrap(), vec![0; N], "nothing captured ran");
+        graph.instantiate().unwrap()
+        // The owners go here, before any launch: the executable holds their memory.
+    };
+    assert!(used_after_all(device, &pool) >= (2 * N * 4) as u64, "the executable holds both buffers' memory");
+    let mut expected = values.clone();
+    expected.copy_within(N / 2.., 0);
+    for round in 0..3 {
+        host_out.lock().as_mut_slice().unwrap().fill(0);
+        exec.launch(&launches).unwrap();
+        assert_eq!(host_out.lock().as_slice().unwrap(), expected, "round {round}");
+    }
+    exec.launch(&launches).unwrap();
+    drop(exec);
+    assert_eq!(used_after_all(device, &pool), 0, "the last holder freed the memory after its launches");
+}
+
+/// A buffer homed on the captured stream itself, whose home work (a slow fill) is not yet
+/// marked: its own copy in the capture is held, and that work is marked once the capture has
+/// ended, so the first launch, on another stream, waits for it. Unordered, the launch would
+/// copy the zeros from before the fill.
+#[test]
+fn a_buffer_homed_on_the_captured_stream_is_marked_once_the_capture_ends_and_the_launch_waits_for_its_home_work() {
+    let device = gpu_or_skip!();
+    let (stream, other, launches) =
+        (non_blocking_stream(device), non_blocking_stream(device), non_blocking_stream(device));
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&stream, N).unwrap();
+    let mut out = DeviceBuffer::<u32, _>::zeroed(&other, N).unwrap();
+    let mut twice = DeviceBuffer::<u32, _>::zeroed(&stream, N).unwrap();
+    stream.synchronize().unwrap();
+    spin(&stream, SLOW).unwrap();
+    buffer.fill_bytes(&stream, 0x11).unwrap();
+    let mut capture = stream.begin_capture(ThreadLocal).unwrap();
+    out.copy_from(&stream, &buffer).unwrap();
+    // The capture's own call takes the same way.
+    capture.fill_bytes(&stream, &twice, .., 0x22).unwrap();
+    let exec = capture.end().unwrap().instantiate().unwrap();
+    exec.launch(&launches).unwrap();
+    assert_eq!(out.to_vec().unwrap(), vec![0x1111_1111; N], "the launch came after the home stream's slow fill");
+    assert_eq!(twice.to_vec().unwrap(), vec![0x2222_2222; N]);
+    // Home uses are marked from now on: the next launch waits for this one too.
+    spin(&stream, SLOW).unwrap();
+    buffer.fill_bytes(&stream, 0x33).unwrap();
+    twice.fill_bytes(&stream, 0).unwrap();
+    exec.launch(&launches).unwrap();
+    assert_eq!(out.to_vec().unwrap(), vec![0x3333_3333; N]);
+    assert_eq!(twice.to_vec().unwrap(), vec![0x2222_2222; N]);
+}
+
+/// What no graph of this crate can hold stays refused on a captured stream, before CUDA sees
+/// it: copies from and to host memory (a replay would outlive the slice), `use_on` (its
+/// closure runs outside the crate's hold), a capture into a builder's level, a buffer whose
+/// address was handed out. Nothing of it reaches the graph, and the buffers stay unchanged.
+#[test]
+fn a_buffers_own_calls_that_no_graph_can_hold_are_refused_on_a_captured_stream() {
+    let device = gpu_or_skip!();
+    let (stream, capturing) = (non_blocking_stream(device), non_blocking_stream(device));
+    let mut buffer = DeviceBuffer::<u32, _>::zeroed(&stream, N).unwrap();
+    let mut exported = DeviceBuffer::<u32, _>::zeroed(&stream, N).unwrap();
+    let _address = exported.as_mut_ptr();
+    stream.synchronize().unwrap();
+    let misuse = |result: cuda_stream::Result<()>| matches!(result, Err(Error::CaptureMisuse(_)));
+    let capture = capturing.begin_capture(ThreadLocal).unwrap();
+    assert!(misuse(buffer.copy_from_slice(&capturing, &[1; N])), "a pageable copy in");
+    assert!(misuse(buffer.copy_to_slice(&capturing, &mut [0; N])), "a pageable copy out");
+    let ran = std::cell::Cell::new(false);
+    assert!(misuse(buffer.use_on(&capturing, |_, _| ran.set(true))));
+    assert!(!ran.get(), "a refused use_on does not run its closure");
+    assert!(matches!(exported.fill_bytes(&capturing, 1), Err(Error::GraphMisuse(_))), "an exported buffer");
+    let graph = capture.end().unwrap();
+    assert_eq!(graph.node_count().unwrap(), 0, "nothing refused reached the graph");
+    // A capture into a builder's level holds nothing of its own.
+    let mut built = Graph::new(device).unwrap();
+    let mut builder = built.builder();
+    let level = builder.capture(&capturing, ThreadLocal).unwrap();
+    assert!(misuse(buffer.fill_bytes(&capturing, 2)));
+    level.end().unwrap();
+    assert_eq!(built.node_count().unwrap(), 0);
+    assert_eq!(buffer.to_vec().unwrap(), vec![0; N]);
 }

@@ -499,24 +499,34 @@ fn buffers_and_views_as_arguments_order_the_launch() {
     assert_eq!(y.to_vec().unwrap(), vec![4.0; n]);
 }
 
-/// A launch with buffer arguments on a stream being captured is refused before CUDA sees it,
-/// and the capture survives (memory in captures is not tracked).
+/// A launch with buffer arguments on a stream of a capture of this crate is captured, and the
+/// graph holds the buffers: each launch of it is ordered with their other uses. `y`'s home
+/// stream zeroes it behind a 100 ms spin before the capture; the first launch, on another
+/// stream, comes after that (unordered, the kernel would add to the old 2.0s, and the fill
+/// would then clear its result). `x`'s owner goes before the last launch, whose kernel still
+/// reads its memory.
 #[test]
-fn buffer_arguments_are_refused_during_a_capture() {
+fn buffer_arguments_in_a_capture_are_held_by_its_graph_and_each_launch_is_ordered() {
     let device = gpu_or_skip!();
     let home = stream(device);
     let captured = stream(device);
+    let launches = stream(device);
     let x = DeviceBuffer::from_slice(&home, &[1.0f32; 256]).unwrap();
     let mut y = DeviceBuffer::from_slice(&home, &[2.0f32; 256]).unwrap();
+    cuda_stream_tests::spin(&*home, Duration::from_millis(100)).unwrap();
+    y.fill_bytes(&home, 0).unwrap();
     let capture = captured.begin_capture(capture::ThreadLocal).unwrap();
-    // SAFETY: the kernel reads 256 elements of `x` and writes 256 of `y` (if it ran).
-    let refused = unsafe { SAXPY.launch(&captured, &LaunchConfig::new(1, 256), (3.0, &x, &mut y, 256)) };
-    assert!(matches!(refused, Err(Error::CaptureMisuse(_))), "{refused:?}");
+    // SAFETY: the kernel reads 256 elements of `x` and writes 256 of `y`, which the graph holds.
+    unsafe { SAXPY.launch(&captured, &LaunchConfig::new(1, 256), (3.0, &x, &mut y, 256)) }.unwrap();
     let graph = capture.end().unwrap();
-    let mut nodes = 0;
-    // SAFETY: a live graph; a null node array asks only for the count.
-    let code = unsafe { sys::cudaGraphGetNodes(graph.as_raw(), std::ptr::null_mut(), &mut nodes) };
-    assert_eq!(code, sys::cudaError::cudaSuccess);
-    assert_eq!(nodes, 0, "nothing of the refused launch went into the graph");
-    assert_eq!(y.to_vec().unwrap(), vec![2.0; 256]);
+    assert_eq!(graph.node_count().unwrap(), 1);
+    let exec = graph.instantiate().unwrap();
+    drop(graph);
+    exec.launch(&launches).unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![3.0; 256], "the launch came after the slow fill, the read-back after it");
+    exec.launch(&launches).unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![6.0; 256]);
+    drop(x);
+    exec.launch(&launches).unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![9.0; 256], "the executable held x's memory after its owner");
 }

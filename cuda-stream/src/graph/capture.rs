@@ -26,7 +26,7 @@
 //! | a capture of a device is in progress (any mode, any thread, of a blocking stream or not) | every operation on that device's legacy stream: [`BuiltinStream::legacy`], and [`BuiltinStream::null`] where handle 0 is the legacy stream; [`Device::synchronize`] of that device |
 //! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress | [`StreamRef::query`], [`StreamRef::synchronize`], [`Event::query`](crate::Event::query), [`Event::synchronize`](crate::Event::synchronize), [`Event::elapsed`](crate::Event::elapsed) and [`Device::synchronize`], on this thread; so are the calls that wait for a copy or allocate new memory (the table below marks them **refused by mode**) |
 //! | any thread has a [`Global`] capture in progress | the same calls, on every thread |
-//! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread; and for any capture the crate can see (its own, a foreign one once a foreign handle was wrapped, or one of the per-thread stream): [`launch_host_fn`](StreamRef::launch_host_fn) and [`launch_host_callback`](StreamRef::launch_host_callback), [`completion`](StreamRef::completion), attribute reads and writes, and [`id`](StreamRef::id) and [`is_non_blocking`](StreamRef::is_non_blocking) of a stream not created here; and, on a stream that may be captured, the allocations, copies, fills and uses of [`DeviceBuffer`](crate::DeviceBuffer), [`DeviceWords::zeroed`](crate::DeviceWords::zeroed) and [`to_vec`](crate::DeviceWords::to_vec), and a [`Kernel::launch`](crate::Kernel::launch) with a completion event (the table below) |
+//! | a stream is being captured | its own [`query`](StreamRef::query) and [`synchronize`](StreamRef::synchronize), on every thread; and for any capture the crate can see (its own, a foreign one once a foreign handle was wrapped, or one of the per-thread stream): [`launch_host_fn`](StreamRef::launch_host_fn) and [`launch_host_callback`](StreamRef::launch_host_callback), [`completion`](StreamRef::completion), attribute reads and writes, and [`id`](StreamRef::id) and [`is_non_blocking`](StreamRef::is_non_blocking) of a stream not created here; and, on a stream that may be captured, the allocations, copies from and to host memory and `use_on` of [`DeviceBuffer`](crate::DeviceBuffer) (its copies between buffers, fills and typed launches are captured: see [below](#what-a-captures-graph-holds-of-device-buffers)), [`DeviceWords::zeroed`](crate::DeviceWords::zeroed) and [`to_vec`](crate::DeviceWords::to_vec), and a [`Kernel::launch`](crate::Kernel::launch) with a completion event (the table below) |
 //! | an event's last record went into a capture (any capture, this crate's or a foreign one seen through a borrowed stream) | its [`query`](crate::Event::query), [`synchronize`](crate::Event::synchronize), [`elapsed`](crate::Event::elapsed) and [`completion`](crate::Event::completion), on every thread, until it is recorded outside a capture again |
 //! | this thread has a [`Global`] or [`ThreadLocal`] capture in progress (this crate's or another library's) | nothing of: [`PinnedBuffer::zeroed`](crate::PinnedBuffer::zeroed) and `from_slice` and its drop (`cudaHostAlloc`, `cudaFreeHost`), [`MemPool::new`](crate::MemPool::new), [`MemPool::trim_to`](crate::MemPool::trim_to) and its drop, [`Graph::new`], [`Graph::instantiate`], [`Graph::instantiate_with`] without an upload, the nodes and conditions a [`GraphBuilder`](crate::GraphBuilder) adds, the drops of [`Graph`] and [`GraphExec`](crate::GraphExec): CUDA counts them as "potentially unsafe", so this crate makes them in the [`Relaxed`] mode, in which no capture forbids them and none is invalidated (they enqueue nothing) |
 //! | a stream is being captured | [`GraphExec::launch`](crate::GraphExec::launch) and [`GraphExec::upload`](crate::GraphExec::upload) onto it, and [`Graph::instantiate_with`] uploading to it (CUDA would invalidate the capture); checked under the capture-transition lock |
@@ -240,7 +240,7 @@
 //! | `GraphBuilder::node_count` | **—** | **allowed** |
 //! | `Graph::node_count` | **—** | **allowed** |
 //! | `Graph::try_clone` | **—** | **Relaxed** |
-//! | `Kernel::launch` | **captured** | **allowed** |
+//! | `Kernel::launch` | **captured** (the graph holds the device buffers and views given as arguments) | **allowed** |
 //! | `Kernel::launch`, with a completion event | **refused** (the graph would not keep the event) | **allowed** |
 //! | `Kernel::attributes` | **—** | **allowed** |
 //! | `Kernel::max_cooperative_blocks` | **—** | **allowed** |
@@ -256,8 +256,8 @@
 //! | `GraphOutput::copy_to_slice` | **refused** | **refused by mode** (it waits for the launch and for its copy) |
 //! | `DeviceBuffer::copy_from_pinned` | **refused** | **allowed** |
 //! | `DeviceBuffer::copy_to_pinned` | **refused** | **allowed** |
-//! | `DeviceBuffer::copy_from` | **refused** | **allowed** |
-//! | `DeviceBuffer::fill_bytes` | **refused** | **allowed** |
+//! | `DeviceBuffer::copy_from` | **captured** (the graph holds both buffers; see [its memory](#what-a-captures-graph-holds-of-device-buffers)) | **allowed** |
+//! | `DeviceBuffer::fill_bytes` | **captured** (the graph holds the buffer) | **allowed** |
 //! | `DeviceBuffer::use_on` | **refused** | **allowed** |
 //! | `drop(DeviceBuffer)` | **allowed** (its home stream capturing: nothing is freed, the memory leaks; its memory held by a graph: the last holder frees it) | **allowed** |
 //! | `PinnedBuffer::zeroed` | **—** | **Relaxed** |
@@ -357,6 +357,34 @@
 //! A per-thread default stream cannot be captured in [`Relaxed`] mode: a Relaxed capture may
 //! end on another thread, where that handle names another stream.
 //!
+//! # What a capture's graph holds of device buffers
+//! A buffer's copy from another buffer ([`DeviceBuffer::copy_from`](crate::DeviceBuffer::copy_from),
+//! and a view's), its [`fill_bytes`](crate::DeviceBuffer::fill_bytes), and a typed
+//! [`Kernel::launch`](crate::Kernel::launch) with buffers or views as arguments, made on any
+//! stream of a capture begun with [`StreamRef::begin_capture`] or
+//! [`StreamRef::begin_capture_into`] (the captured stream, or one that joined it, on any
+//! thread), are captured: they become nodes of its graph, which holds the buffers' memory as
+//! [`Capture::copy`] and the graphs built node by node do (see
+//! [the memory docs](crate::memory#graphs)). Each launch of an executable made from it is
+//! ordered with the buffers' other uses; the owners may go first, and the last holder frees
+//! the memory. The check that the stream is part of the capture, the hold and the enqueue are
+//! made under one capture-transition hold, which the capture's end waits for.
+//!
+//! A buffer whose home is the captured stream itself, with uses there not yet marked, is marked
+//! once the capture has ended, before [`Capture::end`] hands out the graph (no event can be
+//! recorded on a stream while it is captured). One whose home is another stream being
+//! captured, with uses not yet marked, is refused.
+//!
+//! Still refused on a captured stream, with [`Error::CaptureMisuse`](crate::Error::CaptureMisuse):
+//! allocations and copies from and to host memory (a replay would outlive the slice, and
+//! page-locked memory is held only through [`Capture::copy_from_pinned`] and
+//! [`Capture::copy_to_pinned`]), [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on) (its
+//! closure runs outside the crate's hold: the capture could end before the work is enqueued;
+//! [`Capture::use_on`] holds the buffer), memory another library lent, a capture that holds
+//! nothing of its own (another library's, or one into a
+//! [`GraphBuilder`](crate::GraphBuilder)'s level), and a buffer whose address was handed out
+//! ([`Error::GraphMisuse`](crate::Error::GraphMisuse)).
+//!
 //! [`BuiltinStream::legacy`]: crate::BuiltinStream::legacy
 //! [`BuiltinStream::null`]: crate::BuiltinStream::null
 //! [`Device::synchronize`]: crate::Device::synchronize
@@ -364,7 +392,7 @@
 pub use crate::call::capture_mode::{CaptureMode, Global, Relaxed, ThreadLocal, with_thread_mode};
 pub use crate::stream::capture_status::{CaptureInfo, CaptureStatus};
 
-use super::held::GraphMemory;
+use super::held::{self, CaptureHolds};
 use super::{Graph, leaves_of};
 use crate::call::live_captures;
 use crate::call::race;
@@ -484,16 +512,25 @@ impl StreamRef {
         // thread captures into the new graph while a partition's stream gives it its green
         // context (kept as long as the graph).
         let state = capture_state(self).and_then(|state| self.keep_partition_in(state.graph).map(|()| state));
+        // Capturing into a graph that holds memory already: the capture's memory grows from it.
+        let holds = Arc::new(CaptureHolds::new(
+            self,
+            match &into {
+                Some(Target::Owned(graph)) => graph.tree().memory.borrow().clone(),
+                _ => None,
+            },
+        ));
         if let Ok(state) = &state {
             counted = live_captures::identified(counted, state.info.id);
+            // Known by its id before any call on one of its streams can ask (a buffer's own
+            // calls hold what they use for its graph); a capture into a builder's level holds
+            // nothing of its own: those calls stay refused there.
+            if !matches!(into, Some(Target::Borrowed(_))) {
+                held::register(state.info.id, &holds);
+            }
         }
         drop(transition);
-        // Capturing into a graph that holds memory already: the capture's memory grows from it.
-        let memory = match &into {
-            Some(Target::Owned(graph)) => graph.tree().memory.borrow().clone(),
-            _ => None,
-        };
-        let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, memory, _mode: PhantomData };
+        let mut capture = Capture { stream: self, id: 0, counted, ended: false, into, holds, _mode: PhantomData };
         // If this fails, `capture` drops and ends the capture.
         capture.id = state?.info.id;
         Ok(capture)
@@ -514,11 +551,12 @@ pub struct Capture<'a, M: CaptureMode> {
     /// [`GraphBuilder`](crate::GraphBuilder); `None` when CUDA captures into a graph of its
     /// own.
     into: Option<Target>,
-    /// The memory the capture's memcpy, memset and `use_on` work uses, held for the graph
-    /// (see [`held`](super::held)): handed to the graph by `end`, dropped with a graph the
-    /// drop discards, and leaked when the capture fails (another library may have ended it, and
+    /// The memory the capture's memcpy, memset and `use_on` work and the buffers' own calls
+    /// on its streams use, held for the graph (see [`held`](super::held)), and the marks to
+    /// make once it has ended: handed to the graph by `end`, dropped with a graph the drop
+    /// discards, and leaked when the capture fails (another library may have ended it, and
     /// kept a graph that uses it).
-    memory: Option<Arc<dyn GraphMemory>>,
+    holds: Arc<CaptureHolds>,
     _mode: PhantomData<(M, M::Thread)>,
 }
 
@@ -617,9 +655,13 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
     /// capture then stays open in CUDA and counted, as a leaked one (the same for a drop there).
     pub fn end(mut self) -> Result<Graph> {
         let (ended, race_accesses) = self.finish();
-        let memory = self.memory.take();
+        let (memory, after_end) = self.holds.take();
         let ended = match ended {
             Ended::Graph(Ok(graph)) => {
+                // The marks of home uses that could not be recorded on the captured stream
+                // while it was captured, before any launch can need them (a failed one leaves
+                // the buffer's home uses unmarked: the graph's launches are refused).
+                after_end.into_iter().try_for_each(|work| work(self.stream))?;
                 if memory.is_some() {
                     *graph.tree().memory.borrow_mut() = memory;
                 }
@@ -631,7 +673,7 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         };
         // The capture failed, or stays open: another library may have ended it and kept a
         // graph that uses the memory.
-        std::mem::forget(memory);
+        std::mem::forget((memory, after_end));
         ended
     }
 
@@ -655,6 +697,10 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
                 return (Ended::StillOpen(error), None);
             }
         };
+        // Under the transition: no call of this crate adds to its holds from now on (one that
+        // asked before has added under its hold, which the transition waited for). A capture
+        // that stays open stays registered, and keeps what is added to it for good.
+        held::unregister(self.id);
         // The stream's capture is still this one (not ended outside this crate, and no other
         // begun since): else an end here would end another's capture, and hand back its graph.
         // (An invalidated capture reports no id of its own (CUDA 13.0), and one whose status
@@ -684,14 +730,9 @@ impl<'a, M: CaptureMode> Capture<'a, M> {
         self.ended
     }
 
-    /// The memory the capture's work uses so far (see [`held`](super::held)).
-    pub(crate) fn memory(&self) -> Option<Arc<dyn GraphMemory>> {
-        self.memory.clone()
-    }
-
-    /// Has the capture hold `memory` instead of what it held (`memory` holds that too).
-    pub(crate) fn hold_memory(&mut self, memory: Arc<dyn GraphMemory>) {
-        self.memory = Some(memory);
+    /// What the capture holds for its graph (see [`held`](super::held)).
+    pub(crate) fn holds(&self) -> &CaptureHolds {
+        &self.holds
     }
 
     /// Enqueues `work` on `stream`, which must be part of this capture: CUDA captures it into
@@ -783,7 +824,7 @@ impl<M: CaptureMode> Drop for Capture<'_, M> {
             // it; if the end failed or could not be made, the memory is leaked (another library
             // may have ended the capture and kept its graph).
             if !matches!(self.finish().0, Ended::Graph(Ok(_))) {
-                std::mem::forget(self.memory.take());
+                std::mem::forget(self.holds.take());
             }
         }
     }

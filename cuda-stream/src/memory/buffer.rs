@@ -1,14 +1,15 @@
 //! [`DeviceBuffer`]: device memory allocated and freed in the order of its home stream, used on
 //! other streams only through calls that order the use both ways.
 
-use super::buffer_core::{BufferCore, Detached, Freed, Origin, detach_from, free_after_uses};
+use super::buffer_core::{BufferCore, Detached, Freed, Origin, detach_from, free_after_uses, prepare_core};
+use super::graph_nodes::hold_in_capture;
 use super::ledger::{SharedEvent, Span, UseEvent};
 use super::lent::LentMemory;
 use super::output_slot::OutputSlot;
 use super::page_locked::sealed::Token;
 use super::page_locked::{PageLocked, PageLockedMemory};
 use super::pool::MemPool;
-use super::uses::{CAPTURED, Hold, Touched, Uses, ordered_use, refuse_capture};
+use super::uses::{CAPTURED, Hold, InCaptures, Touched, Uses, ordered_use};
 use super::{DeviceCopy, byte_size, same_length, wait_for_blocking_copy};
 use crate::call::capture_mode::{ignore_other_threads_captures, uncaptured_stream_call};
 use crate::call::live_captures;
@@ -19,6 +20,7 @@ use crate::device::{Device, same_device};
 use crate::event::Event;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
+use crate::graph::held::CaptureHolds;
 use crate::stream::enqueue::{InCapture, Work};
 use crate::stream::{AsStream, BorrowedStream, StreamRef};
 use crate::sys;
@@ -276,7 +278,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         // threads' calls, which a pending transition would hold up): a capture that begins on
         // `stream` meanwhile takes your launch, your `unsafe` contract; one that begins on the
         // home stream makes the buffer leak.
-        ordered_use(stream, &[Touched { home: Some(&home), uses: &self.core.uses, span }], Hold::ChecksAndWaits, |_| {
+        // Your launch runs outside the hold, so no capture takes it for its graph: refused on a
+        // captured stream (a capture's own `use_on` holds the buffer).
+        ordered_use(stream, &[self.touched(&home, span)], Hold::ChecksAndWaits, InCaptures::Refused, |_| {
             Ok(launch(stream, ptr))
         })
     }
@@ -336,26 +340,22 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 
     /// Its memory as a graph holds it apart from the buffer, once its uses are ready for
-    /// launches that cannot reach the home stream (see [`BufferCore`]): under the enqueue
-    /// path's hold, with the home stream checked not capturing.
+    /// launches that cannot reach the home stream (see [`BufferCore`] and [`prepare_core`]):
+    /// under the enqueue path's hold, for a built graph, or for the graph of the capture whose
+    /// holds are `capture`.
     ///
     /// # Errors
     /// [`Error::GraphMisuse`] for memory another library lent, or a buffer whose address was
-    /// handed out; [`Error::CaptureMisuse`] while the home stream is being captured and has
-    /// uses not yet marked; [`Error::HomeStreamChanged`]; CUDA's errors recording the mark.
-    pub(super) fn core_for_graphs(&self) -> Result<Arc<BufferCore>> {
-        if matches!(self.origin, Origin::Lent(_)) {
-            return Err(Error::GraphMisuse(
-                "memory another library lent is held by a graph only through an Arc<DeviceBuffer>",
-            ));
-        }
+    /// handed out; [`Error::CaptureMisuse`] while the home stream is being captured (other than
+    /// by the capture's own stream) and has uses not yet marked; [`Error::HomeStreamChanged`];
+    /// CUDA's errors recording the mark.
+    pub(super) fn core_for_graphs(&self, capture: Option<&CaptureHolds>) -> Result<Arc<BufferCore>> {
+        let core = self.core_for_captures().ok_or(Error::GraphMisuse(
+            "memory another library lent is held by a graph only through an Arc<DeviceBuffer>",
+        ))?;
         let home = self.home()?;
-        // A home stream being captured is marked by no record (it would go into the capture):
-        // refused only where it has uses to mark.
-        home.outside_transitions(InCapture::Captured, || {
-            self.core.uses.prepare_for_graphs(&*home, || refuse_capture(&home))
-        })?;
-        Ok(Arc::clone(&self.core))
+        home.outside_transitions(InCapture::Captured, || prepare_core(core, &home, capture))?;
+        Ok(Arc::clone(core))
     }
 
     /// The bytes of the `len` elements from `start` on (within the buffer: the callers check),
@@ -458,10 +458,15 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         }
         let (to_home, from_home) = (self.home()?, source.home()?);
         let touched = [
-            Touched { home: Some(&to_home), uses: &self.core.uses, span: self.span(start, len, true) },
-            Touched { home: Some(&from_home), uses: &source.core.uses, span: source.span(source_start, len, false) },
+            self.touched(&to_home, self.span(start, len, true)),
+            source.touched(&from_home, source.span(source_start, len, false)),
         ];
-        ordered_use(stream, &touched, Hold::Throughout, |_| {
+        let hold = |holds: &CaptureHolds| {
+            let [to_span, from_span] = [&touched[0].span, &touched[1].span];
+            let to_side = (self.core_for_captures(), &*to_home, to_span);
+            hold_in_capture(holds, &[to_side, (source.core_for_captures(), &*from_home, from_span)])
+        };
+        ordered_use(stream, &touched, Hold::Throughout, InCaptures::Held(&hold), |_| {
             if to_device == from_device {
                 return copy_async(stream, to, from, bytes, sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice);
             }
@@ -494,7 +499,9 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
-        self.ordered(stream, self.span(0, self.len, true), |_| {
+        let (home, span) = (self.home()?, self.span(0, self.len, true));
+        let hold = |holds: &CaptureHolds| hold_in_capture(holds, &[(self.core_for_captures(), &*home, &span)]);
+        self.ordered(stream, span.clone(), InCaptures::Held(&hold), |_| {
             let work = Work::named("cudaMemsetAsync").uses(|| vec![self.race_use(AccessKind::Write)]);
             stream.enqueue(work, |_| {
                 // SAFETY: a live allocation of `bytes()` bytes; a live stream of its device, current.
@@ -533,11 +540,23 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         &self,
         stream: &StreamRef,
         span: Span,
+        in_captures: InCaptures<'_>,
         enqueue: impl FnOnce(&mut UseEvent<SharedEvent>) -> Result<R>,
     ) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let home = self.home()?;
-        ordered_use(stream, &[Touched { home: Some(&home), uses: &self.core.uses, span }], Hold::Throughout, enqueue)
+        ordered_use(stream, &[self.touched(&home, span)], Hold::Throughout, in_captures, enqueue)
+    }
+
+    /// What a use of `span` of the buffer touches, `home` its home stream.
+    pub(super) fn touched<'a>(&'a self, home: &'a StreamRef, span: Span) -> Touched<'a> {
+        Touched { home: Some(home), uses: &self.core.uses, span }
+    }
+
+    /// Its memory as a capture's graph holds it apart from the buffer, but for memory another
+    /// library lent (whose end is that library's).
+    pub(super) fn core_for_captures(&self) -> Option<&Arc<BufferCore>> {
+        (!matches!(self.origin, Origin::Lent(_))).then_some(&self.core)
     }
 
     /// Lends the elements `range` (checked by the caller) to work another library enqueues on
@@ -548,7 +567,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     pub(crate) fn lend_to(&self, stream: &StreamRef, range: Range<usize>, operation: &'static str) -> Result<()> {
         let span = self.span(range.start, range.len(), true);
         let (address, bytes) = (self.element(range.start) as u64, span.bytes.len() as u64);
-        self.ordered(stream, span, |_| {
+        self.ordered(stream, span, InCaptures::Refused, |_| {
             let access = || vec![Access::bytes(address, bytes, AccessKind::Write).as_use()];
             stream.enqueue(Work::named(operation).uses(access), |_| Ok(()))
         })
@@ -670,7 +689,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     ) -> (Result<()>, bool) {
         let bytes = span.bytes.len();
         let mut enqueued = false;
-        let ordered = self.ordered(stream, span, |recorded| {
+        // Host memory is not held by a graph: refused in a capture.
+        let ordered = self.ordered(stream, span, InCaptures::Refused, |recorded| {
             copy_with(
                 &mut || {
                     copy_async(stream, to, from, bytes, kind)?;

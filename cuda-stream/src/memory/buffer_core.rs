@@ -33,6 +33,8 @@ use crate::event::Event;
 use crate::ffi::driver;
 use crate::ffi::error::{Error, Result, check};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::graph::held::CaptureHolds;
+use crate::stream::enqueue::InCapture;
 use crate::stream::{Stream, StreamOptions, StreamRef};
 use crate::sys;
 use std::ffi::c_void;
@@ -89,6 +91,40 @@ impl Drop for BufferCore {
 impl fmt::Debug for BufferCore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BufferCore").field("leaked", &self.uses.leaked()).finish_non_exhaustive()
+    }
+}
+
+/// Makes `core`, homed on `home`, ready to be held by a graph whose launches never reach
+/// `home` ([`Uses::prepare_for_graphs`]), under the caller's capture-transition hold: `home`'s
+/// uses not yet marked are marked there. Where `home` is being captured, no mark can be
+/// recorded on it (the record would go into the capture): for the graph of the capture whose
+/// holds are `capture`, the captured stream's own uses are marked once the capture has ended
+/// ([`CaptureHolds::after_end`], before the graph is handed out); otherwise refused.
+///
+/// # Errors
+/// [`Error::GraphMisuse`] for a buffer whose address was handed out; [`Error::CaptureMisuse`]
+/// for home uses not yet marked on another captured stream; CUDA's errors recording the mark.
+pub(super) fn prepare_core(core: &Arc<BufferCore>, home: &StreamRef, capture: Option<&CaptureHolds>) -> Result<()> {
+    let origin = capture.filter(|holds| holds.is_origin(home));
+    let mut deferred = false;
+    let prepared = core.uses.prepare_for_graphs(home, || {
+        if origin.is_some() {
+            deferred = true;
+            return Err(Error::CaptureMisuse("the captured stream's uses are marked once its capture has ended"));
+        }
+        refuse_capture(home)
+    });
+    match (prepared, origin) {
+        (Err(_), Some(holds)) if deferred => {
+            let core = Arc::clone(core);
+            holds.after_end(Box::new(move |origin: &StreamRef| {
+                origin.outside_transitions(InCapture::Captured, || {
+                    core.uses.prepare_for_graphs(origin, || refuse_capture(origin))
+                })
+            }));
+            Ok(())
+        }
+        (prepared, _) => prepared,
     }
 }
 

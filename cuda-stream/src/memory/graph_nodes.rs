@@ -36,12 +36,12 @@
 //! deadlock where the graph waits for work that another thread enqueues after a capture's
 //! begin (a word written by a memory operation). Copy through a [`SharedPinned`] instead.
 
-use super::buffer_core::BufferCore;
+use super::buffer_core::{BufferCore, prepare_core};
 use super::capture_buffer::{CaptureAllocation, CaptureBuffer};
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
 use super::output_slot::OutputSlot;
 use super::shared_pinned::{PinnedGuard, SharedPinned};
-use super::uses::{Hold, MAX_TOUCHED, Touched, Uses, ordered_use};
+use super::uses::{Hold, InCaptures, MAX_TOUCHED, Touched, Uses, ordered_use};
 use super::{DeviceBuffer, DeviceCopy, checked_range, same_length};
 use crate::call::capture_mode::uncapturable_call;
 use crate::call::race::{Access, AccessKind, CapturedAccesses};
@@ -49,7 +49,7 @@ use crate::conditional::{GraphBuilder, GraphNode};
 use crate::device::{Device, same_device};
 use crate::ffi::error::{Error, Result, check};
 use crate::graph::capture::{Capture, CaptureMode};
-use crate::graph::held::GraphMemory;
+use crate::graph::held::{CaptureHolds, GraphMemory};
 use crate::graph::{Graph, GraphExec};
 use crate::stream::capture_node::dependency_pointer;
 use crate::stream::enqueue::{InCapture, Work};
@@ -94,12 +94,12 @@ impl HeldBuffer for BufferCore {
 
 /// A borrowed buffer, which gives a graph its memory apart from itself, its type erased.
 trait BorrowedBuffer {
-    fn core_for_graphs(&self) -> Result<Arc<BufferCore>>;
+    fn core_for_graphs(&self, capture: Option<&CaptureHolds>) -> Result<Arc<BufferCore>>;
 }
 
 impl<T: DeviceCopy, S: AsStream> BorrowedBuffer for DeviceBuffer<T, S> {
-    fn core_for_graphs(&self) -> Result<Arc<BufferCore>> {
-        DeviceBuffer::core_for_graphs(self)
+    fn core_for_graphs(&self, capture: Option<&CaptureHolds>) -> Result<Arc<BufferCore>> {
+        DeviceBuffer::core_for_graphs(self, capture)
     }
 }
 
@@ -388,6 +388,27 @@ impl HeldMemory {
         Ok(())
     }
 
+    /// Adds what `more` holds to what `holds` holds (a capture's: under its lock, so that
+    /// nothing another thread's call added meanwhile is lost).
+    ///
+    /// # Errors
+    /// [`Error::Size`] past 12 device buffers; [`Error::GraphMisuse`] for memory of a kind
+    /// this crate does not know. Nothing changes then.
+    pub(super) fn add_to(self, holds: &CaptureHolds) -> Result<()> {
+        holds.grow(|held| {
+            let mut memory = HeldMemory::of(held)?;
+            for (buffer, span) in self.buffers {
+                memory.hold_buffer(buffer, span)?;
+            }
+            for (page_locked, span) in self.page_locked {
+                memory.hold_page_locked(page_locked, span);
+            }
+            memory.nodes.extend(self.nodes);
+            memory.outputs.extend(self.outputs);
+            Ok(Arc::new(memory))
+        })
+    }
+
     /// Whether it holds nothing and names no node.
     fn is_empty(&self) -> bool {
         self.buffers.is_empty() && self.page_locked.is_empty() && self.nodes.is_empty() && self.outputs.is_empty()
@@ -418,7 +439,9 @@ impl GraphMemory for HeldMemory {
         for (memory, span) in &self.page_locked {
             locked.push((memory.lock()?, span));
         }
-        ordered_use(stream, &touched, Hold::Throughout, |recorded| {
+        // A launch on a captured stream would be a child graph node, whose memory the outer
+        // graph would not hold.
+        ordered_use(stream, &touched, Hold::Throughout, InCaptures::Refused, |recorded| {
             let mut tickets = Vec::with_capacity(locked.len());
             for (memory, span) in &mut locked {
                 tickets.push(memory.order_copy(stream, span)?);
@@ -619,24 +642,82 @@ fn fill_params(to: *mut c_void, bytes: usize, byte: u8) -> sys::cudaMemsetParams
 }
 
 /// Holds `side` (a buffer the graph keeps; nothing for the graph's own memory) in `memory`
-/// for a node that touches `span` of it.
-fn hold_side(memory: &mut HeldMemory, side: side::Memory<'_>, span: Span) -> Result<()> {
+/// for a node that touches `span` of it, of a built graph or of the capture whose holds are
+/// `capture`.
+fn hold_side(
+    memory: &mut HeldMemory,
+    capture: Option<&CaptureHolds>,
+    side: side::Memory<'_>,
+    span: Span,
+) -> Result<()> {
     match side.held {
         Some(side::Holder::Shared(buffer)) => memory.hold_buffer(buffer, span),
-        Some(side::Holder::Borrowed(buffer)) => memory.hold_buffer(buffer.core_for_graphs()?, span),
+        Some(side::Holder::Borrowed(buffer)) => memory.hold_buffer(buffer.core_for_graphs(capture)?, span),
         None => Ok(()),
     }
 }
 
+/// Holds, for the graph of the capture whose holds are `holds`, the buffers that a use on
+/// one of its streams touches (checked, under the caller's hold, where the capture cannot end),
+/// before the use is captured: each launch of an executable made from the graph is then
+/// ordered with their other uses, as for a capture's own calls. Each buffer is given as its
+/// core (none for memory another library lent), its home stream and the bytes the use touches;
+/// its home uses not yet marked are marked as [`prepare_core`] says.
+///
+/// # Errors
+/// [`Error::CaptureMisuse`] for memory another library lent, and a home stream captured
+/// elsewhere with uses not yet marked; [`Error::GraphMisuse`] for a buffer whose address was
+/// handed out; [`Error::Size`] past 12 buffers in the graph; CUDA's errors recording a mark.
+/// Nothing is held then.
+pub(super) fn hold_in_capture(
+    holds: &CaptureHolds,
+    buffers: &[(Option<&Arc<BufferCore>>, &StreamRef, &Span)],
+) -> Result<()> {
+    let mut held = HeldMemory::default();
+    for &(core, home, span) in buffers {
+        let core = core.ok_or(Error::CaptureMisuse(
+            "memory another library lent is not captured by a buffer's own call (a graph holds it only through an Arc<DeviceBuffer> and a capture's own calls)",
+        ))?;
+        prepare_core(core, home, Some(holds))?;
+        held.hold_buffer(Arc::clone(core) as Arc<dyn HeldBuffer>, span.clone())?;
+    }
+    held.add_to(holds)
+}
+
 /// Holds `side` in `memory` for kernels that may read and write all of it.
-fn hold_whole(memory: &mut HeldMemory, side: side::Memory<'_>) -> Result<()> {
+fn hold_whole(memory: &mut HeldMemory, capture: Option<&CaptureHolds>, side: side::Memory<'_>) -> Result<()> {
     let span = side.at(&(0..side.len), true).1;
-    hold_side(memory, side, span)
+    hold_side(memory, capture, side, span)
+}
+
+/// Whose memory a node's plan grows.
+enum Growing<'a> {
+    /// A built graph's, or an executable's: a copy of what it holds so far.
+    Graph(Option<Arc<dyn GraphMemory>>),
+    /// A capture's: what the node adds, added to its holds before the work is captured.
+    Capture(&'a CaptureHolds),
+}
+
+impl Growing<'_> {
+    /// What the plan holds before the node's memory.
+    fn start(&self) -> Result<HeldMemory> {
+        match self {
+            Growing::Graph(held) => HeldMemory::of(held.clone()),
+            Growing::Capture(_) => Ok(HeldMemory::default()),
+        }
+    }
+
+    fn capture(&self) -> Option<&CaptureHolds> {
+        match self {
+            Growing::Graph(_) => None,
+            Growing::Capture(holds) => Some(holds),
+        }
+    }
 }
 
 /// Elements `range` of `buffer` set to bytes `byte`, by a graph of `device` that holds `held`.
 fn plan_fill(
-    held: Option<Arc<dyn GraphMemory>>,
+    held: Growing<'_>,
     device: Device,
     buffer: &impl side::Side,
     range: impl RangeBounds<usize>,
@@ -647,15 +728,15 @@ fn plan_fill(
     let range = checked_range(&range, buffer.len)?;
     let (to, span) = buffer.at(&range, true);
     let bytes = span.bytes.len();
-    let mut memory = HeldMemory::of(held)?;
-    hold_side(&mut memory, buffer, span)?;
+    let mut memory = held.start()?;
+    hold_side(&mut memory, held.capture(), buffer, span)?;
     Ok(Planned { memory, operation: Operation::Fill { to, bytes, byte } })
 }
 
 /// Elements `from_range` of `from` copied into `to_range` of `to`, by a graph of `device` that
 /// holds `held`.
 fn plan_copy(
-    held: Option<Arc<dyn GraphMemory>>,
+    held: Growing<'_>,
     device: Device,
     (to, to_range): (&impl side::Side, impl RangeBounds<usize>),
     (from, from_range): (&impl side::Side, impl RangeBounds<usize>),
@@ -674,9 +755,9 @@ fn plan_copy(
     if to_bytes.start < from_bytes.end && from_bytes.start < to_bytes.end {
         return Err(Error::Size("the two sides of a copy within one buffer overlap"));
     }
-    let mut memory = HeldMemory::of(held)?;
-    hold_side(&mut memory, to, written)?;
-    hold_side(&mut memory, from, read)?;
+    let mut memory = held.start()?;
+    hold_side(&mut memory, held.capture(), to, written)?;
+    hold_side(&mut memory, held.capture(), from, read)?;
     let kind = sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice;
     Ok(Planned { memory, operation: Operation::Copy { to: destination, from: source, bytes, kind } })
 }
@@ -685,7 +766,7 @@ fn plan_copy(
 /// buffer in `pinned`, into the device (`into_device`) or out of it, by a graph of `device`
 /// that holds `held`.
 fn plan_pinned_copy<T: DeviceCopy>(
-    held: Option<Arc<dyn GraphMemory>>,
+    held: Growing<'_>,
     device: Device,
     (buffer, device_range): (&impl side::Side, impl RangeBounds<usize>),
     (pinned, pinned_range): (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
@@ -703,8 +784,8 @@ fn plan_pinned_copy<T: DeviceCopy>(
         Span { bytes: pinned_range.start * size_of::<T>()..pinned_range.end * size_of::<T>(), writes: !into_device };
     let (device_address, device_span) = buffer.at(&device_range, into_device);
     let bytes = device_span.bytes.len();
-    let mut memory = HeldMemory::of(held)?;
-    hold_side(&mut memory, buffer, device_span)?;
+    let mut memory = held.start()?;
+    hold_side(&mut memory, held.capture(), buffer, device_span)?;
     memory.hold_page_locked(Arc::clone(pinned) as Arc<dyn HeldPageLocked>, host);
     let operation = if into_device {
         let kind = sys::cudaMemcpyKind::cudaMemcpyHostToDevice;
@@ -740,7 +821,7 @@ impl GraphBuilder<'_> {
         byte: u8,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
-        let planned = plan_fill(self.memory(), self.device(), buffer, range, byte)?;
+        let planned = plan_fill(Growing::Graph(self.memory()), self.device(), buffer, range, byte)?;
         self.add_planned(after, planned)
     }
 
@@ -763,7 +844,7 @@ impl GraphBuilder<'_> {
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
-        let planned = plan_copy(self.memory(), self.device(), (to, to_range), (from, from_range))?;
+        let planned = plan_copy(Growing::Graph(self.memory()), self.device(), (to, to_range), (from, from_range))?;
         self.add_planned(after, planned)
     }
 
@@ -787,7 +868,8 @@ impl GraphBuilder<'_> {
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
-        let planned = plan_pinned_copy(self.memory(), self.device(), (to, to_range), (from, from_range), true)?;
+        let planned =
+            plan_pinned_copy(Growing::Graph(self.memory()), self.device(), (to, to_range), (from, from_range), true)?;
         self.add_planned(after, planned)
     }
 
@@ -807,7 +889,8 @@ impl GraphBuilder<'_> {
         from_range: impl RangeBounds<usize>,
         after: &[GraphNode],
     ) -> Result<GraphNode> {
-        let planned = plan_pinned_copy(self.memory(), self.device(), (from, from_range), (to, to_range), false)?;
+        let planned =
+            plan_pinned_copy(Growing::Graph(self.memory()), self.device(), (from, from_range), (to, to_range), false)?;
         self.add_planned(after, planned)
     }
 
@@ -825,7 +908,7 @@ impl GraphBuilder<'_> {
         same_device("a graph's kernels use a buffer of the graph's device", self.device(), side.device)?;
         let start = side.start.cast::<T>();
         let mut memory = HeldMemory::of(self.memory())?;
-        hold_whole(&mut memory, side)?;
+        hold_whole(&mut memory, None, side)?;
         self.hold_memory(Arc::new(memory));
         Ok(start)
     }
@@ -869,7 +952,7 @@ impl<M: CaptureMode> Capture<'_, M> {
         (from, from_range): (&impl CaptureMemory<Element = T>, impl RangeBounds<usize>),
     ) -> Result<()> {
         let stream = stream.as_stream();
-        let planned = plan_copy(self.memory(), stream.device(), (to, to_range), (from, from_range))?;
+        let planned = plan_copy(Growing::Capture(self.holds()), stream.device(), (to, to_range), (from, from_range))?;
         self.capture_planned(&stream, planned, [to.side().allocation, from.side().allocation])
     }
 
@@ -888,7 +971,7 @@ impl<M: CaptureMode> Capture<'_, M> {
         byte: u8,
     ) -> Result<()> {
         let stream = stream.as_stream();
-        let planned = plan_fill(self.memory(), stream.device(), buffer, range, byte)?;
+        let planned = plan_fill(Growing::Capture(self.holds()), stream.device(), buffer, range, byte)?;
         self.capture_planned(&stream, planned, [buffer.side().allocation, None])
     }
 
@@ -908,7 +991,7 @@ impl<M: CaptureMode> Capture<'_, M> {
     ) -> Result<()> {
         let stream = stream.as_stream();
         let allocation = to.0.side().allocation;
-        let planned = plan_pinned_copy(self.memory(), stream.device(), to, from, true)?;
+        let planned = plan_pinned_copy(Growing::Capture(self.holds()), stream.device(), to, from, true)?;
         self.capture_planned(&stream, planned, [allocation, None])
     }
 
@@ -926,7 +1009,7 @@ impl<M: CaptureMode> Capture<'_, M> {
     ) -> Result<()> {
         let stream = stream.as_stream();
         let allocation = from.0.side().allocation;
-        let planned = plan_pinned_copy(self.memory(), stream.device(), from, to, false)?;
+        let planned = plan_pinned_copy(Growing::Capture(self.holds()), stream.device(), from, to, false)?;
         self.capture_planned(&stream, planned, [allocation, None])
     }
 
@@ -969,11 +1052,11 @@ impl<M: CaptureMode> Capture<'_, M> {
             allocations.iter().map(ordered).collect::<Result<Vec<_>>>()
         })?;
         if sides.iter().any(|side| side.held.is_some()) {
-            let mut held = HeldMemory::of(self.memory())?;
+            let mut held = HeldMemory::default();
             for side in sides {
-                hold_whole(&mut held, side)?;
+                hold_whole(&mut held, Some(self.holds()), side)?;
             }
-            self.hold_memory(Arc::new(held));
+            held.add_to(self.holds())?;
         }
         // Recorded after `launch`'s work, also when it unwinds (its kernels may be in).
         let notes: Vec<UseNote<'_>> = allocations
@@ -1007,7 +1090,7 @@ impl<M: CaptureMode> Capture<'_, M> {
         // streams (`BorrowedStream::borrow_raw`, `StreamRef::to_cudarc`). Work on the graph's
         // own memory only holds nothing.
         if !memory.is_empty() {
-            self.hold_memory(Arc::new(memory));
+            memory.add_to(self.holds())?;
         }
         // The graph's own memory is not declared to the race detector: nothing outside the
         // graph reaches it (an output is reached through the buffer `take` orders after the
@@ -1095,7 +1178,7 @@ impl GraphExec {
         (to, to_range): (&impl GraphBuffer<Element = T>, impl RangeBounds<usize>),
         (from, from_range): (&impl GraphBuffer<Element = T>, impl RangeBounds<usize>),
     ) -> Result<()> {
-        let planned = plan_copy(self.memory(), self.device(), (to, to_range), (from, from_range))?;
+        let planned = plan_copy(Growing::Graph(self.memory()), self.device(), (to, to_range), (from, from_range))?;
         self.set_planned(graph, node, planned)
     }
 
@@ -1114,7 +1197,7 @@ impl GraphExec {
         range: impl RangeBounds<usize>,
         byte: u8,
     ) -> Result<()> {
-        let planned = plan_fill(self.memory(), self.device(), buffer, range, byte)?;
+        let planned = plan_fill(Growing::Graph(self.memory()), self.device(), buffer, range, byte)?;
         self.set_planned(graph, node, planned)
     }
 
@@ -1130,7 +1213,7 @@ impl GraphExec {
         to: (&impl GraphBuffer<Element = T>, impl RangeBounds<usize>),
         from: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
     ) -> Result<()> {
-        let planned = plan_pinned_copy(self.memory(), self.device(), to, from, true)?;
+        let planned = plan_pinned_copy(Growing::Graph(self.memory()), self.device(), to, from, true)?;
         self.set_planned(graph, node, planned)
     }
 
@@ -1146,7 +1229,7 @@ impl GraphExec {
         to: (&Arc<SharedPinned<T>>, impl RangeBounds<usize>),
         from: (&impl GraphBuffer<Element = T>, impl RangeBounds<usize>),
     ) -> Result<()> {
-        let planned = plan_pinned_copy(self.memory(), self.device(), from, to, false)?;
+        let planned = plan_pinned_copy(Growing::Graph(self.memory()), self.device(), from, to, false)?;
         self.set_planned(graph, node, planned)
     }
 

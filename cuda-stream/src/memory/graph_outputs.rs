@@ -87,9 +87,9 @@ impl<M: CaptureMode> Capture<'_, M> {
         buffer.allocation().refuse_unusable(self.id())?;
         let address = NonNull::new(buffer.allocation().at(0).cast::<T>()).ok_or(Error::Size("no address"))?;
         let slot = Arc::new(OutputSlot::new());
-        let mut memory = HeldMemory::of(self.memory())?;
+        let mut memory = HeldMemory::default();
         memory.keep_output(Arc::clone(&slot));
-        self.hold_memory(Arc::new(memory));
+        memory.add_to(self.holds())?;
         Ok(GraphOutput { slot, address, len: buffer.len(), device: buffer.device(), _element: PhantomData })
     }
 }

@@ -4,12 +4,16 @@
 
 use super::DeviceCopy;
 use super::buffer::DeviceBuffer;
+use super::buffer_core::BufferCore;
+use super::graph_nodes::hold_in_capture;
 use super::ledger::Span;
-use super::uses::{Hold, Touches, Uses, ordered_use};
+use super::uses::{Hold, InCaptures, Touches, Uses, ordered_use};
 use super::view::{DeviceSlice, DeviceSliceMut};
 use crate::call::race::{Access, AccessKind};
 use crate::ffi::error::Result;
+use crate::graph::held::CaptureHolds;
 use crate::stream::{AsStream, BorrowedStream, StreamRef};
+use std::sync::Arc;
 
 /// The memory one launch argument touches: a buffer's or a view's elements, read or written.
 /// Made by the launch from a `&DeviceBuffer`, `&mut DeviceBuffer`, `&DeviceSlice` or
@@ -18,6 +22,8 @@ pub struct ArgUse<'a> {
     home: BorrowedStream<'a>,
     uses: &'a Uses,
     span: Span,
+    /// The memory as a capture's graph holds it (a launch in a capture of this crate).
+    core: Option<&'a Arc<BufferCore>>,
     /// The device address of the span's first byte.
     address: u64,
 }
@@ -37,13 +43,18 @@ impl ArgUse<'_> {
 }
 
 /// Runs `enqueue` (a launch on `stream`) ordered after the earlier uses that `args` conflict
-/// with, and noted for the later ones and the frees, as [`DeviceBuffer::use_on`] orders a use.
+/// with, and noted for the later ones and the frees, as [`DeviceBuffer::use_on`] orders a use;
+/// on a stream of a capture of this crate, captured, the capture's graph holding the buffers.
 pub(crate) fn ordered_launch(
     stream: &StreamRef,
     args: &[ArgUse<'_>],
     enqueue: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    ordered_use(stream, args, Hold::Throughout, |_| enqueue())
+    let hold = |holds: &CaptureHolds| {
+        let buffers: Vec<_> = args.iter().map(|arg| (arg.core, &*arg.home, &arg.span)).collect();
+        hold_in_capture(holds, &buffers)
+    };
+    ordered_use(stream, args, Hold::Throughout, InCaptures::Held(&hold), |_| enqueue())
 }
 
 impl Touches for ArgUse<'_> {
@@ -72,7 +83,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     fn range_launch_use(&self, start: usize, len: usize, writes: bool) -> Result<ArgUse<'_>> {
         let span = self.span(start, len, writes);
         let address = self.element(start) as u64;
-        Ok(ArgUse { home: self.home()?, uses: self.uses(), span, address })
+        Ok(ArgUse { home: self.home()?, uses: self.uses(), span, address, core: self.core_for_captures() })
     }
 }
 

@@ -13,9 +13,11 @@ use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls::outside_captures;
 use crate::ffi::error::{Error, Result};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
+use crate::graph::held::{CaptureHolds, holds_of};
 use crate::stream::StreamRef;
+use crate::stream::capture_status::CaptureStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Why a buffer one of whose uses could not be noted refuses every later use.
 const UNTRACKED: &str = "a use of this buffer could not be noted: it is never used again (and leaked)";
@@ -224,6 +226,19 @@ pub(super) enum Hold {
     ChecksAndWaits,
 }
 
+/// What a use on a stream that a capture of this crate captures does.
+#[derive(Copy, Clone)]
+pub(super) enum InCaptures<'a> {
+    /// Refused ([`CAPTURED`]).
+    Refused,
+    /// Captured, once the function has made the capture's graph hold the buffers' memory
+    /// (given the capture's holds; the memory layer's `hold_in_capture`): each launch of the
+    /// graph is then ordered with their other uses. The crate's own copies, fills and typed
+    /// launches, under [`Hold::Throughout`] only: the capture cannot end between the check and
+    /// the enqueue.
+    Held(&'a dyn Fn(&CaptureHolds) -> Result<()>),
+}
+
 /// One buffer a use touches: its home stream (none for a graph's launch of memory it holds
 /// apart from its owner), its ordering state, and the bytes the use reads or writes.
 pub(super) struct Touched<'a> {
@@ -268,11 +283,15 @@ impl Touches for Touched<'_> {
 /// buffer's earlier uses and noted for its later ones and its free, also when `enqueue`
 /// panics. No capture of this crate begins or ends meanwhile (as `hold` says): CUDA captures
 /// allocations, copies and fills rather than refusing them, and this crate's refusals come
-/// first. A use that cannot be noted afterwards marks its buffer leaked.
+/// first. A use that cannot be noted afterwards marks its buffer leaked. On a stream of a
+/// capture of this crate, a use `in_captures` lets through is captured, its buffers held by
+/// the capture's graph (`in_captures`' function), and orders nothing now: each launch of the
+/// graph is ordered instead.
 pub(super) fn ordered_use<R, T: Touches>(
     stream: &StreamRef,
     touched: &[T],
     hold: Hold,
+    in_captures: InCaptures<'_>,
     enqueue: impl FnOnce(&mut UseEvent<SharedEvent>) -> Result<R>,
 ) -> Result<R> {
     // Refused inside a host function before the lock: a host function blocked behind a
@@ -284,8 +303,23 @@ pub(super) fn ordered_use<R, T: Touches>(
     // Another library may capture the per-thread stream at any time: never a fast call then.
     let thread_bound =
         stream.is_thread_bound() || touched.iter().any(|buffer| buffer.home().is_some_and(StreamRef::is_thread_bound));
-    let checks_and_waits = || -> Result<[Ticket; MAX_TOUCHED]> {
-        refuse_capture(stream)?;
+    // Captured only where the enqueue is held too.
+    let held_in_captures = match in_captures {
+        InCaptures::Held(hold_in_capture) if hold == Hold::Throughout => Some(hold_in_capture),
+        _ => None,
+    };
+    // The tickets of an ordered use, or the holds of the capture that captures it.
+    let checks_and_waits = || -> Result<std::result::Result<[Ticket; MAX_TOUCHED], Arc<CaptureHolds>>> {
+        if stream.may_be_captured_now() {
+            if let Some(hold_in_capture) = held_in_captures {
+                if let Some(holds) = holding_capture(stream)? {
+                    hold_in_capture(&holds)?;
+                    return Ok(Err(holds));
+                }
+            } else {
+                stream.refuse_capturing(CAPTURED)?;
+            }
+        }
         for home in touched.iter().filter_map(Touches::home) {
             refuse_capture(home)?;
         }
@@ -296,18 +330,26 @@ pub(super) fn ordered_use<R, T: Touches>(
                 None => buffer.uses().before_homeless(stream, buffer.on(stream), buffer.span())?,
             };
         }
-        Ok(tickets)
+        Ok(Ok(tickets))
     };
     let uses = |tickets| After { touched, stream, tickets, recorded: UseEvent::default(), thread_bound, done: false };
     match hold {
-        Hold::Throughout => without_transitions(thread_bound, || {
-            let mut after = uses(checks_and_waits()?);
-            let result = enqueue(&mut after.recorded);
-            after.finish()?;
-            result
+        Hold::Throughout => without_transitions(thread_bound, || match checks_and_waits()? {
+            Ok(tickets) => {
+                let mut after = uses(tickets);
+                let result = enqueue(&mut after.recorded);
+                after.finish()?;
+                result
+            }
+            // Captured under the same hold as the check: the graph holds the buffers, and its
+            // launches note the uses.
+            Err(_captured) => enqueue(&mut UseEvent::default()),
         })?,
         Hold::ChecksAndWaits => {
-            let mut after = uses(without_transitions(thread_bound, checks_and_waits)??);
+            let checked = without_transitions(thread_bound, checks_and_waits)??;
+            // Never captured here (`held_in_captures`).
+            let tickets = checked.map_err(|_| Error::CaptureMisuse(CAPTURED))?;
+            let mut after = uses(tickets);
             let result = enqueue(&mut after.recorded);
             after.finish()?;
             result
@@ -384,6 +426,25 @@ impl<T: Touches> Drop for After<'_, '_, T> {
     }
 }
 
+/// The holds of the capture of this crate that captures `stream` (under the caller's hold),
+/// `None` while it is not captured.
+///
+/// # Errors
+/// [`Error::CaptureMisuse`] for a stream of a capture that holds nothing of its own (another
+/// library's, or one into a graph builder's level) or an invalidated one; the errors reading
+/// its status.
+#[cold]
+fn holding_capture(stream: &StreamRef) -> Result<Option<Arc<CaptureHolds>>> {
+    match stream.capture_status()? {
+        CaptureStatus::None => Ok(None),
+        CaptureStatus::Active => match holds_of(stream.capture_info()?.id) {
+            Some(holds) => Ok(Some(holds)),
+            None => Err(Error::CaptureMisuse(CAPTURED_ELSEWHERE)),
+        },
+        CaptureStatus::Invalidated => Err(Error::CaptureMisuse(CAPTURED)),
+    }
+}
+
 /// [`Error::CaptureMisuse`](crate::Error::CaptureMisuse) while `stream` may be captured and is: graph replays would
 /// outlive the buffer. One load while no capture can be in progress.
 pub(super) fn refuse_capture(stream: &StreamRef) -> Result<()> {
@@ -393,4 +454,7 @@ pub(super) fn refuse_capture(stream: &StreamRef) -> Result<()> {
     Ok(())
 }
 
-pub(super) const CAPTURED: &str = "device memory is not allocated, copied, filled or freed during a capture (a replay would outlive it): a capture's own copy, fill_bytes and use_on take shared buffers its graph holds";
+pub(super) const CAPTURED: &str = "device memory is not allocated, freed, copied to or from host memory, or used through use_on during a capture (a replay would outlive it): a buffer's copies between buffers, fills and typed launches are captured, and a capture's own copy, fill_bytes, copy_from_pinned, copy_to_pinned and use_on take buffers its graph holds";
+
+/// Why a buffer's own call is refused on a stream of a capture that is not this crate's.
+const CAPTURED_ELSEWHERE: &str = "a buffer's copies, fills and typed launches are captured only by a capture of this crate begun with begin_capture or begin_capture_into (not another library's, nor one into a graph builder's level): its graph holds the buffers";

@@ -34,6 +34,15 @@ impl Buf {
     fn set_holds(&mut self, holds: Option<u8>) {
         self.holds = if self.held_apart { None } else { holds };
     }
+
+    /// After a write during a capture: one that went through (a fill or a copy between
+    /// buffers, on a stream of the capture) may be a node of its graph, which holds the memory
+    /// and writes it at every launch, unseen.
+    fn captured_if<T>(&mut self, result: &Result<T>, capturing: bool) {
+        if capturing && result.is_ok() {
+            self.held_apart = true;
+        }
+    }
 }
 
 /// A pinned buffer and what it holds, as [`Buf::holds`].
@@ -224,6 +233,7 @@ impl<'p> World<'p> {
             0 => {
                 let result = mem.buffers[index].buffer.fill_bytes(stream, tag);
                 note_intact(watched, "DeviceBuffer::fill_bytes", &result);
+                mem.buffers[index].captured_if(&result, capturing);
                 mem.buffers[index].set_holds(after_write(&result, capturing, Some(tag)));
             }
             1 => {
@@ -243,6 +253,7 @@ impl<'p> World<'p> {
                 if to.buffer.len() != from.buffer.len() {
                     expect_size("DeviceBuffer::copy_from", &result);
                 }
+                to.captured_if(&result, capturing);
                 to.set_holds(after_write(&result, capturing, from.holds));
             }
             3 => {
