@@ -2,9 +2,10 @@
 //! host-to-device copy and memsets, a reduction in two kernels, a device-to-host copy and a
 //! host function, built by hand, then cloned, then made again by capture; the three executables
 //! replayed with new input each time. A graph holds the memory its nodes use (borrowed buffers'
-//! memory in the graph built by hand, `Arc` buffers in the captured one), so the buffers are
-//! dropped here before the first launch, and each launch is ordered with the host's access to
-//! the page-locked input and output: no synchronize between the rounds.
+//! memory, in the graph built by hand and in the captured one, whose buffers' own fills and
+//! typed launches are captured), so the buffers are dropped here before the first launch, and
+//! each launch is ordered with the host's access to the page-locked input and output: no
+//! synchronize between the rounds.
 //!
 //! A crate of its own: this file as `src/main.rs`, `examples/kernels/graph_memory.cu` in
 //! `kernels/`, `cuda-stream` (feature `testing`, for the GPU gate) as a dependency and
@@ -31,16 +32,16 @@ const THREADS: u32 = 512;
 fn main() -> cuda_stream::Result<()> {
     // Device 0, or a plain "skipped" without a GPU (a failure under CUDA_STREAM_REQUIRE_GPU=1).
     let Some(device) = cuda_stream::testing::device_or_skip("graph_memory") else { return Ok(()) };
-    let stream = Arc::new(Stream::new(device, StreamOptions::non_blocking())?);
+    let stream = Stream::new(device, StreamOptions::non_blocking())?;
     let host_input = Arc::new(SharedPinned::new(PinnedBuffer::<f32>::zeroed(N)?));
     let host_result = Arc::new(SharedPinned::new(PinnedBuffer::<f32>::zeroed(1)?));
     let reported = Arc::new(AtomicU32::new(0));
 
     let (exec, clone_exec) = {
         // Borrowed buffers (their home, `&stream`, is lent): the graph holds their memory.
-        let input = DeviceBuffer::<f32, _>::new(&*stream, N)?;
-        let partial = DeviceBuffer::<f32, _>::new(&*stream, BLOCKS as usize)?;
-        let result = DeviceBuffer::<f32, _>::new(&*stream, 1)?;
+        let input = DeviceBuffer::<f32, _>::new(&stream, N)?;
+        let partial = DeviceBuffer::<f32, _>::new(&stream, BLOCKS as usize)?;
+        let result = DeviceBuffer::<f32, _>::new(&stream, 1)?;
         let mut graph = Graph::new(device)?;
         let mut builder = graph.builder();
         let copy_in = builder.add_copy_from_pinned(&input, .., &host_input, .., &[])?;
@@ -94,7 +95,7 @@ fn main() -> cuda_stream::Result<()> {
         let values: Vec<f32> = (0..N).map(|i| ((i + round) % 7) as f32).collect();
         // Waits for the previous launch's copy out of the input before the host writes it.
         host_input.lock().as_mut_slice()?.copy_from_slice(&values);
-        exec.launch(&*stream)?;
+        exec.launch(&stream)?;
         // Waits for this launch's copy into the result.
         let gpu = host_result.lock().as_slice()?[0];
         let cpu: f64 = values.iter().copied().map(f64::from).sum();
@@ -107,33 +108,30 @@ fn main() -> cuda_stream::Result<()> {
     Ok(())
 }
 
-/// The same graph made by capture: the capture's own copies and memsets take the shared
-/// buffers (a buffer's own `copy_from_pinned` would be refused here: it borrows the buffer,
-/// which a graph's replays would outlive), and its kernels are launched as usual.
+/// The same graph made by capture, from borrowed buffers again: their own fills and the typed
+/// launches that take them as arguments are captured on the capturing stream, and the graph
+/// holds them, as the capture's copies to and from the page-locked memory (a buffer's own
+/// `copy_from_pinned` stays refused in a capture: it borrows the host buffer, which the graph
+/// could not hold).
 fn by_capture(
-    stream: &Arc<Stream>,
+    stream: &Stream,
     host_input: &Arc<SharedPinned<f32>>,
     host_result: &Arc<SharedPinned<f32>>,
     reported: &Arc<AtomicU32>,
 ) -> cuda_stream::Result<GraphExec> {
-    let input = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(stream), N)?);
-    let partial = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(stream), BLOCKS as usize)?);
-    let result = Arc::new(DeviceBuffer::<f32, _>::new(Arc::clone(stream), 1)?);
+    let input = DeviceBuffer::<f32, _>::new(stream, N)?;
+    let mut partial = DeviceBuffer::<f32, _>::new(stream, BLOCKS as usize)?;
+    let mut result = DeviceBuffer::<f32, _>::new(stream, 1)?;
     let capturing = Stream::new(stream.device(), StreamOptions::non_blocking())?;
     let mut capture = capturing.begin_capture(capture::ThreadLocal)?;
     capture.copy_from_pinned(&capturing, (&input, ..), (host_input, ..))?;
-    capture.fill_bytes(&capturing, &partial, .., 0)?;
-    capture.fill_bytes(&capturing, &result, .., 0)?;
-    let (input_ptr, partial_ptr, result_ptr) =
-        (input.as_ptr(), partial.as_ptr().cast_mut(), result.as_ptr().cast_mut());
-    // SAFETY: as in the graph built by hand: buffers the graph holds for every launch.
+    partial.fill_bytes(&capturing, 0)?;
+    result.fill_bytes(&capturing, 0)?;
+    // SAFETY: the kernels read and write the elements of the buffers given as arguments, as in
+    // the graph built by hand; the graph holds the buffers for every launch.
     unsafe {
-        REDUCE.launch(&capturing, &LaunchConfig::new(BLOCKS, THREADS), (input_ptr, partial_ptr, N as u64))?;
-        REDUCE_FINAL.launch(
-            &capturing,
-            &LaunchConfig::new(1, THREADS),
-            (partial_ptr.cast_const(), result_ptr, u64::from(BLOCKS)),
-        )?;
+        REDUCE.launch(&capturing, &LaunchConfig::new(BLOCKS, THREADS), (&input, &mut partial, N as u64))?;
+        REDUCE_FINAL.launch(&capturing, &LaunchConfig::new(1, THREADS), (&partial, &mut result, u64::from(BLOCKS)))?;
     }
     capture.copy_to_pinned(&capturing, (host_result, ..), (&result, ..))?;
     let count = Arc::clone(reported);
@@ -143,4 +141,5 @@ fn by_capture(
     let graph = capture.end()?;
     println!("graph made by capture: {} nodes", graph.node_count()?);
     graph.instantiate()
+    // The buffers drop here: the executable holds their memory.
 }

@@ -65,7 +65,12 @@
 //! [`use_on`](crate::Capture::use_on) for a captured kernel. They take device buffers as a
 //! [`GraphBuffer`]: borrowed, `&DeviceBuffer<T, S>` whatever its home stream, or shared as
 //! `Arc<DeviceBuffer<T, S>>` (with `S: 'static`, an `Arc<Stream>` say); and page-locked memory
-//! as `Arc<`[`SharedPinned`]`<T>>`. A buffer's own copies and fills stay refused in a capture.
+//! as `Arc<`[`SharedPinned`]`<T>>`. In a capture of this crate, a buffer's own
+//! [`copy_from`](DeviceBuffer::copy_from) (and a view's), [`fill_bytes`](DeviceBuffer::fill_bytes)
+//! and a typed [`Kernel::launch`](crate::Kernel::launch) with buffers or views as arguments, on
+//! any stream of the capture, are captured the same way: the graph holds the buffers (see
+//! [the capture docs](crate::capture#what-a-captures-graph-holds-of-device-buffers)). Copies
+//! from and to host memory and a buffer's `use_on` stay refused there.
 //! * The graph, its clones and every executable made from it each keep the memory: a clone of
 //!   a shared buffer's `Arc`, and of a borrowed buffer's memory apart from the buffer, whose
 //!   owner may go first (its home stream with it). No launch is enqueued once the memory is
@@ -77,9 +82,10 @@
 //!   use there), and a buffer whose address was handed out for home work it does not see
 //!   ([`DeviceBuffer::as_ptr`]) is refused, when a graph would hold it and at each launch
 //!   ([`Error::GraphMisuse`]: order such work through `use_on` or a typed launch). A buffer
-//!   whose home stream is being captured and has uses not yet marked (a fresh buffer of the
-//!   captured stream) is refused by the capture's calls: allocate it on another stream, or use
-//!   it on one first. Holding a borrowed buffer's memory, a graph launches on any thread:
+//!   whose home is the captured stream itself, with uses there not yet marked (a fresh buffer
+//!   of that stream), is marked once the capture has ended, before `end` hands out the graph;
+//!   one whose home is another stream being captured, with uses not yet marked, is refused
+//!   ([`Error::CaptureMisuse`]): use it on another stream first. Holding a borrowed buffer's memory, a graph launches on any thread:
 //!   `&mut` on the buffer no longer keeps other work off it, and, as for any two uses of one
 //!   buffer begun at the same moment on two threads, a launch and a use each wait only for the
 //!   uses noted before they began. A capture
