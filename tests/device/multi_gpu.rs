@@ -327,3 +327,35 @@ fn a_buffer_of_gpu_0_used_by_a_launch_on_gpu_1_is_ordered_both_ways() {
     );
     assert_eq!(x.to_vec().unwrap(), vec![0.0; n]);
 }
+
+/// In a capture of GPU 1's stream, a typed launch given GPU 0's buffer and a copy between the
+/// two GPUs' buffers are refused before CUDA sees them (a graph holds only its own device's
+/// buffers), and the capture goes on: the same launch with GPU 1's buffers alone is captured,
+/// and its graph replays.
+#[test]
+fn a_capture_refuses_another_devices_buffers_and_goes_on() {
+    let Some((gpu0, gpu1)) = peers_or_skip(&gpus_or_skip!(2)) else { return };
+    let (s0, s1) = (stream(gpu0), stream(gpu1));
+    let pool = cuda_stream::MemPool::new(gpu0).unwrap();
+    pool.set_access(gpu1, cuda_stream::PoolAccess::ReadWrite).unwrap();
+    let n = 256;
+    let mut x0 = cuda_stream::DeviceBuffer::<f32, _>::new_in(&pool, &s0, n).unwrap();
+    x0.copy_from_slice(&s0, &vec![1.0; n]).unwrap();
+    let x1 = cuda_stream::DeviceBuffer::<f32, _>::from_slice(&s1, &vec![1.0; n]).unwrap();
+    let mut y = cuda_stream::DeviceBuffer::<f32, _>::zeroed(&s1, n).unwrap();
+    let captured = stream(gpu1);
+    let capture = captured.begin_capture(cuda_stream::capture::ThreadLocal).unwrap();
+    let config = cuda_stream::LaunchConfig::new(1, 256);
+    // SAFETY: the kernel would read `x0`'s n floats (GPU 1 may: the pool's access) and write `y`'s.
+    let refused = unsafe { SAXPY.launch(&captured, &config, (1.0, &x0, &mut y, n as u32)) };
+    assert!(matches!(refused, Err(cuda_stream::Error::CaptureMisuse(_))), "{refused:?}");
+    let copied = y.copy_from(&captured, &x0);
+    assert!(matches!(copied, Err(cuda_stream::Error::CaptureMisuse(_))), "{copied:?}");
+    // SAFETY: reads `x1`'s n floats and writes `y`'s, both GPU 1's, held by the graph.
+    unsafe { SAXPY.launch(&captured, &config, (2.0, &x1, &mut y, n as u32)) }.unwrap();
+    let graph = capture.end().unwrap();
+    assert_eq!(graph.node_count().unwrap(), 1, "only the launch on GPU 1's buffers");
+    graph.instantiate().unwrap().launch(&captured).unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![2.0; n]);
+    assert_eq!(x0.to_vec().unwrap(), vec![1.0; n]);
+}

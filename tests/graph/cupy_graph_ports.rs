@@ -522,11 +522,12 @@ fn a_forked_stream_cannot_begin_its_own_capture_and_the_capture_replays() {
 
 /// Host-to-device, device-to-device and device-to-host copies in one capture (the copies CuPy's
 /// arrays make: `cupy.asarray`, `a.copy()`, `a.get()`), replayed three times with new host input.
-/// A buffer's own ordered copy (`DeviceBuffer::copy_from`) on the capturing stream is refused
-/// (`Error::CaptureMisuse`, the counterpart of CuPy's refused synchronizing calls in
-/// `failure5`), and the capture stays usable: the copies captured after it are in the graph.
+/// A buffer's own ordered copy (`DeviceBuffer::copy_from`) on the capturing stream is captured
+/// beside the capture's own copies (CuPy's `cupy.copyto` in a captured stream), while its copy
+/// from a host slice is refused (`Error::CaptureMisuse`, the counterpart of CuPy's refused
+/// synchronizing calls in `failure5`) and the capture stays usable: every launch makes both.
 #[test]
-fn a_buffers_own_copy_is_refused_during_a_capture_which_stays_usable() {
+fn a_buffers_own_copy_is_captured_and_a_refused_host_copy_leaves_the_capture_usable() {
     let device = gpu_or_skip!();
     let _alone = alone();
     let home = Arc::new(non_blocking_stream(device));
@@ -539,21 +540,25 @@ fn a_buffers_own_copy_is_refused_during_a_capture_which_stays_usable() {
     let source = DeviceBuffer::<f32, _>::from_slice(&*home, &[9.0; N]).unwrap();
     let mut capture = s.begin_capture(ThreadLocal).unwrap();
     capture.copy_from_pinned(&s, (&device_in, ..), (&host_in, ..)).unwrap();
-    assert!(matches!(plain.copy_from(&s, &source), Err(Error::CaptureMisuse(_))), "a buffer's own copy");
+    assert!(matches!(plain.copy_from_slice(&s, &[1.0; N]), Err(Error::CaptureMisuse(_))), "a host copy");
     assert_eq!(s.capture_status().unwrap(), CaptureStatus::Active, "the refusal left the capture alone");
+    plain.copy_from(&s, &source).unwrap();
     let mut scratch = capture.alloc::<f32>(&s, N).unwrap();
     capture.copy(&s, (&scratch, ..), (&device_in, ..)).unwrap();
     capture.copy(&s, (&device_copy, ..), (&scratch, ..)).unwrap();
     capture.free(&s, &mut scratch).unwrap();
     capture.copy_to_pinned(&s, (&host_out, ..), (&device_copy, ..)).unwrap();
     let exec = capture.end().unwrap().instantiate().unwrap();
-    assert_eq!(plain.to_vec().unwrap(), vec![0.0; N], "the refused copy never ran");
+    assert_eq!(plain.to_vec().unwrap(), vec![0.0; N], "nothing captured ran before a launch");
     for seed in [1.0f32, 2.0, 3.0] {
         set_host(&host_in, &input(seed));
         exec.launch(&s).unwrap();
         assert_eq!(read_host(&host_out), input(seed), "the round trip of input {seed}");
     }
     assert_eq!(device_copy.to_vec().unwrap(), input(3.0), "the device-to-device copy");
+    assert_eq!(plain.to_vec().unwrap(), vec![9.0; N], "the buffer's own copy, captured, ran at each launch");
+    drop(exec);
+    plain.fill_bytes(&*home, 0).unwrap();
     plain.copy_from(&*home, &source).unwrap();
     assert_eq!(plain.to_vec().unwrap(), vec![9.0; N], "the same copy outside the capture");
 }

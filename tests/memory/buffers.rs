@@ -493,7 +493,7 @@ fn a_pool_dropped_before_its_buffers_keeps_them_valid() {
 }
 
 #[test]
-fn allocations_copies_and_fills_are_refused_during_a_capture_and_it_survives() {
+fn allocations_host_copies_and_use_on_are_refused_during_a_capture_and_it_survives() {
     let device = gpu_or_skip!();
     let (captured, home) = (stream(device), stream(device));
     let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, 16).unwrap();
@@ -501,11 +501,14 @@ fn allocations_copies_and_fills_are_refused_during_a_capture_and_it_survives() {
     let capture = captured.begin_capture(capture::Relaxed).unwrap();
     let misuse = |result: cuda_stream::Result<()>| matches!(result, Err(Error::CaptureMisuse(_)));
     assert!(misuse(DeviceBuffer::<u32, _>::new(&captured, 16).map(drop)));
-    assert!(misuse(buffer.fill_bytes(&captured, 1)));
     assert!(misuse(buffer.copy_from_slice(&captured, &[1; 16])));
     assert!(misuse(buffer.use_on(&captured, |_, _| ())));
-    capture.end().unwrap();
-    assert_eq!(buffer.to_vec().unwrap(), [0; 16]);
+    // A fill is captured: the graph holds the buffer (memory_nodes has its launches).
+    buffer.fill_bytes(&captured, 1).unwrap();
+    let graph = capture.end().unwrap();
+    assert_eq!(node_count(&graph), 1, "the fill, and nothing of the refused calls");
+    drop(graph);
+    assert_eq!(buffer.to_vec().unwrap(), [0; 16], "nothing captured ran");
 
     // The home stream captured, the use on another stream: refused too (waiting on the home
     // stream would pull the other stream into the capture, and the copy with it).

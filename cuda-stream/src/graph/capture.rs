@@ -372,8 +372,15 @@
 //!
 //! A buffer whose home is the captured stream itself, with uses there not yet marked, is marked
 //! once the capture has ended, before [`Capture::end`] hands out the graph (no event can be
-//! recorded on a stream while it is captured). One whose home is another stream being
-//! captured, with uses not yet marked, is refused.
+//! recorded on a stream while it is captured): `end` fails if that mark cannot be made (the
+//! stream began another capture meanwhile), and the graph is discarded; if the buffer's owner
+//! was dropped during the capture (its home being captured, the memory leaks), the graph is
+//! handed out and its launches are refused. One whose home is another stream being captured,
+//! with uses not yet marked, is refused. A graph holds at most 12 device buffers
+//! ([`Error::Size`](crate::Error::Size) for the 13th, before anything is captured), all of
+//! its stream's device: a copy between devices, or a kernel given a peer's buffer, is refused
+//! in a capture. A capture whose end could not be made (inside a host function) stays open in
+//! CUDA and keeps what its streams' calls hold from then on, for good.
 //!
 //! Still refused on a captured stream, with [`Error::CaptureMisuse`](crate::Error::CaptureMisuse):
 //! allocations and copies from and to host memory (a replay would outlive the slice, and

@@ -242,8 +242,12 @@ impl<A: KernelArgs> Kernel<A> {
     /// completion event, [`Error::CaptureMisuse`] while the stream is being captured; the
     /// errors of [`StreamRef::launch`]: CUDA's launch errors, [`Error::WrongThread`],
     /// [`Error::InsideHostFn`]. With buffer or view arguments, the errors of
-    /// [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on) ([`Error::CaptureMisuse`] while
-    /// the stream or a home stream is being captured: memory in captures is not tracked).
+    /// [`DeviceBuffer::use_on`](crate::DeviceBuffer::use_on); on a stream of a capture of this
+    /// crate the launch is captured and the graph holds the buffers (see
+    /// [the capture docs](crate::capture#what-a-captures-graph-holds-of-device-buffers)):
+    /// [`Error::CaptureMisuse`] for another library's capture or a builder level's, a buffer of
+    /// another device than the stream's, or a home stream captured elsewhere with uses not yet
+    /// marked; [`Error::GraphMisuse`] for a buffer whose address was handed out.
     #[inline]
     pub unsafe fn launch<L: LaunchArgs<A>>(
         &self,
@@ -265,7 +269,12 @@ impl<A: KernelArgs> Kernel<A> {
                 uses.extend(arg_uses.iter().map(|arg| arg.access().as_use()));
                 uses
             };
-            return ordered_launch(&stream, &arg_uses, || self.enqueue_launch(&stream, config, &params, uses));
+            // A launch with a completion event is never captured (`enqueue_launch`): nothing is
+            // held for it.
+            let capturable = config.launch_completion_event().is_none();
+            return ordered_launch(&stream, &arg_uses, capturable, || {
+                self.enqueue_launch(&stream, config, &params, uses)
+            });
         }
         let params = args.params(Token(()));
         self.enqueue_launch(&stream, config, &params, || race::uses(config.declared_accesses()))

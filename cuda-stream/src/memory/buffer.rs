@@ -464,7 +464,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let hold = |holds: &CaptureHolds| {
             let [to_span, from_span] = [&touched[0].span, &touched[1].span];
             let to_side = (self.core_for_captures(), &*to_home, to_span);
-            hold_in_capture(holds, &[to_side, (source.core_for_captures(), &*from_home, from_span)])
+            hold_in_capture(holds, stream, &[to_side, (source.core_for_captures(), &*from_home, from_span)])
         };
         ordered_use(stream, &touched, Hold::Throughout, InCaptures::Held(&hold), |_| {
             if to_device == from_device {
@@ -500,7 +500,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
         let (home, span) = (self.home()?, self.span(0, self.len, true));
-        let hold = |holds: &CaptureHolds| hold_in_capture(holds, &[(self.core_for_captures(), &*home, &span)]);
+        let hold = |holds: &CaptureHolds| hold_in_capture(holds, stream, &[(self.core_for_captures(), &*home, &span)]);
         self.ordered(stream, span.clone(), InCaptures::Held(&hold), |_| {
             let work = Work::named("cudaMemsetAsync").uses(|| vec![self.race_use(AccessKind::Write)]);
             stream.enqueue(work, |_| {

@@ -118,6 +118,12 @@ pub(super) fn prepare_core(core: &Arc<BufferCore>, home: &StreamRef, capture: Op
         (Err(_), Some(holds)) if deferred => {
             let core = Arc::clone(core);
             holds.after_end(Box::new(move |origin: &StreamRef| {
+                // A buffer whose owner went while its home was captured is leaked, never marked:
+                // the graph is handed out, and its launches are refused, as every use of a
+                // leaked buffer is.
+                if core.uses.leaked() {
+                    return Ok(());
+                }
                 origin.outside_transitions(InCapture::Captured, || {
                     core.uses.prepare_for_graphs(origin, || refuse_capture(origin))
                 })

@@ -658,19 +658,23 @@ fn hold_side(
 }
 
 /// Holds, for the graph of the capture whose holds are `holds`, the buffers that a use on
-/// one of its streams touches (checked, under the caller's hold, where the capture cannot end),
+/// `stream`, one of its streams, touches (checked, under the caller's hold, where the capture
+/// cannot end),
 /// before the use is captured: each launch of an executable made from the graph is then
 /// ordered with their other uses, as for a capture's own calls. Each buffer is given as its
 /// core (none for memory another library lent), its home stream and the bytes the use touches;
 /// its home uses not yet marked are marked as [`prepare_core`] says.
 ///
 /// # Errors
-/// [`Error::CaptureMisuse`] for memory another library lent, and a home stream captured
-/// elsewhere with uses not yet marked; [`Error::GraphMisuse`] for a buffer whose address was
+/// [`Error::CaptureMisuse`] for memory another library lent, a buffer of another device than
+/// `stream`'s (a graph's memory nodes and launches are ordered on its own device: a copy
+/// between devices, or a kernel reaching a peer's memory, is not captured), and a home stream
+/// captured elsewhere with uses not yet marked; [`Error::GraphMisuse`] for a buffer whose address was
 /// handed out; [`Error::Size`] past 12 buffers in the graph; CUDA's errors recording a mark.
 /// Nothing is held then.
 pub(super) fn hold_in_capture(
     holds: &CaptureHolds,
+    stream: &StreamRef,
     buffers: &[(Option<&Arc<BufferCore>>, &StreamRef, &Span)],
 ) -> Result<()> {
     let mut held = HeldMemory::default();
@@ -678,6 +682,11 @@ pub(super) fn hold_in_capture(
         let core = core.ok_or(Error::CaptureMisuse(
             "memory another library lent is not captured by a buffer's own call (a graph holds it only through an Arc<DeviceBuffer> and a capture's own calls)",
         ))?;
+        if home.device() != stream.device() {
+            return Err(Error::CaptureMisuse(
+                "a capture holds only buffers of its stream's device: a copy between devices, or a kernel reaching a peer's memory, is not captured",
+            ));
+        }
         prepare_core(core, home, Some(holds))?;
         held.hold_buffer(Arc::clone(core) as Arc<dyn HeldBuffer>, span.clone())?;
     }

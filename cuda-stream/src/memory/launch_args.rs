@@ -44,17 +44,20 @@ impl ArgUse<'_> {
 
 /// Runs `enqueue` (a launch on `stream`) ordered after the earlier uses that `args` conflict
 /// with, and noted for the later ones and the frees, as [`DeviceBuffer::use_on`] orders a use;
-/// on a stream of a capture of this crate, captured, the capture's graph holding the buffers.
+/// on a stream of a capture of this crate, captured where `capturable`, the capture's graph
+/// holding the buffers.
 pub(crate) fn ordered_launch(
     stream: &StreamRef,
     args: &[ArgUse<'_>],
+    capturable: bool,
     enqueue: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     let hold = |holds: &CaptureHolds| {
         let buffers: Vec<_> = args.iter().map(|arg| (arg.core, &*arg.home, &arg.span)).collect();
-        hold_in_capture(holds, &buffers)
+        hold_in_capture(holds, stream, &buffers)
     };
-    ordered_use(stream, args, Hold::Throughout, InCaptures::Held(&hold), |_| enqueue())
+    let in_captures = if capturable { InCaptures::Held(&hold) } else { InCaptures::Refused };
+    ordered_use(stream, args, Hold::Throughout, in_captures, |_| enqueue())
 }
 
 impl Touches for ArgUse<'_> {
