@@ -11,13 +11,13 @@ cuda_stream::kernel! {
     /// `y = a * x + y` over `n` elements.
     static SAXPY = fn cs_saxpy(a: f32, x: *const f32, y: *mut f32, n: u32);
     /// Appends `tag` to the log (`log[0]` counts, `log[1..]` holds up to `capacity` tags).
-    static MARK = fn cs_cond_mark(log: *mut u32, capacity: u32, tag: u32);
+    pub(crate) static MARK = fn cs_cond_mark(log: *mut u32, capacity: u32, tag: u32);
 }
 
 /// The elements of a typed launch's buffers.
 const N: usize = 256;
 /// The tags a conditional graph's log holds.
-const CAPACITY: u32 = 4;
+pub(crate) const CAPACITY: u32 = 4;
 /// Partition streams a program holds at a time.
 const MAX_PARTITION_STREAMS: usize = 2;
 

@@ -13,7 +13,9 @@
 //! * device buffers (`memory.rs`): allocated on home streams of the program, from the device's
 //!   pool or a [`MemPool`](cuda_stream::MemPool) of the program, zeroed or from a slice; filled,
 //!   copied from and into host slices, pinned buffers and each other, used through `use_on` (an
-//!   untyped fill, or a kernel) on any stream of the program, the captured one included; dropped
+//!   untyped fill, or a kernel) and given to a typed launch as its argument, on any stream of the
+//!   program, the captured one included (a fill, a copy between buffers and a typed launch there
+//!   are captured, the graph holding the buffer); dropped
 //!   here or on another thread; pinned buffers made, read and written on the host, dropped here
 //!   or elsewhere; memory pools made, trimmed, asked for their figures and dropped with buffers
 //!   of theirs alive. Also while a capture is in progress;
@@ -118,7 +120,8 @@
 //!   tracks the byte its last write set (a fill, a slice or a pinned buffer of one tag, a copy
 //!   of a buffer whose byte is known, an untyped fill through `use_on`), known only when that
 //!   write returned `Ok` while no capture was in progress (any failure, or any write during a
-//!   capture, makes it unknown); reads outside captures (`copy_to_slice`, `to_vec`, a pinned
+//!   capture, makes it unknown, and one that went through during a capture for good: a graph
+//!   may hold the buffer and write it at each launch); reads outside captures (`copy_to_slice`, `to_vec`, a pinned
 //!   buffer's `as_slice` after a `copy_to_pinned`) must see it. Copies between lengths that
 //!   differ are refused with [`Error::Size`];
 //! * a typed launch that returned `Ok` computed `y = a * x + y` exactly (small integers); a

@@ -3,8 +3,9 @@
 //! thread), memory pools and pinned buffers, also while a capture is in progress. What the
 //! program last wrote to a buffer is tracked, and read back where it is certain.
 
+use super::launches::{CAPACITY, MARK};
 use super::*;
-use cuda_stream::{Access, DeviceBuffer, MemPool, PinnedBuffer};
+use cuda_stream::{Access, DeviceBuffer, LaunchConfig, MemPool, PinnedBuffer};
 
 /// Bounds on what one program holds at a time.
 pub(crate) const MAX_BUFFERS: usize = 8;
@@ -283,6 +284,17 @@ impl<'p> World<'p> {
                 let result = buf.buffer.use_on(stream, fill).and_then(|done| done);
                 note_intact(watched, "DeviceBuffer::use_on (a fill)", &result);
                 buf.set_holds(after_write(&result, capturing, Some(tag)));
+            }
+            5 if tag % 2 == 0 => {
+                // A typed launch given the buffer itself (captured during a capture of the
+                // program): the kernel counts in word 0 and writes the tag after it.
+                let buf = &mut mem.buffers[index];
+                let config = LaunchConfig::new(1, 1);
+                // SAFETY: the kernel writes at most 1 + CAPACITY words, fewer than any buffer has.
+                let result = unsafe { MARK.launch(stream, &config, (&mut buf.buffer, CAPACITY, u32::from(tag))) };
+                note_intact(watched, "Kernel::launch (a buffer argument)", &result);
+                buf.captured_if(&result, capturing);
+                buf.set_holds(None);
             }
             _ => {
                 let buf = &mut mem.buffers[index];
