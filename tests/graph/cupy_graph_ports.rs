@@ -39,9 +39,10 @@
 //! * `_helper4` and `test_stream_capture_failure5`, and the `cupy.where` half of
 //!   `test_stream_capture_failure3`: CuPy's library code synchronizes on the host (a Python
 //!   `if` on a device value) and raises its own `RuntimeError`. The nearest thing here, a
-//!   buffer's own (ordered, host-visible) copy during the capture, is refused with
-//!   `Error::CaptureMisuse` and leaves the capture usable: ported inside
-//!   `a_buffers_own_copy_is_refused_during_a_capture_which_stays_usable`.
+//!   buffer's own copy from a host slice during the capture (it would wait for the copy), is
+//!   refused with `Error::CaptureMisuse` and leaves the capture usable, while its copy from
+//!   another buffer is captured: ported inside
+//!   `a_buffers_own_copy_is_captured_and_a_refused_host_copy_leaves_the_capture_usable`.
 //! * `test_stream_capture_failure2`'s ends on the wrong stream (`s2.end_capture()` before and
 //!   after the fork: `cudaErrorIllegalState`, `cudaErrorStreamCaptureUnmatched`): a capture
 //!   is ended only through its own `Capture` guard (`Capture::end` consumes it), so an end on

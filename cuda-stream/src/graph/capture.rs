@@ -378,8 +378,8 @@
 //! handed out and its launches are refused. One whose home is another stream being captured,
 //! with uses not yet marked, is refused. A graph holds at most 12 device buffers
 //! ([`Error::Size`](crate::Error::Size) for the 13th, before anything is captured), all of
-//! its stream's device: a copy between devices, or a kernel given a peer's buffer, is refused
-//! in a capture. A capture whose end could not be made (inside a host function) stays open in
+//! the captured stream's device: a copy between devices, or a kernel given a peer's buffer, is
+//! refused in a capture. A capture whose end could not be made (inside a host function) stays open in
 //! CUDA and keeps what its streams' calls hold from then on, for good.
 //!
 //! Still refused on a captured stream, with [`Error::CaptureMisuse`](crate::Error::CaptureMisuse):

@@ -80,6 +80,11 @@ impl CaptureHolds {
         CaptureHolds { origin: origin.identity(), memory: Mutex::new(memory), after_end: Mutex::default() }
     }
 
+    /// The captured stream's device, the graph's.
+    pub(crate) fn device(&self) -> Device {
+        self.origin.0
+    }
+
     /// Whether `stream` (alive) is the captured stream.
     pub(crate) fn is_origin(&self, stream: &StreamRef) -> bool {
         stream.identity() == self.origin

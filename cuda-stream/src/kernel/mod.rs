@@ -246,8 +246,9 @@ impl<A: KernelArgs> Kernel<A> {
     /// crate the launch is captured and the graph holds the buffers (see
     /// [the capture docs](crate::capture#what-a-captures-graph-holds-of-device-buffers)):
     /// [`Error::CaptureMisuse`] for another library's capture or a builder level's, a buffer of
-    /// another device than the stream's, or a home stream captured elsewhere with uses not yet
-    /// marked; [`Error::GraphMisuse`] for a buffer whose address was handed out.
+    /// another device than the capture's, or a home stream captured elsewhere with uses not yet
+    /// marked; [`Error::GraphMisuse`] for a buffer whose address was handed out;
+    /// [`Error::Size`] past 12 device buffers in the capture's graph.
     #[inline]
     pub unsafe fn launch<L: LaunchArgs<A>>(
         &self,
@@ -271,10 +272,8 @@ impl<A: KernelArgs> Kernel<A> {
             };
             // A launch with a completion event is never captured (`enqueue_launch`): nothing is
             // held for it.
-            let capturable = config.launch_completion_event().is_none();
-            return ordered_launch(&stream, &arg_uses, capturable, || {
-                self.enqueue_launch(&stream, config, &params, uses)
-            });
+            let refused = config.launch_completion_event().map(|_| COMPLETION_EVENT_CAPTURED);
+            return ordered_launch(&stream, &arg_uses, refused, || self.enqueue_launch(&stream, config, &params, uses));
         }
         let params = args.params(Token(()));
         self.enqueue_launch(&stream, config, &params, || race::uses(config.declared_accesses()))

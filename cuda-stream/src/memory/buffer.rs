@@ -280,7 +280,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         // home stream makes the buffer leak.
         // Your launch runs outside the hold, so no capture takes it for its graph: refused on a
         // captured stream (a capture's own `use_on` holds the buffer).
-        ordered_use(stream, &[self.touched(&home, span)], Hold::ChecksAndWaits, InCaptures::Refused, |_| {
+        ordered_use(stream, &[self.touched(&home, span)], Hold::ChecksAndWaits, InCaptures::Refused(CAPTURED), |_| {
             Ok(launch(stream, ptr))
         })
     }
@@ -464,7 +464,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let hold = |holds: &CaptureHolds| {
             let [to_span, from_span] = [&touched[0].span, &touched[1].span];
             let to_side = (self.core_for_captures(), &*to_home, to_span);
-            hold_in_capture(holds, stream, &[to_side, (source.core_for_captures(), &*from_home, from_span)])
+            hold_in_capture(holds, &[to_side, (source.core_for_captures(), &*from_home, from_span)])
         };
         ordered_use(stream, &touched, Hold::Throughout, InCaptures::Held(&hold), |_| {
             if to_device == from_device {
@@ -500,7 +500,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
         let (home, span) = (self.home()?, self.span(0, self.len, true));
-        let hold = |holds: &CaptureHolds| hold_in_capture(holds, stream, &[(self.core_for_captures(), &*home, &span)]);
+        let hold = |holds: &CaptureHolds| hold_in_capture(holds, &[(self.core_for_captures(), &*home, &span)]);
         self.ordered(stream, span.clone(), InCaptures::Held(&hold), |_| {
             let work = Work::named("cudaMemsetAsync").uses(|| vec![self.race_use(AccessKind::Write)]);
             stream.enqueue(work, |_| {
@@ -567,7 +567,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     pub(crate) fn lend_to(&self, stream: &StreamRef, range: Range<usize>, operation: &'static str) -> Result<()> {
         let span = self.span(range.start, range.len(), true);
         let (address, bytes) = (self.element(range.start) as u64, span.bytes.len() as u64);
-        self.ordered(stream, span, InCaptures::Refused, |_| {
+        self.ordered(stream, span, InCaptures::Refused(CAPTURED), |_| {
             let access = || vec![Access::bytes(address, bytes, AccessKind::Write).as_use()];
             stream.enqueue(Work::named(operation).uses(access), |_| Ok(()))
         })
@@ -690,7 +690,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let bytes = span.bytes.len();
         let mut enqueued = false;
         // Host memory is not held by a graph: refused in a capture.
-        let ordered = self.ordered(stream, span, InCaptures::Refused, |recorded| {
+        let ordered = self.ordered(stream, span, InCaptures::Refused(CAPTURED), |recorded| {
             copy_with(
                 &mut || {
                     copy_async(stream, to, from, bytes, kind)?;

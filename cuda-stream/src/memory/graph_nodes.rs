@@ -41,7 +41,7 @@ use super::capture_buffer::{CaptureAllocation, CaptureBuffer};
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
 use super::output_slot::OutputSlot;
 use super::shared_pinned::{PinnedGuard, SharedPinned};
-use super::uses::{Hold, InCaptures, MAX_TOUCHED, Touched, Uses, ordered_use};
+use super::uses::{CAPTURED, Hold, InCaptures, MAX_TOUCHED, Touched, Uses, ordered_use};
 use super::{DeviceBuffer, DeviceCopy, checked_range, same_length};
 use crate::call::capture_mode::uncapturable_call;
 use crate::call::race::{Access, AccessKind, CapturedAccesses};
@@ -441,7 +441,7 @@ impl GraphMemory for HeldMemory {
         }
         // A launch on a captured stream would be a child graph node, whose memory the outer
         // graph would not hold.
-        ordered_use(stream, &touched, Hold::Throughout, InCaptures::Refused, |recorded| {
+        ordered_use(stream, &touched, Hold::Throughout, InCaptures::Refused(CAPTURED), |recorded| {
             let mut tickets = Vec::with_capacity(locked.len());
             for (memory, span) in &mut locked {
                 tickets.push(memory.order_copy(stream, span)?);
@@ -657,36 +657,40 @@ fn hold_side(
     }
 }
 
-/// Holds, for the graph of the capture whose holds are `holds`, the buffers that a use on
-/// `stream`, one of its streams, touches (checked, under the caller's hold, where the capture
-/// cannot end),
+/// Holds, for the graph of the capture whose holds are `holds`, the buffers that a use on one
+/// of its streams touches (checked, under the caller's hold, where the capture cannot end),
 /// before the use is captured: each launch of an executable made from the graph is then
 /// ordered with their other uses, as for a capture's own calls. Each buffer is given as its
 /// core (none for memory another library lent), its home stream and the bytes the use touches;
-/// its home uses not yet marked are marked as [`prepare_core`] says.
+/// every buffer is checked before any is prepared, and its home uses not yet marked are then
+/// marked as [`prepare_core`] says.
 ///
 /// # Errors
 /// [`Error::CaptureMisuse`] for memory another library lent, a buffer of another device than
-/// `stream`'s (a graph's memory nodes and launches are ordered on its own device: a copy
+/// the capture's (a graph's memory nodes and launches are ordered on its own device: a copy
 /// between devices, or a kernel reaching a peer's memory, is not captured), and a home stream
-/// captured elsewhere with uses not yet marked; [`Error::GraphMisuse`] for a buffer whose address was
-/// handed out; [`Error::Size`] past 12 buffers in the graph; CUDA's errors recording a mark.
-/// Nothing is held then.
+/// captured elsewhere with uses not yet marked; [`Error::GraphMisuse`] for a buffer whose
+/// address was handed out; [`Error::Size`] past 12 buffers in the graph; CUDA's errors
+/// recording a mark. Nothing is held then (marks made for the buffers checked before stay: they
+/// only order).
 pub(super) fn hold_in_capture(
     holds: &CaptureHolds,
-    stream: &StreamRef,
     buffers: &[(Option<&Arc<BufferCore>>, &StreamRef, &Span)],
 ) -> Result<()> {
-    let mut held = HeldMemory::default();
-    for &(core, home, span) in buffers {
+    let mut cores = Vec::with_capacity(buffers.len());
+    for &(core, home, _) in buffers {
         let core = core.ok_or(Error::CaptureMisuse(
             "memory another library lent is not captured by a buffer's own call (a graph holds it only through an Arc<DeviceBuffer> and a capture's own calls)",
         ))?;
-        if home.device() != stream.device() {
+        if home.device() != holds.device() {
             return Err(Error::CaptureMisuse(
-                "a capture holds only buffers of its stream's device: a copy between devices, or a kernel reaching a peer's memory, is not captured",
+                "a capture holds only buffers of its own device: a copy between devices, or a kernel reaching a peer's memory, is not captured",
             ));
         }
+        cores.push(core);
+    }
+    let mut held = HeldMemory::default();
+    for (core, &(_, home, span)) in cores.into_iter().zip(buffers) {
         prepare_core(core, home, Some(holds))?;
         held.hold_buffer(Arc::clone(core) as Arc<dyn HeldBuffer>, span.clone())?;
     }

@@ -44,19 +44,19 @@ impl ArgUse<'_> {
 
 /// Runs `enqueue` (a launch on `stream`) ordered after the earlier uses that `args` conflict
 /// with, and noted for the later ones and the frees, as [`DeviceBuffer::use_on`] orders a use;
-/// on a stream of a capture of this crate, captured where `capturable`, the capture's graph
-/// holding the buffers.
+/// on a stream of a capture of this crate, captured, the capture's graph holding the buffers,
+/// unless `refused_in_captures` says why it is refused there.
 pub(crate) fn ordered_launch(
     stream: &StreamRef,
     args: &[ArgUse<'_>],
-    capturable: bool,
+    refused_in_captures: Option<&'static str>,
     enqueue: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     let hold = |holds: &CaptureHolds| {
         let buffers: Vec<_> = args.iter().map(|arg| (arg.core, &*arg.home, &arg.span)).collect();
-        hold_in_capture(holds, stream, &buffers)
+        hold_in_capture(holds, &buffers)
     };
-    let in_captures = if capturable { InCaptures::Held(&hold) } else { InCaptures::Refused };
+    let in_captures = refused_in_captures.map_or(InCaptures::Held(&hold), InCaptures::Refused);
     ordered_use(stream, args, Hold::Throughout, in_captures, |_| enqueue())
 }
 

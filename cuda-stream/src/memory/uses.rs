@@ -229,8 +229,8 @@ pub(super) enum Hold {
 /// What a use on a stream that a capture of this crate captures does.
 #[derive(Copy, Clone)]
 pub(super) enum InCaptures<'a> {
-    /// Refused ([`CAPTURED`]).
-    Refused,
+    /// Refused, with why ([`CAPTURED`] for the buffers' own calls).
+    Refused(&'static str),
     /// Captured, once the function has made the capture's graph hold the buffers' memory
     /// (given the capture's holds; the memory layer's `hold_in_capture`): each launch of the
     /// graph is then ordered with their other uses. The crate's own copies, fills and typed
@@ -317,7 +317,10 @@ pub(super) fn ordered_use<R, T: Touches>(
                     return Ok(Err(holds));
                 }
             } else {
-                stream.refuse_capturing(CAPTURED)?;
+                stream.refuse_capturing(match in_captures {
+                    InCaptures::Refused(why) => why,
+                    InCaptures::Held(_) => CAPTURED,
+                })?;
             }
         }
         for home in touched.iter().filter_map(Touches::home) {

@@ -412,6 +412,20 @@ impl GraphMem {
         Some(holds)
     }
 
+    /// A buffer of the program was written during capture `generation` by a call that went
+    /// through (a fill, a copy between buffers, a typed launch): the capture's graph may hold
+    /// it beside what this family gave it, so what the capture holds is an upper bound (its
+    /// 13th buffer may come sooner) and includes a buffer homed on the program's streams.
+    pub(crate) fn program_buffer_captured(&mut self, generation: u64) {
+        if self.capture.as_ref().is_none_or(|capture| capture.generation != generation) {
+            self.capture = Some(CaptureHolds::new(generation));
+        }
+        if let Some(capture) = self.capture.as_mut() {
+            capture.holds.uncertain = true;
+            capture.holds.program_homed = true;
+        }
+    }
+
     pub(crate) fn keep_captured(&mut self, graph: Graph, holds: Holds) {
         self.keep_graph(graph, holds);
     }

@@ -213,8 +213,11 @@
 //!   kernels, host functions and callbacks touch no memory; stream memory operations
 //!   (`MappedWords`, `DeviceWords`) tell the detector nothing (`memory/mem_ops.rs` is none of
 //!   its sources), and each set of words is used on one stream only. The program declares
-//!   nothing into a capture: buffers are refused during captures, no buffer is used during a
-//!   raw capture, typed launches never run in one, and `Capture::use_on`'s kernels are empty
+//!   no raw work into a capture: a buffer's `use_on` is refused during captures, its fills,
+//!   copies between buffers and typed launches there are captured with the graph holding the
+//!   buffer (each launch of it is ordered with the buffer's uses, so what they tell the
+//!   detector is ordered too), no buffer is used during a raw capture, the `SAXPY` typed
+//!   launches never run in one, and `Capture::use_on`'s kernels are empty
 //!   (declared, captured accesses of raw work would race the buffers' later uses for real:
 //!   nothing orders a graph launched on an arbitrary stream with them). What captures hold
 //!   through the crate's own memory work is ordered at each launch, as above; accesses within

@@ -36,13 +36,13 @@ impl Buf {
         self.holds = if self.held_apart { None } else { holds };
     }
 
-    /// After a write during a capture: one that went through (a fill or a copy between
-    /// buffers, on a stream of the capture) may be a node of its graph, which holds the memory
-    /// and writes it at every launch, unseen.
-    fn captured_if<T>(&mut self, result: &Result<T>, capturing: bool) {
-        if capturing && result.is_ok() {
-            self.held_apart = true;
-        }
+    /// After a write during a capture: one that went through (a fill, a copy between buffers
+    /// or a typed launch, on a stream of the capture) may be a node of its graph, which holds
+    /// the memory and writes it at every launch, unseen. Whether it may.
+    fn captured_if<T>(&mut self, result: &Result<T>, capturing: bool) -> bool {
+        let captured = capturing && result.is_ok();
+        self.held_apart |= captured;
+        captured
     }
 }
 
@@ -230,11 +230,13 @@ impl<'p> World<'p> {
             return skip();
         };
         let mem = &mut self.mem;
+        // A write that the capture may have taken: its graph may hold the buffer.
+        let mut captured = false;
         match how % 6 {
             0 => {
                 let result = mem.buffers[index].buffer.fill_bytes(stream, tag);
                 note_intact(watched, "DeviceBuffer::fill_bytes", &result);
-                mem.buffers[index].captured_if(&result, capturing);
+                captured = mem.buffers[index].captured_if(&result, capturing);
                 mem.buffers[index].set_holds(after_write(&result, capturing, Some(tag)));
             }
             1 => {
@@ -254,7 +256,7 @@ impl<'p> World<'p> {
                 if to.buffer.len() != from.buffer.len() {
                     expect_size("DeviceBuffer::copy_from", &result);
                 }
-                to.captured_if(&result, capturing);
+                captured = to.captured_if(&result, capturing);
                 to.set_holds(after_write(&result, capturing, from.holds));
             }
             3 => {
@@ -293,7 +295,7 @@ impl<'p> World<'p> {
                 // SAFETY: the kernel writes at most 1 + CAPACITY words, fewer than any buffer has.
                 let result = unsafe { MARK.launch(stream, &config, (&mut buf.buffer, CAPACITY, u32::from(tag))) };
                 note_intact(watched, "Kernel::launch (a buffer argument)", &result);
-                buf.captured_if(&result, capturing);
+                captured = buf.captured_if(&result, capturing);
                 buf.set_holds(None);
             }
             _ => {
@@ -303,6 +305,9 @@ impl<'p> World<'p> {
                 let kept = buf.holds;
                 buf.set_holds(after_write(&result, capturing, kept));
             }
+        }
+        if let (true, Some(active)) = (captured, active) {
+            self.graph_mem.program_buffer_captured(active.generation);
         }
     }
 
