@@ -462,9 +462,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
             source.touched(&from_home, source.span(source_start, len, false)),
         ];
         let hold = |holds: &CaptureHolds| {
-            let [to_span, from_span] = [&touched[0].span, &touched[1].span];
-            let to_side = (self.core_for_captures(), &*to_home, to_span);
-            hold_in_capture(holds, &[to_side, (source.core_for_captures(), &*from_home, from_span)])
+            hold_in_capture(holds, &touched, &[self.core_for_captures(), source.core_for_captures()])
         };
         ordered_use(stream, &touched, Hold::Throughout, InCaptures::Held(&hold), |_| {
             if to_device == from_device {
@@ -499,9 +497,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
-        let (home, span) = (self.home()?, self.span(0, self.len, true));
-        let hold = |holds: &CaptureHolds| hold_in_capture(holds, &[(self.core_for_captures(), &*home, &span)]);
-        self.ordered(stream, span.clone(), InCaptures::Held(&hold), |_| {
+        self.ordered(stream, self.span(0, self.len, true), None, |_| {
             let work = Work::named("cudaMemsetAsync").uses(|| vec![self.race_use(AccessKind::Write)]);
             stream.enqueue(work, |_| {
                 // SAFETY: a live allocation of `bytes()` bytes; a live stream of its device, current.
@@ -535,17 +531,22 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 
     /// Runs `enqueue` (CUDA work on `stream` that uses the buffer), ordered both ways with the
     /// home stream, with no capture of this crate beginning or ending from the checks to the
-    /// last wait: CUDA captures allocations, copies and fills rather than refusing them.
+    /// last wait: CUDA captures allocations, copies and fills rather than refusing them. On a
+    /// stream of a capture of this crate, captured, the graph holding the buffer, unless
+    /// `refused_in_captures` says why it is refused there.
     fn ordered<R>(
         &self,
         stream: &StreamRef,
         span: Span,
-        in_captures: InCaptures<'_>,
+        refused_in_captures: Option<&'static str>,
         enqueue: impl FnOnce(&mut UseEvent<SharedEvent>) -> Result<R>,
     ) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let home = self.home()?;
-        ordered_use(stream, &[self.touched(&home, span)], Hold::Throughout, in_captures, enqueue)
+        let touched = [self.touched(&home, span)];
+        let hold = |holds: &CaptureHolds| hold_in_capture(holds, &touched, &[self.core_for_captures()]);
+        let in_captures = refused_in_captures.map_or(InCaptures::Held(&hold), InCaptures::Refused);
+        ordered_use(stream, &touched, Hold::Throughout, in_captures, enqueue)
     }
 
     /// What a use of `span` of the buffer touches, `home` its home stream.
@@ -567,7 +568,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     pub(crate) fn lend_to(&self, stream: &StreamRef, range: Range<usize>, operation: &'static str) -> Result<()> {
         let span = self.span(range.start, range.len(), true);
         let (address, bytes) = (self.element(range.start) as u64, span.bytes.len() as u64);
-        self.ordered(stream, span, InCaptures::Refused(CAPTURED), |_| {
+        self.ordered(stream, span, Some(CAPTURED), |_| {
             let access = || vec![Access::bytes(address, bytes, AccessKind::Write).as_use()];
             stream.enqueue(Work::named(operation).uses(access), |_| Ok(()))
         })
@@ -690,7 +691,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let bytes = span.bytes.len();
         let mut enqueued = false;
         // Host memory is not held by a graph: refused in a capture.
-        let ordered = self.ordered(stream, span, InCaptures::Refused(CAPTURED), |recorded| {
+        let ordered = self.ordered(stream, span, Some(CAPTURED), |recorded| {
             copy_with(
                 &mut || {
                     copy_async(stream, to, from, bytes, kind)?;

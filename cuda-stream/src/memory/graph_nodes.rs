@@ -41,7 +41,7 @@ use super::capture_buffer::{CaptureAllocation, CaptureBuffer};
 use super::ledger::{SharedEvent, Span, Ticket, UseEvent};
 use super::output_slot::OutputSlot;
 use super::shared_pinned::{PinnedGuard, SharedPinned};
-use super::uses::{CAPTURED, Hold, InCaptures, MAX_TOUCHED, Touched, Uses, ordered_use};
+use super::uses::{CAPTURED, Hold, InCaptures, MAX_TOUCHED, Touched, Touches, Uses, ordered_use};
 use super::{DeviceBuffer, DeviceCopy, checked_range, same_length};
 use crate::call::capture_mode::uncapturable_call;
 use crate::call::race::{Access, AccessKind, CapturedAccesses};
@@ -657,13 +657,13 @@ fn hold_side(
     }
 }
 
-/// Holds, for the graph of the capture whose holds are `holds`, the buffers that a use on one
-/// of its streams touches (checked, under the caller's hold, where the capture cannot end),
-/// before the use is captured: each launch of an executable made from the graph is then
-/// ordered with their other uses, as for a capture's own calls. Each buffer is given as its
-/// core (none for memory another library lent), its home stream and the bytes the use touches;
-/// every buffer is checked before any is prepared, and its home uses not yet marked are then
-/// marked as [`prepare_core`] says.
+/// Holds, for the graph of the capture whose holds are `holds`, the buffers `touched` that a
+/// use on one of its streams touches (checked, under the caller's hold, where the capture
+/// cannot end), before the use is captured: each launch of an executable made from the graph
+/// is then ordered with their other uses, as for a capture's own calls. `cores` are the
+/// buffers' memory as the graph holds it, in the same order (none for memory another library
+/// lent). Every buffer is checked before any is prepared, and its home uses not yet marked are
+/// then marked as [`prepare_core`] says.
 ///
 /// # Errors
 /// [`Error::CaptureMisuse`] for memory another library lent, a buffer of another device than
@@ -673,24 +673,27 @@ fn hold_side(
 /// address was handed out; [`Error::Size`] past 12 buffers in the graph; CUDA's errors
 /// recording a mark. Nothing is held then (marks made for the buffers checked before stay: they
 /// only order).
-pub(super) fn hold_in_capture(
+pub(super) fn hold_in_capture<T: Touches>(
     holds: &CaptureHolds,
-    buffers: &[(Option<&Arc<BufferCore>>, &StreamRef, &Span)],
+    touched: &[T],
+    cores: &[Option<&Arc<BufferCore>>],
 ) -> Result<()> {
-    let mut cores = Vec::with_capacity(buffers.len());
-    for &(core, home, _) in buffers {
-        let core = core.ok_or(Error::CaptureMisuse(
-            "memory another library lent is not captured by a buffer's own call (a graph holds it only through an Arc<DeviceBuffer> and a capture's own calls)",
-        ))?;
+    let mut checked = Vec::with_capacity(touched.len());
+    for (buffer, &core) in touched.iter().zip(cores) {
+        let (Some(core), Some(home)) = (core, buffer.home()) else {
+            return Err(Error::CaptureMisuse(
+                "memory another library lent is not captured by a buffer's own call (a graph holds it only through an Arc<DeviceBuffer> and a capture's own calls)",
+            ));
+        };
         if home.device() != holds.device() {
             return Err(Error::CaptureMisuse(
                 "a capture holds only buffers of its own device: a copy between devices, or a kernel reaching a peer's memory, is not captured",
             ));
         }
-        cores.push(core);
+        checked.push((core, home, buffer.span()));
     }
     let mut held = HeldMemory::default();
-    for (core, &(_, home, span)) in cores.into_iter().zip(buffers) {
+    for (core, home, span) in checked {
         prepare_core(core, home, Some(holds))?;
         held.hold_buffer(Arc::clone(core) as Arc<dyn HeldBuffer>, span.clone())?;
     }

@@ -53,8 +53,8 @@ pub(crate) fn ordered_launch(
     enqueue: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     let hold = |holds: &CaptureHolds| {
-        let buffers: Vec<_> = args.iter().map(|arg| (arg.core, &*arg.home, &arg.span)).collect();
-        hold_in_capture(holds, &buffers)
+        let cores: Vec<_> = args.iter().map(|arg| arg.core).collect();
+        hold_in_capture(holds, args, &cores)
     };
     let in_captures = refused_in_captures.map_or(InCaptures::Held(&hold), InCaptures::Refused);
     ordered_use(stream, args, Hold::Throughout, in_captures, |_| enqueue())

@@ -308,13 +308,14 @@ pub(super) fn ordered_use<R, T: Touches>(
         InCaptures::Held(hold_in_capture) if hold == Hold::Throughout => Some(hold_in_capture),
         _ => None,
     };
-    // The tickets of an ordered use, or the holds of the capture that captures it.
-    let checks_and_waits = || -> Result<std::result::Result<[Ticket; MAX_TOUCHED], Arc<CaptureHolds>>> {
+    // The tickets of an ordered use, or `None` for a use a capture takes (its graph holding
+    // the buffers).
+    let checks_and_waits = || -> Result<Option<[Ticket; MAX_TOUCHED]>> {
         if stream.may_be_captured_now() {
             if let Some(hold_in_capture) = held_in_captures {
                 if let Some(holds) = holding_capture(stream)? {
                     hold_in_capture(&holds)?;
-                    return Ok(Err(holds));
+                    return Ok(None);
                 }
             } else {
                 stream.refuse_capturing(match in_captures {
@@ -333,12 +334,12 @@ pub(super) fn ordered_use<R, T: Touches>(
                 None => buffer.uses().before_homeless(stream, buffer.on(stream), buffer.span())?,
             };
         }
-        Ok(Ok(tickets))
+        Ok(Some(tickets))
     };
     let uses = |tickets| After { touched, stream, tickets, recorded: UseEvent::default(), thread_bound, done: false };
     match hold {
         Hold::Throughout => without_transitions(thread_bound, || match checks_and_waits()? {
-            Ok(tickets) => {
+            Some(tickets) => {
                 let mut after = uses(tickets);
                 let result = enqueue(&mut after.recorded);
                 after.finish()?;
@@ -346,12 +347,12 @@ pub(super) fn ordered_use<R, T: Touches>(
             }
             // Captured under the same hold as the check: the graph holds the buffers, and its
             // launches note the uses.
-            Err(_captured) => enqueue(&mut UseEvent::default()),
+            None => enqueue(&mut UseEvent::default()),
         })?,
         Hold::ChecksAndWaits => {
             let checked = without_transitions(thread_bound, checks_and_waits)??;
             // Never captured here (`held_in_captures`).
-            let tickets = checked.map_err(|_| Error::CaptureMisuse(CAPTURED))?;
+            let tickets = checked.ok_or(Error::CaptureMisuse(CAPTURED))?;
             let mut after = uses(tickets);
             let result = enqueue(&mut after.recorded);
             after.finish()?;

@@ -417,13 +417,9 @@ impl GraphMem {
     /// it beside what this family gave it, so what the capture holds is an upper bound (its
     /// 13th buffer may come sooner) and includes a buffer homed on the program's streams.
     pub(crate) fn program_buffer_captured(&mut self, generation: u64) {
-        if self.capture.as_ref().is_none_or(|capture| capture.generation != generation) {
-            self.capture = Some(CaptureHolds::new(generation));
-        }
-        if let Some(capture) = self.capture.as_mut() {
-            capture.holds.uncertain = true;
-            capture.holds.program_homed = true;
-        }
+        let capture = CaptureHolds::current(&mut self.capture, generation);
+        capture.holds.uncertain = true;
+        capture.holds.program_homed = true;
     }
 
     pub(crate) fn keep_captured(&mut self, graph: Graph, holds: Holds) {
@@ -1029,10 +1025,7 @@ impl<'p> World<'p> {
             }
         };
         let gm = &mut self.graph_mem;
-        if gm.capture.as_ref().is_none_or(|capture| capture.generation != generation) {
-            gm.capture = Some(CaptureHolds::new(generation));
-        }
-        let Some(held) = gm.capture.as_mut() else { unreachable!("set above") };
+        let held = CaptureHolds::current(&mut gm.capture, generation);
         let at = Site { stream: target, origin, id, on_origin, outside, intact };
         match what {
             4 => {
@@ -1674,6 +1667,14 @@ impl Site<'_> {
 }
 
 impl CaptureHolds {
+    /// What `slot` holds for capture `generation`: new if it held another capture's, or none.
+    pub(crate) fn current(slot: &mut Option<CaptureHolds>, generation: u64) -> &mut CaptureHolds {
+        if slot.as_ref().is_some_and(|capture| capture.generation != generation) {
+            *slot = None;
+        }
+        slot.get_or_insert_with(|| CaptureHolds::new(generation))
+    }
+
     fn new(generation: u64) -> CaptureHolds {
         CaptureHolds {
             generation,

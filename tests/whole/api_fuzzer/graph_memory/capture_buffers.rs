@@ -213,11 +213,8 @@ impl World<'_> {
         };
         let generation = active.generation;
         let gm = &mut self.graph_mem;
-        if gm.capture.as_ref().is_none_or(|capture| capture.generation != generation) {
-            gm.capture = Some(CaptureHolds::new(generation));
-        }
         let mut stale = gm.stale.take();
-        let Some(held) = gm.capture.as_mut() else { unreachable!("set above") };
+        let held = CaptureHolds::current(&mut gm.capture, generation);
         let mut scratch = std::mem::take(&mut held.scratch);
         on_capture!(&mut active.capture, |c| in_capture(c, &at, held, &mut scratch, stale.as_mut(), rng));
         held.scratch = scratch;
