@@ -840,15 +840,21 @@ fn rows() -> Vec<Row> {
         }),
         row("StreamRef::sync_policy", Refused, Allowed, |s, side| on(s, side).sync_policy().map(drop)),
         row("StreamRef::set_access_policy_window", Refused, Allowed, |s, side| {
-            // A window over the scene's buffer (16 bytes), with properties every window may use.
+            // A window over memory of its own (16 bytes), with properties every window may use.
+            // Not the scene's buffer: a buffer whose address was handed out is one no graph can
+            // hold, and the scene's buffer goes into the capture by later calls.
+            let memory = DeviceBuffer::<u32, _>::zeroed(non_blocking_stream(s.device), 4)?;
             let window = AccessPolicyWindow {
-                base_ptr: lock(s.buffer).as_ptr().cast_mut().cast(),
+                base_ptr: memory.as_ptr().cast_mut().cast(),
                 num_bytes: 16,
                 hit_ratio: 0.5,
                 hit_prop: AccessProperty::Streaming,
                 miss_prop: AccessProperty::Normal,
             };
-            on(s, side).set_access_policy_window(window)
+            let set = on(s, side).set_access_policy_window(window);
+            // Kept to the scene's end: the window never names freed memory meanwhile.
+            lock(s.keep).push(Box::new(memory));
+            set
         }),
         row("StreamRef::access_policy_window", Refused, Allowed, |s, side| {
             on(s, side).access_policy_window().map(drop)

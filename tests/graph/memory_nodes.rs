@@ -13,7 +13,7 @@ use cuda_stream::{
     Stream, StreamRef, check, sys,
 };
 use cuda_stream_tests::probe::{Probe, Token};
-use cuda_stream_tests::{gpu_or_skip, non_blocking_stream, spin};
+use cuda_stream_tests::{FlagOutcome, MappedFlag, gpu_or_skip, non_blocking_stream, spin, wait_flag};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -625,21 +625,30 @@ fn the_last_holders_drop_never_waits_for_the_copies_of_page_locked_memory_it_hel
     let device = gpu_or_skip!();
     let stream = Arc::new(non_blocking_stream(device));
     let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    // The launch begins with a kernel that waits for the host's flag: it cannot have ended
+    // before the flag is set, however long the host's calls take on a busy machine.
+    let gate = MappedFlag::new().unwrap();
     let exec = {
         let host_out = pinned(&[1; N]);
         let mut graph = Graph::new(device).unwrap();
         let mut builder = graph.builder();
-        let start = slow_start(&mut builder, &stream);
+        let capture = builder.capture(&stream, ThreadLocal).unwrap();
+        wait_flag(&*stream, &gate, Duration::from_secs(30)).unwrap();
+        capture.end().unwrap();
+        let start = builder.leaves().unwrap();
         builder.add_copy_to_pinned(&host_out, .., &buffer, .., &start).unwrap();
         graph.instantiate().unwrap()
         // The graph and this scope's Arc of the page-locked memory drop here.
     };
     exec.launch(&*stream).unwrap();
     // The executable holds the last Arc: its drop frees the memory only once the launch's copy
-    // into it has completed, and does not wait for that here.
+    // into it has completed, and does not wait for that here (a drop that waited would never
+    // return: the flag is set after it).
     drop(exec);
-    assert!(!stream.query().unwrap(), "the drop returned while the launch still ran");
+    assert!(!stream.query().unwrap(), "the launch ended before its gate opened");
+    gate.set();
     stream.synchronize().unwrap();
+    assert_eq!(gate.outcome(), FlagOutcome::Seen, "the launch's kernel saw the flag, not its timeout");
 }
 
 /// The pool's bytes in use once the device has run everything enqueued so far.
