@@ -5,7 +5,8 @@
 //! 1. A stream joins a capture (CUDA's fork: a wait on captured work) only as a capture
 //!    transition: another thread's check of the stream and the call it made on the strength of
 //!    that check never have a join between them (records, completions, allocations and copies
-//!    through the stream, while a second thread makes it join captures and leave them); and a
+//!    through the stream, and buffers' own copies and fills that the capture holds, while a
+//!    second thread makes it join captures and leave them); and a
 //!    storm of forks and joins from other threads while two threads capture never crashes.
 //! 2. A graph that captured a kernel of an SM partition's stream keeps the partition's green
 //!    context alive, with its executables: the stream and the partition dropped before the
@@ -118,7 +119,7 @@ fn joins_never_land_between_a_check_and_its_call() {
     }
     child_test_prints(
         "child_joins_racing_checked_calls",
-        &["external records", "completions", "allocations", "copies", "launches"],
+        &["external records", "completions", "allocations", "copies", "buffer copies", "launches"],
     );
 }
 
@@ -196,6 +197,40 @@ fn child_joins_racing_checked_calls() {
     assert_eq!(late.into_inner(), 0, "a refused copy never writes the slice later");
     assert!(failures.is_empty(), "every capture ended: {failures:?}");
     println!("copies: {ended} captures ended");
+
+    // A buffer's own copy from another buffer and its fill: real work, or nodes of the capture
+    // that `x` joined, whose graph holds both buffers (the target's owner drops it at once: the
+    // replay writes memory the graph keeps); never beside the capture's end or the join. A copy
+    // onto `x` after it rejoined leaves it unjoined (CUDA's typed refusal at the end); a capture
+    // holds at most 12 buffers (the 13th is refused with `Size`).
+    let home = stream(device);
+    let source = DeviceBuffer::from_slice(&*home, &[7u32; 256]).unwrap();
+    let copies = Tally::default();
+    let (ended, failures) = joins_racing(rounds, &x, |x| {
+        let mut target = DeviceBuffer::<u32, _>::zeroed(&*home, 256).unwrap();
+        let copied = target.copy_from(x, &source).and_then(|()| target.fill_bytes(x, 0x5a));
+        match copied {
+            Err(Error::Size(_)) => {
+                copies.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            other => copies.count("a buffer's copy or fill", &other),
+        }
+    });
+    for failure in &failures {
+        assert!(
+            matches!(failure, Error::Cuda { api: "cudaStreamEndCapture", code } if code.0 == 904),
+            "only an unjoined end (904) may fail: {failure:?}"
+        );
+    }
+    let late = home.synchronize().and_then(|()| x.synchronize());
+    assert!(late.is_ok(), "the buffers' streams complete: {late:?}");
+    println!(
+        "buffer copies: {ended} captures ended, {} unjoined, {} copied or captured, {} refused, {} CUDA capture errors",
+        failures.len(),
+        copies.ok.into_inner(),
+        copies.refused.into_inner(),
+        copies.cuda_capture_errors.into_inner()
+    );
 
     // A kernel launch through the crate (`StreamRef::launch`, the test kernels' launchers):
     // into the capture or real work, never beside the capture's end or another thread's join
