@@ -9,11 +9,11 @@
 use cuda_stream::capture::{CaptureMode, ThreadLocal};
 use cuda_stream::conditional::{GraphBuilder, GraphNode};
 use cuda_stream::{
-    Capture, CaptureMemory, DeviceBuffer, Error, Graph, InstantiateOptions, MemPool, PinnedBuffer, SharedPinned,
-    Stream, StreamRef, check, sys,
+    Capture, CaptureMemory, DeviceBuffer, Error, Graph, GraphExec, InstantiateOptions, MemPool, PinnedBuffer,
+    SharedPinned, Stream, StreamRef, check, sys,
 };
 use cuda_stream_tests::probe::{Probe, Token};
-use cuda_stream_tests::{FlagOutcome, MappedFlag, gpu_or_skip, non_blocking_stream, spin, wait_flag};
+use cuda_stream_tests::{FlagOutcome, MappedFlag, TagEntry, TagLog, gpu_or_skip, non_blocking_stream, spin, wait_flag};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -970,4 +970,105 @@ fn a_buffers_own_calls_that_no_graph_can_hold_are_refused_on_a_captured_stream()
     level.end().unwrap();
     assert_eq!(built.node_count().unwrap(), 0);
     assert_eq!(buffer.to_vec().unwrap(), vec![0; N]);
+}
+
+/// An executable whose launch runs a tag kernel of `tag` (spinning `spin`), then fills all of
+/// `buffer` (a write of it, which the graph holds).
+fn tag_then_fill(stream: &Arc<Stream>, buffer: &Buffer, log: &TagLog, tag: u32, spin: Duration) -> GraphExec {
+    let mut graph = Graph::new(stream.device()).unwrap();
+    let mut builder = graph.builder();
+    let capture = builder.capture(stream, ThreadLocal).unwrap();
+    cuda_stream_tests::tag(&**stream, log, tag, spin).unwrap();
+    capture.end().unwrap();
+    let start = builder.leaves().unwrap();
+    builder.add_fill_bytes(buffer, .., tag as u8, &start).unwrap();
+    graph.instantiate().unwrap()
+}
+
+/// Two executables that write one buffer, launched at the same moment from two threads on two
+/// streams, round after round: each launch is ordered after the other's when their checks
+/// overlap (a use in flight is waited for, not missed), so their kernels never run at once.
+#[test]
+fn two_executables_that_write_one_buffer_launched_at_once_from_two_threads_never_run_at_once() {
+    let device = gpu_or_skip!();
+    const ROUNDS: u32 = 150;
+    let stream = Arc::new(non_blocking_stream(device));
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let log = TagLog::new(2 * ROUNDS).unwrap();
+    let spin = Duration::from_micros(50);
+    let execs = [1, 2].map(|tag| tag_then_fill(&stream, &buffer, &log, tag, spin));
+    drop(buffer);
+    stream.synchronize().unwrap();
+    let start_line = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        for exec in execs {
+            let start_line = &start_line;
+            scope.spawn(move || {
+                let launches = non_blocking_stream(device);
+                for _ in 0..ROUNDS {
+                    start_line.wait();
+                    exec.launch(&launches).unwrap();
+                }
+                launches.synchronize().unwrap();
+            });
+        }
+    });
+    let entries = log.entries();
+    assert_eq!(entries.len(), 2 * ROUNDS as usize, "every launch ran its kernel");
+    let (ones, twos): (Vec<&TagEntry>, Vec<&TagEntry>) = entries.iter().partition(|entry| entry.tag == 1);
+    let overlapping = ones
+        .iter()
+        .flat_map(|one| twos.iter().map(move |two| (one, two)))
+        .filter(|(one, two)| one.start_ns < two.end_ns && two.start_ns < one.end_ns)
+        .count();
+    assert_eq!(overlapping, 0, "kernels of the two executables ran at once: the launches were not ordered");
+}
+
+/// A launch of an executable that holds a buffer, inside a use of it on another stream (a
+/// view's `use_on` closure) on this thread, or while another thread's closure runs: refused
+/// with `GraphMisuse`, before CUDA (it could not be ordered after a use whose mark does not
+/// exist yet), and nothing ran; on the closure's own stream, or once the closure has
+/// returned, it runs.
+#[test]
+fn a_launch_inside_or_beside_a_use_on_closure_of_a_buffer_it_holds_is_refused_or_runs_on_its_stream() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let log = TagLog::new(8).unwrap();
+    let exec = tag_then_fill(&stream, &buffer, &log, 3, Duration::ZERO);
+    let (closures, launches) = (non_blocking_stream(device), non_blocking_stream(device));
+    let refused = |result: cuda_stream::Result<()>| match result {
+        Err(Error::GraphMisuse(why)) => why,
+        other => panic!("not refused: {other:?}"),
+    };
+    let view = buffer.slice(..).unwrap();
+    // On this thread.
+    let (elsewhere, here) =
+        view.use_on(&closures, |closure_stream, _| (exec.launch(&launches), exec.launch(closure_stream))).unwrap();
+    assert!(refused(elsewhere).contains("on this thread"), "a launch on another stream inside the closure");
+    here.expect("a launch on the closure's own stream is ordered by it");
+    closures.synchronize().unwrap();
+    assert_eq!(log.count(), 1, "only the launch on the closure's stream ran");
+    // Beside another thread's closure, which waits until the launch was tried.
+    let (tried, told) = std::sync::mpsc::channel::<()>();
+    let (inside, entered) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let view = &view;
+        let closures = &closures;
+        scope.spawn(move || {
+            view.use_on(closures, |_, _| {
+                inside.send(()).unwrap();
+                told.recv().unwrap();
+            })
+            .unwrap();
+        });
+        entered.recv().unwrap();
+        let beside = exec.launch(&launches);
+        tried.send(()).unwrap();
+        assert!(refused(beside).contains("may wait for the GPU"), "a launch beside another thread's closure");
+    });
+    exec.launch(&launches).expect("once the closure has returned, the launch runs");
+    launches.synchronize().unwrap();
+    assert_eq!(log.count(), 2, "the refused launches ran nothing");
+    assert!(buffer.to_vec().unwrap().iter().all(|&word| word == 0x0303_0303), "the launches filled the buffer");
 }

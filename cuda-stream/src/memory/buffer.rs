@@ -497,7 +497,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     }
 
     fn fill_bytes_on(&self, stream: &StreamRef, byte: u8) -> Result<()> {
-        self.ordered(stream, self.span(0, self.len, true), None, |_| {
+        self.ordered(stream, self.span(0, self.len, true), Hold::Throughout, None, |_| {
             let work = Work::named("cudaMemsetAsync").uses(|| vec![self.race_use(AccessKind::Write)]);
             stream.enqueue(work, |_| {
                 // SAFETY: a live allocation of `bytes()` bytes; a live stream of its device, current.
@@ -531,22 +531,23 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
 
     /// Runs `enqueue` (CUDA work on `stream` that uses the buffer), ordered both ways with the
     /// home stream, with no capture of this crate beginning or ending from the checks to the
-    /// last wait: CUDA captures allocations, copies and fills rather than refusing them. On a
+    /// last wait (held as `hold` says): CUDA captures allocations, copies and fills rather than refusing them. On a
     /// stream of a capture of this crate, captured, the graph holding the buffer, unless
     /// `refused_in_captures` says why it is refused there.
     fn ordered<R>(
         &self,
         stream: &StreamRef,
         span: Span,
+        hold: Hold,
         refused_in_captures: Option<&'static str>,
         enqueue: impl FnOnce(&mut UseEvent<SharedEvent>) -> Result<R>,
     ) -> Result<R> {
         same_device("device memory is used on streams of its own device", self.device, stream.device())?;
         let home = self.home()?;
         let touched = [self.touched(&home, span)];
-        let hold = |holds: &CaptureHolds| hold_in_capture(holds, &touched, &[self.core_for_captures()]);
-        let in_captures = refused_in_captures.map_or(InCaptures::Held(&hold), InCaptures::Refused);
-        ordered_use(stream, &touched, Hold::Throughout, in_captures, enqueue)
+        let in_capture = |holds: &CaptureHolds| hold_in_capture(holds, &touched, &[self.core_for_captures()]);
+        let in_captures = refused_in_captures.map_or(InCaptures::Held(&in_capture), InCaptures::Refused);
+        ordered_use(stream, &touched, hold, in_captures, enqueue)
     }
 
     /// What a use of `span` of the buffer touches, `home` its home stream.
@@ -568,7 +569,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     pub(crate) fn lend_to(&self, stream: &StreamRef, range: Range<usize>, operation: &'static str) -> Result<()> {
         let span = self.span(range.start, range.len(), true);
         let (address, bytes) = (self.element(range.start) as u64, span.bytes.len() as u64);
-        self.ordered(stream, span, Some(CAPTURED), |_| {
+        self.ordered(stream, span, Hold::Throughout, Some(CAPTURED), |_| {
             let access = || vec![Access::bytes(address, bytes, AccessKind::Write).as_use()];
             stream.enqueue(Work::named(operation).uses(access), |_| Ok(()))
         })
@@ -616,21 +617,23 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     ) -> Result<()> {
         let done = Arc::new(Event::internal(stream.device())?);
         let mut recorded = false;
-        let (ordered, enqueued) = self.tracked_copy(stream, span, to, from, kind, |copy, after_copy| {
-            if live_captures::any() {
-                // This thread's own capture would be invalidated by the wait below.
-                live_captures::refuse_unsafe_call()?;
-            }
-            sync_debug::before_sync("cudaMemcpyAsync (pageable host memory)", SyncKind::PageableCopy)?;
-            copy()?;
-            // Under the capture-transition lock, on a stream checked not capturing: a plain
-            // record (the crate's record would take the lock again).
-            stream.record_raw(done.as_raw(), 0)?;
-            recorded = true;
-            // The buffer's mark shares it.
-            after_copy.event = Some(Arc::clone(&done));
-            Ok(())
-        });
+        let copy_to = (to, from, kind);
+        let (ordered, enqueued) =
+            self.tracked_copy(stream, span, copy_to, Hold::ThroughoutBlocking, |copy, after_copy| {
+                if live_captures::any() {
+                    // This thread's own capture would be invalidated by the wait below.
+                    live_captures::refuse_unsafe_call()?;
+                }
+                sync_debug::before_sync("cudaMemcpyAsync (pageable host memory)", SyncKind::PageableCopy)?;
+                copy()?;
+                // Under the capture-transition lock, on a stream checked not capturing: a plain
+                // record (the crate's record would take the lock again).
+                stream.record_raw(done.as_raw(), 0)?;
+                recorded = true;
+                // The buffer's mark shares it.
+                after_copy.event = Some(Arc::clone(&done));
+                Ok(())
+            });
         // The copy is waited for before the host memory goes back.
         match wait_for_blocking_copy(stream, &done, enqueued, recorded) {
             Some(waited) => ordered.and(waited),
@@ -665,7 +668,7 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         let host = Span { bytes, writes: !into_device };
         // One event after the copy serves both sides: the pinned side records it, the buffer's
         // mark shares it.
-        let (ordered, _) = self.tracked_copy(stream, span, to, from, kind, |copy, recorded| {
+        let (ordered, _) = self.tracked_copy(stream, span, (to, from, kind), Hold::Throughout, |copy, recorded| {
             let ticket = pinned.order_copy(stream, &host)?;
             copy()?;
             recorded.wanted = true;
@@ -675,23 +678,24 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
         ordered
     }
 
-    /// `copy_with`, ordered as a use of `span` of the buffer on `stream`, given the copy
-    /// itself to enqueue between what must come before and after it, and the slot of an event
-    /// recorded after it that the buffer's mark may share: the ordering's result, and whether
-    /// the copy was enqueued whatever that result (its host memory must outlive it).
+    /// `copy_with`, ordered as a use of `span` of the buffer on `stream` (held as `hold` says:
+    /// [`Hold::ThroughoutBlocking`] where CUDA may make the copy wait for the stream), given the
+    /// copy itself (to, from, kind) to enqueue between what must come before and after it, and
+    /// the slot of an event recorded after it that the buffer's mark may share: the ordering's
+    /// result, and whether the copy was enqueued whatever that result (its host memory must
+    /// outlive it).
     fn tracked_copy(
         &self,
         stream: &StreamRef,
         span: Span,
-        to: *mut c_void,
-        from: *const c_void,
-        kind: sys::cudaMemcpyKind,
+        (to, from, kind): (*mut c_void, *const c_void, sys::cudaMemcpyKind),
+        hold: Hold,
         copy_with: impl FnOnce(&mut dyn FnMut() -> Result<()>, &mut UseEvent<SharedEvent>) -> Result<()>,
     ) -> (Result<()>, bool) {
         let bytes = span.bytes.len();
         let mut enqueued = false;
         // Host memory is not held by a graph: refused in a capture.
-        let ordered = self.ordered(stream, span, Some(CAPTURED), |recorded| {
+        let ordered = self.ordered(stream, span, hold, Some(CAPTURED), |recorded| {
             copy_with(
                 &mut || {
                     copy_async(stream, to, from, bytes, kind)?;

@@ -86,9 +86,14 @@
 //!   of that stream), is marked once the capture has ended, before `end` hands out the graph;
 //!   one whose home is another stream being captured, with uses not yet marked, is refused
 //!   ([`Error::CaptureMisuse`]): use it on another stream first. Holding a borrowed buffer's memory, a graph launches on any thread:
-//!   `&mut` on the buffer no longer keeps other work off it, and, as for any two uses of one
-//!   buffer begun at the same moment on two threads, a launch and a use each wait only for the
-//!   uses noted before they began. A capture
+//!   `&mut` on the buffer no longer keeps other work off it. Two uses of conflicting bytes
+//!   made at the same moment on two threads (two launches, a launch and the owner's use) are
+//!   ordered all the same: a use waits for one whose checks are done and whose enqueue is in
+//!   progress on another stream (microseconds: the crate's own call), and a launch is refused
+//!   ([`Error::GraphMisuse`]) where that use may wait for anything (another thread's `use_on`
+//!   closure, a copy through pageable memory, which CUDA makes wait for the stream) or is this
+//!   thread's own (a launch inside a `use_on` closure, on another stream than the closure's).
+//!   A capture
 //!   holds them until `end` hands them to its graph; one dropped before `end` lets them go
 //!   with the graph it discards, and one whose end fails, or that another library ended,
 //!   leaks them (that library may keep a graph that uses them): such a buffer, and the home

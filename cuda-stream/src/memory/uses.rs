@@ -16,7 +16,8 @@ use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::graph::held::{CaptureHolds, holds_of};
 use crate::stream::StreamRef;
 use crate::stream::capture_status::CaptureStatus;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Why a buffer one of whose uses could not be noted refuses every later use.
@@ -47,12 +48,73 @@ struct State<E> {
     /// What the home stream's uses not yet marked touched (the allocation first).
     home_unmarked: Option<Span>,
     ledger: Ledger<E>,
+    /// The uses between their checks and their notes: enqueued or being enqueued, their marks
+    /// not in the ledger yet.
+    in_flight: Vec<InFlight>,
 }
+
+/// A use between its checks ([`Uses::before`]) and its notes ([`Uses::after`]). A later use
+/// of bytes it conflicts with, on another stream, would find no mark of it to wait for: it
+/// waits until the use is noted, or is refused (see [`Uses::clear_of_flights`]).
+#[derive(Debug)]
+struct InFlight {
+    user: User,
+    on: On,
+    span: Span,
+}
+
+/// Who makes a use, as a use that finds it in flight sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct User {
+    /// The thread, by a number of this crate's ([`User::on_this_thread`]).
+    thread: u64,
+    /// What runs between the use's checks and its notes may wait for anything, another thread
+    /// included (a caller's closure, a copy through pageable memory that CUDA makes wait for
+    /// the stream): no use waits for it.
+    blocks: bool,
+}
+
+impl User {
+    /// A use of thread `thread` (for the model check).
+    #[cfg(test)]
+    pub(super) fn of_thread(thread: u64, blocks: bool) -> User {
+        User { thread, blocks }
+    }
+
+    /// A use made on this thread; `blocks` as [`User::blocks`] says.
+    pub(super) fn on_this_thread(blocks: bool) -> User {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        thread_local! {
+            static THREAD: Cell<u64> = const { Cell::new(0) };
+        }
+        // A thread being torn down gets a number of its own for this use.
+        let thread = THREAD
+            .try_with(|thread| {
+                if thread.get() == 0 {
+                    thread.set(NEXT.fetch_add(1, Ordering::Relaxed));
+                }
+                thread.get()
+            })
+            .unwrap_or_else(|_| NEXT.fetch_add(1, Ordering::Relaxed));
+        User { thread, blocks }
+    }
+}
+
+/// Why a use inside a closure of a conflicting use of this thread is refused.
+const IN_FLIGHT_HERE: &str = "a use of a buffer's bytes (a graph's launch that holds it) inside a use of the same bytes on another stream on this thread (its use_on closure): it cannot be ordered after a use whose mark does not exist yet; make it on the closure's stream, or after the closure";
+
+/// Why a use is refused while another thread's conflicting use that may block is in progress.
+const IN_FLIGHT_BLOCKING: &str = "another thread's use of the same bytes is in progress on another stream and may wait for the GPU (a use_on closure, a copy through pageable memory): this use (a graph's launch that holds the buffer) would not be ordered after it; make it once that use has returned";
 
 impl<E: Shared> Uses<E> {
     /// The state of a buffer of `bytes` just allocated on its home stream.
     pub(super) fn allocated(bytes: usize) -> Uses<E> {
-        let state = State { bytes, home_unmarked: Some(Span::write(0..bytes)), ledger: Ledger::default() };
+        let state = State {
+            bytes,
+            home_unmarked: Some(Span::write(0..bytes)),
+            ledger: Ledger::default(),
+            in_flight: Vec::new(),
+        };
         let flag = || AtomicBool::new(false);
         Uses { leak: flag(), exported: flag(), shared: flag(), state: Mutex::new(state) }
     }
@@ -90,13 +152,88 @@ impl<E: Shared> Uses<E> {
 
     /// Before work on `stream` (where `on` says, computed once per use) that touches `span`:
     /// orders it after the earlier uses it conflicts with. Returns where the use stands in the ledger (for [`Uses::after`]).
-    pub(super) fn before<Q: Queue<Event = E>>(&self, home: &Q, stream: &Q, on: On, span: &Span) -> Result<Ticket> {
-        // A use that could not be noted is not in the ledger: nothing may come after it.
-        if self.leaked() {
-            return Err(Error::Size(UNTRACKED));
+    pub(super) fn before<Q: Queue<Event = E>>(
+        &self,
+        home: &Q,
+        stream: &Q,
+        user: User,
+        on: On,
+        span: &Span,
+    ) -> Result<Ticket> {
+        let mut state = self.clear_of_flights(user, on, span)?;
+        let ticket = self.order(&mut state, home, stream, on, span)?;
+        state.in_flight.push(InFlight { user, on, span: span.clone() });
+        Ok(ticket)
+    }
+
+    /// The state, once no use of bytes that `span` conflicts with is in flight on another
+    /// stream (its mark not yet in the ledger, see [`InFlight`]): such a use of the crate's own
+    /// calls (which enqueue and note without waiting for anything) is waited for; one that may
+    /// block ([`User::blocks`]), or one of this thread's (this use is inside its closure),
+    /// refuses this one.
+    /// Uses on one stream are ordered by it, and never wait for each other here.
+    ///
+    /// Waiting for another use, a use holds its place in the buffers it checked before this
+    /// one, never in one after: [`ordered_use`] checks a use's buffers in one order, so no two
+    /// uses wait for each other.
+    ///
+    /// # Errors
+    /// [`Error::Size`] for a buffer a use of which could not be noted; [`Error::GraphMisuse`]
+    /// where the use in flight is a closure's or this thread's.
+    fn clear_of_flights(&self, user: User, on: On, span: &Span) -> Result<MutexGuard<'_, State<E>>> {
+        let mut waited = 0u32;
+        loop {
+            // A use that could not be noted is not in the ledger: nothing may come after it.
+            if self.leaked() {
+                return Err(Error::Size(UNTRACKED));
+            }
+            let state = self.state();
+            let in_the_way =
+                state.in_flight.iter().find(|flight| flight.span.conflicts(span) && !flight.on.same_stream(&on));
+            match in_the_way {
+                None => return Ok(state),
+                Some(flight) if flight.user.thread == user.thread => return Err(Error::GraphMisuse(IN_FLIGHT_HERE)),
+                Some(flight) if flight.user.blocks => return Err(Error::GraphMisuse(IN_FLIGHT_BLOCKING)),
+                Some(_) => {}
+            }
+            drop(state);
+            // The other use is in CUDA's enqueue call: microseconds.
+            waited += 1;
+            if waited < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
-        let mut state = self.state();
-        let state = &mut *state;
+    }
+
+    /// Forgets the use in flight that `user` made on `on` of `span` (its checks done, its notes
+    /// never to be made: another buffer of the same use failed its checks, or its stream began
+    /// a capture).
+    pub(super) fn abandon(&self, user: User, on: On, span: &Span) {
+        Self::landed(&mut self.state(), user, on, span);
+    }
+
+    /// Takes the use that `user` made on `on` of `span` out of those in flight.
+    fn landed(state: &mut State<E>, user: User, on: On, span: &Span) {
+        let flights = &mut state.in_flight;
+        if let Some(at) =
+            flights.iter().position(|flight| flight.user == user && flight.on == on && &flight.span == span)
+        {
+            flights.swap_remove(at);
+        }
+    }
+
+    /// [`Uses::before`]'s order, under the state's lock: marks the home stream's unmarked
+    /// uses that the use conflicts with, then waits for the marks it conflicts with.
+    fn order<Q: Queue<Event = E>>(
+        &self,
+        state: &mut State<E>,
+        home: &Q,
+        stream: &Q,
+        on: On,
+        span: &Span,
+    ) -> Result<Ticket> {
         if on.home {
             // A use of a part after a use of every byte (the allocation): the home stream's
             // work so far is marked, so that uses elsewhere of other parts wait for it only.
@@ -131,12 +268,15 @@ impl<E: Shared> Uses<E> {
     pub(super) fn after<Q: Queue<Event = E>>(
         &self,
         stream: &Q,
+        user: User,
         on: On,
         span: Span,
         ticket: Ticket,
         recorded: &mut UseEvent<E>,
     ) -> Result<()> {
         let mut state = self.state();
+        // Whatever the note does: a use that waits for this one finds its mark, or the leak.
+        Self::landed(&mut state, user, on, &span);
         if on.home && !self.shared.load(Ordering::Acquire) {
             state.home_unmarked = Some(match state.home_unmarked.take() {
                 Some(unmarked) => unmarked.merged(&span),
@@ -189,18 +329,23 @@ impl<E: Shared> Uses<E> {
     /// [`Uses::before`] for a use that cannot reach the home stream (a graph's launch of a
     /// borrowed buffer's memory, prepared by [`Uses::prepare_for_graphs`]): it is never on
     /// the home stream, and it is refused where it would have to mark the home stream's work.
-    pub(super) fn before_homeless<Q: Queue<Event = E>>(&self, stream: &Q, on: On, span: &Span) -> Result<Ticket> {
-        if self.leaked() {
-            return Err(Error::Size(UNTRACKED));
-        }
-        let mut state = self.state();
+    pub(super) fn before_homeless<Q: Queue<Event = E>>(
+        &self,
+        stream: &Q,
+        user: User,
+        on: On,
+        span: &Span,
+    ) -> Result<Ticket> {
+        let mut state = self.clear_of_flights(user, on, span)?;
         if self.exported.load(Ordering::Acquire) {
             return Err(Error::GraphMisuse(EXPORTED));
         }
         if state.home_unmarked.as_ref().is_some_and(|unmarked| unmarked.conflicts(span)) {
             return Err(Error::GraphMisuse("a buffer's home uses are unmarked where a graph holds it"));
         }
-        state.ledger.order_before(stream, on, span)
+        let ticket = state.ledger.order_before(stream, on, span)?;
+        state.in_flight.push(InFlight { user, on, span: span.clone() });
+        Ok(ticket)
     }
 
     /// The home stream waits for every use on other streams (before the free). On failure,
@@ -219,8 +364,12 @@ pub(super) const MAX_TOUCHED: usize = 12;
 /// How much of [`ordered_use`] holds the capture-transition lock.
 #[derive(Copy, Clone, PartialEq, Eq)]
 pub(super) enum Hold {
-    /// From the checks to the last record, the enqueue included (this crate's own CUDA calls).
+    /// From the checks to the last record, the enqueue included (this crate's own CUDA calls,
+    /// which return without waiting for the GPU).
     Throughout,
+    /// As [`Hold::Throughout`], for an enqueue that CUDA may make wait for the stream (a copy
+    /// through pageable host memory): a use that finds it in flight does not wait for it.
+    ThroughoutBlocking,
     /// The checks and the waits before, then the checks and the records after, each under
     /// it; not the enqueue (a caller's closure, which may take the lock itself).
     ChecksAndWaits,
@@ -303,9 +452,11 @@ pub(super) fn ordered_use<R, T: Touches>(
     // Another library may capture the per-thread stream at any time: never a fast call then.
     let thread_bound =
         stream.is_thread_bound() || touched.iter().any(|buffer| buffer.home().is_some_and(StreamRef::is_thread_bound));
+    // A use that may block is one no other use waits for (see `Uses::clear_of_flights`).
+    let user = User::on_this_thread(hold != Hold::Throughout);
     // Captured only where the enqueue is held too.
     let held_in_captures = match in_captures {
-        InCaptures::Held(hold_in_capture) if hold == Hold::Throughout => Some(hold_in_capture),
+        InCaptures::Held(hold_in_capture) if hold != Hold::ChecksAndWaits => Some(hold_in_capture),
         _ => None,
     };
     // The tickets of an ordered use, or `None` for a use a capture takes (its graph holding
@@ -327,28 +478,49 @@ pub(super) fn ordered_use<R, T: Touches>(
         for home in touched.iter().filter_map(Touches::home) {
             refuse_capture(home)?;
         }
+        // The buffers in one order for every use (by the address of their state), so that a
+        // use waiting for another in flight never holds a place the other waits for.
+        let mut order = [0usize; MAX_TOUCHED];
+        let order = &mut order[..touched.len()];
+        order.iter_mut().enumerate().for_each(|(at, index)| *index = at);
+        if order.len() > 1 {
+            order.sort_unstable_by_key(|&at| std::ptr::from_ref(touched[at].uses()) as usize);
+        }
         let mut tickets = [Ticket::default(); MAX_TOUCHED];
-        for (buffer, ticket) in touched.iter().zip(tickets.iter_mut()) {
-            *ticket = match buffer.home() {
-                Some(home) => buffer.uses().before(home, stream, buffer.on(stream), buffer.span())?,
-                None => buffer.uses().before_homeless(stream, buffer.on(stream), buffer.span())?,
+        for (checked, &at) in order.iter().enumerate() {
+            let buffer = &touched[at];
+            let ticket = match buffer.home() {
+                Some(home) => buffer.uses().before(home, stream, user, buffer.on(stream), buffer.span()),
+                None => buffer.uses().before_homeless(stream, user, buffer.on(stream), buffer.span()),
             };
+            match ticket {
+                Ok(ticket) => tickets[at] = ticket,
+                Err(error) => {
+                    for &before in &order[..checked] {
+                        touched[before].uses().abandon(user, touched[before].on(stream), touched[before].span());
+                    }
+                    return Err(error);
+                }
+            }
         }
         Ok(Some(tickets))
     };
-    let uses = |tickets| After { touched, stream, tickets, recorded: UseEvent::default(), thread_bound, done: false };
+    let uses =
+        |tickets| After { touched, stream, user, tickets, recorded: UseEvent::default(), thread_bound, done: false };
     match hold {
-        Hold::Throughout => without_transitions(thread_bound, || match checks_and_waits()? {
-            Some(tickets) => {
-                let mut after = uses(tickets);
-                let result = enqueue(&mut after.recorded);
-                after.finish()?;
-                result
-            }
-            // Captured under the same hold as the check: the graph holds the buffers, and its
-            // launches note the uses.
-            None => enqueue(&mut UseEvent::default()),
-        })?,
+        Hold::Throughout | Hold::ThroughoutBlocking => {
+            without_transitions(thread_bound, || match checks_and_waits()? {
+                Some(tickets) => {
+                    let mut after = uses(tickets);
+                    let result = enqueue(&mut after.recorded);
+                    after.finish()?;
+                    result
+                }
+                // Captured under the same hold as the check: the graph holds the buffers, and its
+                // launches note the uses.
+                None => enqueue(&mut UseEvent::default()),
+            })?
+        }
         Hold::ChecksAndWaits => {
             let checked = without_transitions(thread_bound, checks_and_waits)??;
             // Never captured here (`held_in_captures`).
@@ -385,6 +557,7 @@ fn without_transitions<R>(thread_bound: bool, call: impl FnOnce() -> R) -> Resul
 struct After<'a, 'b, T: Touches> {
     touched: &'b [T],
     stream: &'a StreamRef,
+    user: User,
     tickets: [Ticket; MAX_TOUCHED],
     /// An event recorded on `stream` after the use (by the use itself, or by the first
     /// buffer's note), which the other buffers' marks share.
@@ -400,8 +573,9 @@ impl<T: Touches> After<'_, '_, T> {
     }
 
     fn note(&mut self) -> Result<()> {
-        let (touched, stream, tickets, recorded) = (self.touched, self.stream, &self.tickets, &mut self.recorded);
-        without_transitions(self.thread_bound, || {
+        let (touched, stream, user, tickets, recorded) =
+            (self.touched, self.stream, self.user, &self.tickets, &mut self.recorded);
+        let noted = without_transitions(self.thread_bound, || {
             let mut noted = Ok(());
             for (at, (buffer, &ticket)) in touched.iter().zip(tickets).enumerate() {
                 // A buffer that records the use's event hands it on to those after it.
@@ -410,15 +584,24 @@ impl<T: Touches> After<'_, '_, T> {
                 // the record: the use is then not noted, and the buffer leaks (and refuses later
                 // uses).
                 let this = refuse_capture(stream).and_then(|()| {
-                    buffer.uses().after(stream, buffer.on(stream), buffer.span().clone(), ticket, recorded)
+                    buffer.uses().after(stream, user, buffer.on(stream), buffer.span().clone(), ticket, recorded)
                 });
                 if this.is_err() {
                     buffer.uses().mark_leaked();
+                    buffer.uses().abandon(user, buffer.on(stream), buffer.span());
                     noted = noted.and(this);
                 }
             }
             noted
-        })?
+        });
+        if noted.is_err() {
+            // Not noted at all (no hold could be taken): leaked, and out of flight.
+            for buffer in touched {
+                buffer.uses().mark_leaked();
+                buffer.uses().abandon(user, buffer.on(stream), buffer.span());
+            }
+        }
+        noted?
     }
 }
 

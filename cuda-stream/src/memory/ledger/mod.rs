@@ -105,7 +105,7 @@ impl StreamKey {
 
 /// Where a new use stands: on `stream`, and whether that is the memory's home stream (whose
 /// marks are its own there, whatever the key says).
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct On {
     pub(super) key: StreamKey,
     pub(super) home: bool,
@@ -114,6 +114,11 @@ pub(super) struct On {
 impl On {
     pub(super) fn stream(stream: &impl Queue, home: bool) -> On {
         On { key: stream.key(), home }
+    }
+
+    /// Whether the two uses are certainly on one stream (so that stream orders them).
+    pub(super) fn same_stream(&self, other: &On) -> bool {
+        (self.home && other.home) || self.key.certainly_same(&other.key)
     }
 
     /// Whether `mark`'s use is ordered before this one by the stream alone.

@@ -15,9 +15,15 @@
 use super::{LIMIT, Ledger, On, Queue, Shared, Span, StreamKey, Ticket, UseEvent};
 use crate::device::Device;
 use crate::ffi::error::{Error, Result};
-use crate::memory::uses::Uses;
+use crate::memory::uses::{User, Uses};
 use std::cell::RefCell;
 use std::rc::Rc;
+
+/// Every simulated use is this thread's, of the crate's own calls (no closure): the schedules
+/// keep conflicting uses from being in flight at once, as the borrow rules do.
+fn user() -> User {
+    User::on_this_thread(false)
+}
 
 /// The bytes of the simulated buffer.
 const BYTES: usize = 12;
@@ -408,8 +414,8 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
                 let tickets: Result<Vec<Ticket>> = spans
                     .iter()
                     .map(|span| match homeless {
-                        true => uses.before_homeless(&streams[stream], on(stream, true), span),
-                        false => uses.before(home, &streams[stream], on(stream, false), span),
+                        true => uses.before_homeless(&streams[stream], user(), on(stream, true), span),
+                        false => uses.before(home, &streams[stream], user(), on(stream, false), span),
                     })
                     .collect();
                 let Ok(tickets) = tickets else { continue };
@@ -438,7 +444,8 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
                     // The spans of one use share the event recorded after it.
                     let mut after_use = UseEvent { event: None, wanted: true };
                     for (span, &ticket) in recorded[k].spans.iter().zip(&recorded[k].tickets) {
-                        leaked |= uses.after(&streams[stream], on, span.clone(), ticket, &mut after_use).is_err();
+                        leaked |=
+                            uses.after(&streams[stream], user(), on, span.clone(), ticket, &mut after_use).is_err();
                     }
                     recorded[k].noted = Some(step);
                 }
@@ -489,7 +496,7 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
         let (stream, on) = (recorded[k].stream, on(recorded[k].stream, recorded[k].homeless));
         let mut after_use = UseEvent { event: None, wanted: true };
         for (span, &ticket) in recorded[k].spans.iter().zip(&recorded[k].tickets) {
-            leaked |= uses.after(&streams[stream], on, span.clone(), ticket, &mut after_use).is_err();
+            leaked |= uses.after(&streams[stream], user(), on, span.clone(), ticket, &mut after_use).is_err();
         }
         recorded[k].noted = Some(usize::MAX - 1);
     }
@@ -643,13 +650,55 @@ fn reads_on_a_stream_of_uncertain_identity_keep_the_ledger_bounded() {
     let on = On { key: reader.key(), home: false };
     let read = Span { bytes: 0..BYTES, writes: false };
     for _ in 0..1000 {
-        let ticket = uses.before(&home, &reader, on, &read).unwrap();
+        let ticket = uses.before(&home, &reader, user(), on, &read).unwrap();
         push(1, Op::Use);
-        uses.after(&reader, on, read.clone(), ticket, &mut UseEvent::default()).unwrap();
+        uses.after(&reader, user(), on, read.clone(), ticket, &mut UseEvent::default()).unwrap();
         assert!(uses.marks() < LIMIT, "{} marks", uses.marks());
     }
     let created = sim(|sim| sim.events.len());
     assert!(created <= LIMIT + 8, "events are recycled: {created} created for 1000 reads");
+}
+
+/// A use of bytes that another use in flight (checked, not yet noted) conflicts with, on
+/// another stream, is refused where it could never be ordered after it: the use in flight is
+/// this thread's (the new one is inside its closure) or may block; on the same stream, or of
+/// other bytes, or once the use in flight is noted or abandoned, it goes ahead.
+#[test]
+fn a_use_in_flight_refuses_the_conflicting_uses_that_cannot_wait_for_it() {
+    start(3, Sim::default());
+    let streams = streams_of_one_device(3);
+    let uses = Uses::<SimShared>::allocated(BYTES);
+    let home = &streams[0];
+    push(0, Op::Use);
+    let on = |stream: usize| On { key: streams[stream].key(), home: stream == 0 };
+    let (write, read) = (Span::write(0..4), Span { bytes: 0..BYTES, writes: false });
+    let in_the_way = |result: Result<Ticket>| match result {
+        Err(Error::GraphMisuse(why)) => why,
+        other => panic!("not refused: {other:?}"),
+    };
+    let other_thread = |blocks| User::of_thread(u64::MAX, blocks);
+    // This thread's write in flight on stream 1: a read of its bytes on stream 2 is refused;
+    // on stream 1, or of other bytes, it goes ahead.
+    let writing = uses.before(home, &streams[1], user(), on(1), &write).unwrap();
+    assert!(in_the_way(uses.before(home, &streams[2], user(), on(2), &read)).contains("on this thread"));
+    let same_stream = uses.before(home, &streams[1], user(), on(1), &read).unwrap();
+    uses.after(&streams[1], user(), on(1), read.clone(), same_stream, &mut UseEvent::default()).unwrap();
+    let elsewhere = Span { bytes: 4..BYTES, writes: false };
+    let other_bytes = uses.before(home, &streams[2], user(), on(2), &elsewhere).unwrap();
+    uses.after(&streams[2], user(), on(2), elsewhere, other_bytes, &mut UseEvent::default()).unwrap();
+    // Noted: the read on stream 2 is ordered after it, as any later use.
+    push(1, Op::Use);
+    uses.after(&streams[1], user(), on(1), write.clone(), writing, &mut UseEvent::default()).unwrap();
+    let after_it = uses.before(home, &streams[2], user(), on(2), &read).unwrap();
+    uses.after(&streams[2], user(), on(2), read.clone(), after_it, &mut UseEvent::default()).unwrap();
+    // Another thread's write that may block (a closure, a pageable copy): refused too, until
+    // it is abandoned (its checks failed elsewhere).
+    let blocking = uses.before(home, &streams[1], other_thread(true), on(1), &write);
+    assert!(blocking.is_ok());
+    assert!(in_the_way(uses.before(home, &streams[2], user(), on(2), &read)).contains("may wait for the GPU"));
+    uses.abandon(other_thread(true), on(1), &write);
+    let freed_way = uses.before(home, &streams[2], user(), on(2), &read).unwrap();
+    uses.after(&streams[2], user(), on(2), read, freed_way, &mut UseEvent::default()).unwrap();
 }
 
 /// `uses` uses of the whole memory, each noted in `ledger` as unordered, on random `streams`
@@ -818,7 +867,7 @@ fn two_buffer_schedule(seed: u64, plan: TwoBufferPlan) -> Result<usize, String> 
         used.shared.wanted = !used.to_note.is_empty();
         let span = used.spans[buffer].clone().expect("the use touches the buffer");
         let (stream, ticket) = (used.stream, used.tickets[buffer]);
-        let _ = buffers[buffer].after(&streams[stream], on(stream, buffer), span, ticket, &mut used.shared);
+        let _ = buffers[buffer].after(&streams[stream], user(), on(stream, buffer), span, ticket, &mut used.shared);
         used.noted[buffer] = Some(step);
         if used.to_note.is_empty() {
             // The use is done with its event.
@@ -851,7 +900,7 @@ fn two_buffer_schedule(seed: u64, plan: TwoBufferPlan) -> Result<usize, String> 
                 for buffer in 0..2 {
                     if let Some(span) = &spans[buffer] {
                         let home = &streams[HOMES[buffer]];
-                        match buffers[buffer].before(home, &streams[stream], on(stream, buffer), span) {
+                        match buffers[buffer].before(home, &streams[stream], user(), on(stream, buffer), span) {
                             Ok(ticket) => tickets[buffer] = ticket,
                             Err(_) => ordered = false,
                         }
@@ -1049,12 +1098,12 @@ fn uses_sharing_events_record_kept_events_in_the_steady_state() {
         let on = On { key: stream.key(), home: false };
         for _ in 0..1000 {
             let tickets: Vec<Ticket> =
-                touched.iter().map(|(k, span)| ledgers[*k].before(home, stream, on, span).unwrap()).collect();
+                touched.iter().map(|(k, span)| ledgers[*k].before(home, stream, user(), on, span).unwrap()).collect();
             push(1, Op::Use);
             let mut shared = UseEvent { event: None, wanted: true };
             for (at, ((k, span), &ticket)) in touched.iter().zip(&tickets).enumerate() {
                 shared.wanted = at + 1 < touched.len();
-                ledgers[*k].after(stream, on, span.clone(), ticket, &mut shared).unwrap();
+                ledgers[*k].after(stream, user(), on, span.clone(), ticket, &mut shared).unwrap();
             }
         }
         let created = sim(|sim| sim.events.len());
@@ -1080,28 +1129,28 @@ fn a_shared_event_recorded_before_another_use_of_its_stream_does_not_stand_for_i
     let on = |stream: usize| On { key: streams[stream].key(), home: false };
     let read = |bytes| Span { bytes, writes: false };
     // U1 reads bytes 0..4 of both; Y notes it first.
-    let u1_x = x.before(x_home, s, on(2), &read(0..4)).unwrap();
-    let u1_y = y.before(y_home, s, on(2), &read(0..4)).unwrap();
+    let u1_x = x.before(x_home, s, user(), on(2), &read(0..4)).unwrap();
+    let u1_y = y.before(y_home, s, user(), on(2), &read(0..4)).unwrap();
     let u1 = push(2, Op::Use);
     let mut u1_event = UseEvent { event: None, wanted: true };
-    y.after(s, on(2), read(0..4), u1_y, &mut u1_event).unwrap();
+    y.after(s, user(), on(2), read(0..4), u1_y, &mut u1_event).unwrap();
     // U2 reads other bytes of X on S, enqueued and noted between U1's notes.
-    let u2_x = x.before(x_home, s, on(2), &read(4..8)).unwrap();
+    let u2_x = x.before(x_home, s, user(), on(2), &read(4..8)).unwrap();
     let u2 = push(2, Op::Use);
-    x.after(s, on(2), read(4..8), u2_x, &mut UseEvent::default()).unwrap();
+    x.after(s, user(), on(2), read(4..8), u2_x, &mut UseEvent::default()).unwrap();
     u1_event.wanted = false;
-    x.after(s, on(2), read(0..4), u1_x, &mut u1_event).unwrap();
+    x.after(s, user(), on(2), read(0..4), u1_x, &mut u1_event).unwrap();
     drop(u1_event);
     // Reads of X on every other stream, up to the merge.
     for (k, stream) in streams.iter().enumerate().skip(3) {
-        let ticket = x.before(x_home, stream, on(k), &read(8..12)).unwrap();
+        let ticket = x.before(x_home, stream, user(), on(k), &read(8..12)).unwrap();
         push(k, Op::Use);
-        x.after(stream, on(k), read(8..12), ticket, &mut UseEvent::default()).unwrap();
+        x.after(stream, user(), on(k), read(8..12), ticket, &mut UseEvent::default()).unwrap();
     }
     // A write of all of X on stream 3, then the free.
-    let ticket = x.before(x_home, &streams[3], on(3), &Span::write(0..BYTES)).unwrap();
+    let ticket = x.before(x_home, &streams[3], user(), on(3), &Span::write(0..BYTES)).unwrap();
     let write = push(3, Op::Use);
-    x.after(&streams[3], on(3), Span::write(0..BYTES), ticket, &mut UseEvent::default()).unwrap();
+    x.after(&streams[3], user(), on(3), Span::write(0..BYTES), ticket, &mut UseEvent::default()).unwrap();
     x.home_waits_for_others(x_home).unwrap();
     let free = push(0, Op::Free);
     let before = happens_before();
