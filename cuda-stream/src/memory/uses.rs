@@ -478,31 +478,7 @@ pub(super) fn ordered_use<R, T: Touches>(
         for home in touched.iter().filter_map(Touches::home) {
             refuse_capture(home)?;
         }
-        // The buffers in one order for every use (by the address of their state), so that a
-        // use waiting for another in flight never holds a place the other waits for.
-        let mut order = [0usize; MAX_TOUCHED];
-        let order = &mut order[..touched.len()];
-        order.iter_mut().enumerate().for_each(|(at, index)| *index = at);
-        if order.len() > 1 {
-            order.sort_unstable_by_key(|&at| std::ptr::from_ref(touched[at].uses()) as usize);
-        }
-        let mut tickets = [Ticket::default(); MAX_TOUCHED];
-        for (checked, &at) in order.iter().enumerate() {
-            let buffer = &touched[at];
-            let ticket = match buffer.home() {
-                Some(home) => buffer.uses().before(home, stream, user, buffer.on(stream), buffer.span()),
-                None => buffer.uses().before_homeless(stream, user, buffer.on(stream), buffer.span()),
-            };
-            match ticket {
-                Ok(ticket) => tickets[at] = ticket,
-                Err(error) => {
-                    for &before in &order[..checked] {
-                        touched[before].uses().abandon(user, touched[before].on(stream), touched[before].span());
-                    }
-                    return Err(error);
-                }
-            }
-        }
+        let tickets = before_each(stream, touched, user)?;
         Ok(Some(tickets))
     };
     let uses =
@@ -531,6 +507,41 @@ pub(super) fn ordered_use<R, T: Touches>(
             result
         }
     }
+}
+
+/// Each buffer's [`Uses::before`] (`before_homeless` for memory a graph holds apart from its
+/// owner) for a use on `stream` by `user`: the tickets, in `touched`'s order. The buffers are
+/// checked in one order for every use (by the address of their state), so that a use waiting
+/// for another in flight never holds a place the other waits for; on a failure, those already
+/// checked are abandoned.
+#[inline(always)]
+fn before_each<T: Touches>(stream: &StreamRef, touched: &[T], user: User) -> Result<[Ticket; MAX_TOUCHED]> {
+    let before = |buffer: &T| match buffer.home() {
+        Some(home) => buffer.uses().before(home, stream, user, buffer.on(stream), buffer.span()),
+        None => buffer.uses().before_homeless(stream, user, buffer.on(stream), buffer.span()),
+    };
+    let mut tickets = [Ticket::default(); MAX_TOUCHED];
+    if let [buffer] = touched {
+        tickets[0] = before(buffer)?;
+        return Ok(tickets);
+    }
+    let mut order = [0usize; MAX_TOUCHED];
+    let order = &mut order[..touched.len()];
+    order.iter_mut().enumerate().for_each(|(at, index)| *index = at);
+    order.sort_unstable_by_key(|&at| std::ptr::from_ref(touched[at].uses()) as usize);
+    for (checked, &at) in order.iter().enumerate() {
+        match before(&touched[at]) {
+            Ok(ticket) => tickets[at] = ticket,
+            Err(error) => {
+                for &earlier in &order[..checked] {
+                    let buffer = &touched[earlier];
+                    buffer.uses().abandon(user, buffer.on(stream), buffer.span());
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(tickets)
 }
 
 /// Runs `call` where no capture transition of this crate overlaps it: as a fast call while no
