@@ -51,6 +51,8 @@ struct State<E> {
     /// The uses between their checks and their notes: enqueued or being enqueued, their marks
     /// not in the ledger yet.
     in_flight: Vec<InFlight>,
+    /// The number of the next use in flight.
+    next_flight: u64,
 }
 
 /// A use between its checks ([`Uses::before`]) and its notes ([`Uses::after`]). A later use
@@ -58,6 +60,8 @@ struct State<E> {
 /// waits until the use is noted, or is refused (see [`Uses::clear_of_flights`]).
 #[derive(Debug)]
 struct InFlight {
+    /// Its number among the buffer's uses (its ticket's [`Ticket::flight`]).
+    id: u64,
     user: User,
     on: On,
     span: Span,
@@ -114,6 +118,7 @@ impl<E: Shared> Uses<E> {
             home_unmarked: Some(Span::write(0..bytes)),
             ledger: Ledger::default(),
             in_flight: Vec::new(),
+            next_flight: 1,
         };
         let flag = || AtomicBool::new(false);
         Uses { leak: flag(), exported: flag(), shared: flag(), state: Mutex::new(state) }
@@ -162,8 +167,16 @@ impl<E: Shared> Uses<E> {
     ) -> Result<Ticket> {
         let mut state = self.clear_of_flights(user, on, span)?;
         let ticket = self.order(&mut state, home, stream, on, span)?;
-        state.in_flight.push(InFlight { user, on, span: span.clone() });
-        Ok(ticket)
+        Ok(Self::take_off(&mut state, ticket, user, on, span))
+    }
+
+    /// Notes the use that `ticket` orders as in flight, and gives the ticket its number.
+    #[inline(always)]
+    fn take_off(state: &mut State<E>, ticket: Ticket, user: User, on: On, span: &Span) -> Ticket {
+        let id = state.next_flight;
+        state.next_flight += 1;
+        state.in_flight.push(InFlight { id, user, on, span: span.clone() });
+        ticket.in_flight(id)
     }
 
     /// The state, once no use of bytes that `span` conflicts with is in flight on another
@@ -180,7 +193,24 @@ impl<E: Shared> Uses<E> {
     /// # Errors
     /// [`Error::Size`] for a buffer a use of which could not be noted; [`Error::GraphMisuse`]
     /// where the use in flight is a closure's or this thread's.
+    #[inline(always)]
     fn clear_of_flights(&self, user: User, on: On, span: &Span) -> Result<MutexGuard<'_, State<E>>> {
+        // A use that could not be noted is not in the ledger: nothing may come after it.
+        if self.leaked() {
+            return Err(Error::Size(UNTRACKED));
+        }
+        let state = self.state();
+        if !state.in_flight.iter().any(|flight| flight.span.conflicts(span) && !flight.on.same_stream(&on)) {
+            return Ok(state);
+        }
+        drop(state);
+        self.wait_for_flights(user, on, span)
+    }
+
+    /// [`Uses::clear_of_flights`] where a use in flight was in the way.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_flights(&self, user: User, on: On, span: &Span) -> Result<MutexGuard<'_, State<E>>> {
         let mut waited = 0u32;
         loop {
             // A use that could not be noted is not in the ledger: nothing may come after it.
@@ -207,19 +237,17 @@ impl<E: Shared> Uses<E> {
         }
     }
 
-    /// Forgets the use in flight that `user` made on `on` of `span` (its checks done, its notes
-    /// never to be made: another buffer of the same use failed its checks, or its stream began
-    /// a capture).
-    pub(super) fn abandon(&self, user: User, on: On, span: &Span) {
-        Self::landed(&mut self.state(), user, on, span);
+    /// Forgets the use in flight that `ticket` orders (its checks done, its notes never to be
+    /// made: another buffer of the same use failed its checks, or its stream began a capture).
+    pub(super) fn abandon(&self, ticket: Ticket) {
+        Self::landed(&mut self.state(), ticket);
     }
 
-    /// Takes the use that `user` made on `on` of `span` out of those in flight.
-    fn landed(state: &mut State<E>, user: User, on: On, span: &Span) {
+    /// Takes the use that `ticket` orders out of those in flight.
+    #[inline(always)]
+    fn landed(state: &mut State<E>, ticket: Ticket) {
         let flights = &mut state.in_flight;
-        if let Some(at) =
-            flights.iter().position(|flight| flight.user == user && flight.on == on && &flight.span == span)
-        {
+        if let Some(at) = flights.iter().position(|flight| flight.id == ticket.flight()) {
             flights.swap_remove(at);
         }
     }
@@ -268,7 +296,6 @@ impl<E: Shared> Uses<E> {
     pub(super) fn after<Q: Queue<Event = E>>(
         &self,
         stream: &Q,
-        user: User,
         on: On,
         span: Span,
         ticket: Ticket,
@@ -276,7 +303,7 @@ impl<E: Shared> Uses<E> {
     ) -> Result<()> {
         let mut state = self.state();
         // Whatever the note does: a use that waits for this one finds its mark, or the leak.
-        Self::landed(&mut state, user, on, &span);
+        Self::landed(&mut state, ticket);
         if on.home && !self.shared.load(Ordering::Acquire) {
             state.home_unmarked = Some(match state.home_unmarked.take() {
                 Some(unmarked) => unmarked.merged(&span),
@@ -344,8 +371,7 @@ impl<E: Shared> Uses<E> {
             return Err(Error::GraphMisuse("a buffer's home uses are unmarked where a graph holds it"));
         }
         let ticket = state.ledger.order_before(stream, on, span)?;
-        state.in_flight.push(InFlight { user, on, span: span.clone() });
-        Ok(ticket)
+        Ok(Self::take_off(&mut state, ticket, user, on, span))
     }
 
     /// The home stream waits for every use on other streams (before the free). On failure,
@@ -481,8 +507,7 @@ pub(super) fn ordered_use<R, T: Touches>(
         let tickets = before_each(stream, touched, user)?;
         Ok(Some(tickets))
     };
-    let uses =
-        |tickets| After { touched, stream, user, tickets, recorded: UseEvent::default(), thread_bound, done: false };
+    let uses = |tickets| After { touched, stream, tickets, recorded: UseEvent::default(), thread_bound, done: false };
     match hold {
         Hold::Throughout | Hold::ThroughoutBlocking => {
             without_transitions(thread_bound, || match checks_and_waits()? {
@@ -534,8 +559,7 @@ fn before_each<T: Touches>(stream: &StreamRef, touched: &[T], user: User) -> Res
             Ok(ticket) => tickets[at] = ticket,
             Err(error) => {
                 for &earlier in &order[..checked] {
-                    let buffer = &touched[earlier];
-                    buffer.uses().abandon(user, buffer.on(stream), buffer.span());
+                    touched[earlier].uses().abandon(tickets[earlier]);
                 }
                 return Err(error);
             }
@@ -568,7 +592,6 @@ fn without_transitions<R>(thread_bound: bool, call: impl FnOnce() -> R) -> Resul
 struct After<'a, 'b, T: Touches> {
     touched: &'b [T],
     stream: &'a StreamRef,
-    user: User,
     tickets: [Ticket; MAX_TOUCHED],
     /// An event recorded on `stream` after the use (by the use itself, or by the first
     /// buffer's note), which the other buffers' marks share.
@@ -584,8 +607,7 @@ impl<T: Touches> After<'_, '_, T> {
     }
 
     fn note(&mut self) -> Result<()> {
-        let (touched, stream, user, tickets, recorded) =
-            (self.touched, self.stream, self.user, &self.tickets, &mut self.recorded);
+        let (touched, stream, tickets, recorded) = (self.touched, self.stream, &self.tickets, &mut self.recorded);
         let noted = without_transitions(self.thread_bound, || {
             let mut noted = Ok(());
             for (at, (buffer, &ticket)) in touched.iter().zip(tickets).enumerate() {
@@ -595,11 +617,11 @@ impl<T: Touches> After<'_, '_, T> {
                 // the record: the use is then not noted, and the buffer leaks (and refuses later
                 // uses).
                 let this = refuse_capture(stream).and_then(|()| {
-                    buffer.uses().after(stream, user, buffer.on(stream), buffer.span().clone(), ticket, recorded)
+                    buffer.uses().after(stream, buffer.on(stream), buffer.span().clone(), ticket, recorded)
                 });
                 if this.is_err() {
                     buffer.uses().mark_leaked();
-                    buffer.uses().abandon(user, buffer.on(stream), buffer.span());
+                    buffer.uses().abandon(ticket);
                     noted = noted.and(this);
                 }
             }
@@ -607,9 +629,9 @@ impl<T: Touches> After<'_, '_, T> {
         });
         if noted.is_err() {
             // Not noted at all (no hold could be taken): leaked, and out of flight.
-            for buffer in touched {
+            for (buffer, &ticket) in touched.iter().zip(tickets) {
                 buffer.uses().mark_leaked();
-                buffer.uses().abandon(user, buffer.on(stream), buffer.span());
+                buffer.uses().abandon(ticket);
             }
         }
         noted?

@@ -315,8 +315,28 @@ impl<E> Default for UseEvent<E> {
 
 /// The marks a use was ordered after: those with a lower `seq`. A use noted later forgets only
 /// marks it was ordered after (others were added meanwhile by uses it does not conflict with).
+/// A buffer's use also carries its place among the uses in flight (`uses.rs`).
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Ticket(u64);
+pub(super) struct Ticket {
+    seq: u64,
+    flight: u64,
+}
+
+impl Ticket {
+    fn at(seq: u64) -> Ticket {
+        Ticket { seq, flight: 0 }
+    }
+
+    /// The same ticket, for the use in flight numbered `flight`.
+    pub(super) fn in_flight(self, flight: u64) -> Ticket {
+        Ticket { flight, ..self }
+    }
+
+    /// The number of the use in flight it was given ([`Ticket::in_flight`]).
+    pub(super) fn flight(self) -> u64 {
+        self.flight
+    }
+}
 
 /// The marks of one piece of memory, with events `E` (the crate's [`Event`]s, shared).
 #[derive(Debug)]
@@ -405,7 +425,7 @@ impl<E: Shared> Ledger<E> {
                 stream.wait(&mark.event)?;
             }
         }
-        Ok(Ticket(self.next_seq))
+        Ok(Ticket::at(self.next_seq))
     }
 
     /// Notes a use of `span` just enqueued on `stream` (ordered by `ticket`): leaves a mark of
@@ -424,7 +444,7 @@ impl<E: Shared> Ledger<E> {
         recorded: &mut UseEvent<E>,
     ) -> Result<()> {
         let forget = |mark: &Mark<E>, span: &Span| {
-            mark.seq < ticket.0 && span.subsumes(&mark.span) && (span.writes || on.owns(mark))
+            mark.seq < ticket.seq && span.subsumes(&mark.span) && (span.writes || on.owns(mark))
         };
         // A shared event was recorded when the use's first ledger noted it. A use of this
         // memory on the same stream noted here since (another thread's, between this use's
@@ -432,7 +452,7 @@ impl<E: Shared> Ledger<E> {
         // mark, the shared event would stand for that use in a merge, and be waited for in its
         // place. This ledger records its own then.
         let overtaken = recorded.event.as_ref().is_some_and(|shared| {
-            self.marks.iter().any(|mark| mark.seq >= ticket.0 && on.owns(mark) && !mark.event.same(shared))
+            self.marks.iter().any(|mark| mark.seq >= ticket.seq && on.owns(mark) && !mark.event.same(shared))
         });
         if overtaken {
             return self.record_mark(stream, on, span, forget, &mut UseEvent::default());
@@ -446,7 +466,7 @@ impl<E: Shared> Ledger<E> {
     /// every earlier use of that stream.
     pub(super) fn note_unordered<Q: Queue<Event = E>>(&mut self, stream: &Q, span: Span) -> Result<()> {
         let on = On::stream(stream, false);
-        let ticket = Ticket(self.next_seq);
+        let ticket = Ticket::at(self.next_seq);
         self.note(stream, on, span, ticket, &mut UseEvent::default())
     }
 

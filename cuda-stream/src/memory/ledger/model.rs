@@ -444,8 +444,7 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
                     // The spans of one use share the event recorded after it.
                     let mut after_use = UseEvent { event: None, wanted: true };
                     for (span, &ticket) in recorded[k].spans.iter().zip(&recorded[k].tickets) {
-                        leaked |=
-                            uses.after(&streams[stream], user(), on, span.clone(), ticket, &mut after_use).is_err();
+                        leaked |= uses.after(&streams[stream], on, span.clone(), ticket, &mut after_use).is_err();
                     }
                     recorded[k].noted = Some(step);
                 }
@@ -496,7 +495,7 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
         let (stream, on) = (recorded[k].stream, on(recorded[k].stream, recorded[k].homeless));
         let mut after_use = UseEvent { event: None, wanted: true };
         for (span, &ticket) in recorded[k].spans.iter().zip(&recorded[k].tickets) {
-            leaked |= uses.after(&streams[stream], user(), on, span.clone(), ticket, &mut after_use).is_err();
+            leaked |= uses.after(&streams[stream], on, span.clone(), ticket, &mut after_use).is_err();
         }
         recorded[k].noted = Some(usize::MAX - 1);
     }
@@ -652,7 +651,7 @@ fn reads_on_a_stream_of_uncertain_identity_keep_the_ledger_bounded() {
     for _ in 0..1000 {
         let ticket = uses.before(&home, &reader, user(), on, &read).unwrap();
         push(1, Op::Use);
-        uses.after(&reader, user(), on, read.clone(), ticket, &mut UseEvent::default()).unwrap();
+        uses.after(&reader, on, read.clone(), ticket, &mut UseEvent::default()).unwrap();
         assert!(uses.marks() < LIMIT, "{} marks", uses.marks());
     }
     let created = sim(|sim| sim.events.len());
@@ -682,23 +681,22 @@ fn a_use_in_flight_refuses_the_conflicting_uses_that_cannot_wait_for_it() {
     let writing = uses.before(home, &streams[1], user(), on(1), &write).unwrap();
     assert!(in_the_way(uses.before(home, &streams[2], user(), on(2), &read)).contains("on this thread"));
     let same_stream = uses.before(home, &streams[1], user(), on(1), &read).unwrap();
-    uses.after(&streams[1], user(), on(1), read.clone(), same_stream, &mut UseEvent::default()).unwrap();
+    uses.after(&streams[1], on(1), read.clone(), same_stream, &mut UseEvent::default()).unwrap();
     let elsewhere = Span { bytes: 4..BYTES, writes: false };
     let other_bytes = uses.before(home, &streams[2], user(), on(2), &elsewhere).unwrap();
-    uses.after(&streams[2], user(), on(2), elsewhere, other_bytes, &mut UseEvent::default()).unwrap();
+    uses.after(&streams[2], on(2), elsewhere, other_bytes, &mut UseEvent::default()).unwrap();
     // Noted: the read on stream 2 is ordered after it, as any later use.
     push(1, Op::Use);
-    uses.after(&streams[1], user(), on(1), write.clone(), writing, &mut UseEvent::default()).unwrap();
+    uses.after(&streams[1], on(1), write.clone(), writing, &mut UseEvent::default()).unwrap();
     let after_it = uses.before(home, &streams[2], user(), on(2), &read).unwrap();
-    uses.after(&streams[2], user(), on(2), read.clone(), after_it, &mut UseEvent::default()).unwrap();
+    uses.after(&streams[2], on(2), read.clone(), after_it, &mut UseEvent::default()).unwrap();
     // Another thread's write that may block (a closure, a pageable copy): refused too, until
     // it is abandoned (its checks failed elsewhere).
-    let blocking = uses.before(home, &streams[1], other_thread(true), on(1), &write);
-    assert!(blocking.is_ok());
+    let blocking = uses.before(home, &streams[1], other_thread(true), on(1), &write).unwrap();
     assert!(in_the_way(uses.before(home, &streams[2], user(), on(2), &read)).contains("may wait for the GPU"));
-    uses.abandon(other_thread(true), on(1), &write);
+    uses.abandon(blocking);
     let freed_way = uses.before(home, &streams[2], user(), on(2), &read).unwrap();
-    uses.after(&streams[2], user(), on(2), read, freed_way, &mut UseEvent::default()).unwrap();
+    uses.after(&streams[2], on(2), read, freed_way, &mut UseEvent::default()).unwrap();
 }
 
 /// `uses` uses of the whole memory, each noted in `ledger` as unordered, on random `streams`
@@ -867,7 +865,7 @@ fn two_buffer_schedule(seed: u64, plan: TwoBufferPlan) -> Result<usize, String> 
         used.shared.wanted = !used.to_note.is_empty();
         let span = used.spans[buffer].clone().expect("the use touches the buffer");
         let (stream, ticket) = (used.stream, used.tickets[buffer]);
-        let _ = buffers[buffer].after(&streams[stream], user(), on(stream, buffer), span, ticket, &mut used.shared);
+        let _ = buffers[buffer].after(&streams[stream], on(stream, buffer), span, ticket, &mut used.shared);
         used.noted[buffer] = Some(step);
         if used.to_note.is_empty() {
             // The use is done with its event.
@@ -1103,7 +1101,7 @@ fn uses_sharing_events_record_kept_events_in_the_steady_state() {
             let mut shared = UseEvent { event: None, wanted: true };
             for (at, ((k, span), &ticket)) in touched.iter().zip(&tickets).enumerate() {
                 shared.wanted = at + 1 < touched.len();
-                ledgers[*k].after(stream, user(), on, span.clone(), ticket, &mut shared).unwrap();
+                ledgers[*k].after(stream, on, span.clone(), ticket, &mut shared).unwrap();
             }
         }
         let created = sim(|sim| sim.events.len());
@@ -1133,24 +1131,24 @@ fn a_shared_event_recorded_before_another_use_of_its_stream_does_not_stand_for_i
     let u1_y = y.before(y_home, s, user(), on(2), &read(0..4)).unwrap();
     let u1 = push(2, Op::Use);
     let mut u1_event = UseEvent { event: None, wanted: true };
-    y.after(s, user(), on(2), read(0..4), u1_y, &mut u1_event).unwrap();
+    y.after(s, on(2), read(0..4), u1_y, &mut u1_event).unwrap();
     // U2 reads other bytes of X on S, enqueued and noted between U1's notes.
     let u2_x = x.before(x_home, s, user(), on(2), &read(4..8)).unwrap();
     let u2 = push(2, Op::Use);
-    x.after(s, user(), on(2), read(4..8), u2_x, &mut UseEvent::default()).unwrap();
+    x.after(s, on(2), read(4..8), u2_x, &mut UseEvent::default()).unwrap();
     u1_event.wanted = false;
-    x.after(s, user(), on(2), read(0..4), u1_x, &mut u1_event).unwrap();
+    x.after(s, on(2), read(0..4), u1_x, &mut u1_event).unwrap();
     drop(u1_event);
     // Reads of X on every other stream, up to the merge.
     for (k, stream) in streams.iter().enumerate().skip(3) {
         let ticket = x.before(x_home, stream, user(), on(k), &read(8..12)).unwrap();
         push(k, Op::Use);
-        x.after(stream, user(), on(k), read(8..12), ticket, &mut UseEvent::default()).unwrap();
+        x.after(stream, on(k), read(8..12), ticket, &mut UseEvent::default()).unwrap();
     }
     // A write of all of X on stream 3, then the free.
     let ticket = x.before(x_home, &streams[3], user(), on(3), &Span::write(0..BYTES)).unwrap();
     let write = push(3, Op::Use);
-    x.after(&streams[3], user(), on(3), Span::write(0..BYTES), ticket, &mut UseEvent::default()).unwrap();
+    x.after(&streams[3], on(3), Span::write(0..BYTES), ticket, &mut UseEvent::default()).unwrap();
     x.home_waits_for_others(x_home).unwrap();
     let free = push(0, Op::Free);
     let before = happens_before();
