@@ -9,6 +9,7 @@
 //! other, so a later use elsewhere waits for exactly the home uses it conflicts with.
 
 use super::ledger::{Ledger, On, Queue, Shared, SharedEvent, Span, Ticket, UseEvent};
+use crate::call::thread::thread_identity;
 use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls::outside_captures;
 use crate::ffi::error::{Error, Result};
@@ -16,8 +17,7 @@ use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::graph::held::{CaptureHolds, holds_of};
 use crate::stream::StreamRef;
 use crate::stream::capture_status::CaptureStatus;
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Why a buffer one of whose uses could not be noted refuses every later use.
@@ -70,7 +70,7 @@ struct InFlight {
 /// Who makes a use, as a use that finds it in flight sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct User {
-    /// The thread, by a number of this crate's ([`User::on_this_thread`]).
+    /// The thread ([`thread_identity`]).
     thread: u64,
     /// What runs between the use's checks and its notes may wait for anything, another thread
     /// included (a caller's closure, a copy through pageable memory that CUDA makes wait for
@@ -87,20 +87,7 @@ impl User {
 
     /// A use made on this thread; `blocks` as [`User::blocks`] says.
     pub(super) fn on_this_thread(blocks: bool) -> User {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        thread_local! {
-            static THREAD: Cell<u64> = const { Cell::new(0) };
-        }
-        // A thread being torn down gets a number of its own for this use.
-        let thread = THREAD
-            .try_with(|thread| {
-                if thread.get() == 0 {
-                    thread.set(NEXT.fetch_add(1, Ordering::Relaxed));
-                }
-                thread.get()
-            })
-            .unwrap_or_else(|_| NEXT.fetch_add(1, Ordering::Relaxed));
-        User { thread, blocks }
+        User { thread: thread_identity(), blocks }
     }
 }
 
