@@ -182,11 +182,13 @@ impl<E: Shared> Uses<E> {
     /// where the use in flight is a closure's or this thread's.
     #[inline(always)]
     fn clear_of_flights(&self, user: User, on: On, span: &Span) -> Result<MutexGuard<'_, State<E>>> {
-        // A use that could not be noted is not in the ledger: nothing may come after it.
+        let state = self.state();
+        // A use that could not be noted is not in the ledger: nothing may come after it. Read
+        // under the lock, which a failed note holds when it marks the leak (or before it lets
+        // its entry go), so that no use passes between the two.
         if self.leaked() {
             return Err(Error::Size(UNTRACKED));
         }
-        let state = self.state();
         if !state.in_flight.iter().any(|flight| flight.span.conflicts(span) && !flight.on.same_stream(&on)) {
             return Ok(state);
         }
@@ -200,11 +202,11 @@ impl<E: Shared> Uses<E> {
     fn wait_for_flights(&self, user: User, on: On, span: &Span) -> Result<MutexGuard<'_, State<E>>> {
         let mut waited = 0u32;
         loop {
-            // A use that could not be noted is not in the ledger: nothing may come after it.
+            let state = self.state();
+            // As in `clear_of_flights`: under the lock.
             if self.leaked() {
                 return Err(Error::Size(UNTRACKED));
             }
-            let state = self.state();
             let in_the_way =
                 state.in_flight.iter().find(|flight| flight.span.conflicts(span) && !flight.on.same_stream(&on));
             match in_the_way {
@@ -541,18 +543,39 @@ fn before_each<T: Touches>(stream: &StreamRef, touched: &[T], user: User) -> Res
     let order = &mut order[..touched.len()];
     order.iter_mut().enumerate().for_each(|(at, index)| *index = at);
     order.sort_unstable_by_key(|&at| std::ptr::from_ref(touched[at].uses()) as usize);
-    for (checked, &at) in order.iter().enumerate() {
-        match before(&touched[at]) {
-            Ok(ticket) => tickets[at] = ticket,
-            Err(error) => {
-                for &earlier in &order[..checked] {
-                    touched[earlier].uses().abandon(tickets[earlier]);
-                }
-                return Err(error);
-            }
+    let mut boarding = Boarding { touched, tickets, cleared: false };
+    for &at in order.iter() {
+        boarding.tickets[at] = before(&touched[at])?;
+    }
+    boarding.cleared = true;
+    Ok(boarding.tickets)
+}
+
+/// The tickets of a use's buffers checked so far: dropped before it is cleared (a later
+/// buffer's checks failed, or a defect panicked there), their uses in flight are abandoned, so
+/// that no later use waits for them.
+struct Boarding<'a, T: Touches> {
+    touched: &'a [T],
+    tickets: [Ticket; MAX_TOUCHED],
+    cleared: bool,
+}
+
+impl<T: Touches> Drop for Boarding<'_, T> {
+    fn drop(&mut self) {
+        if !self.cleared {
+            abandon_all(self.touched, &self.tickets);
         }
     }
-    Ok(tickets)
+}
+
+/// Abandons the uses in flight that `tickets` order in the buffers `touched` (a ticket given
+/// none, or whose use has landed, changes nothing).
+fn abandon_all<T: Touches>(touched: &[T], tickets: &[Ticket; MAX_TOUCHED]) {
+    for (buffer, &ticket) in touched.iter().zip(tickets) {
+        if ticket.flight() != 0 {
+            buffer.uses().abandon(ticket);
+        }
+    }
 }
 
 /// Runs `call` where no capture transition of this crate overlaps it: as a fast call while no
@@ -616,10 +639,8 @@ impl<T: Touches> After<'_, '_, T> {
         });
         if noted.is_err() {
             // Not noted at all (no hold could be taken): leaked, and out of flight.
-            for (buffer, &ticket) in touched.iter().zip(tickets) {
-                buffer.uses().mark_leaked();
-                buffer.uses().abandon(ticket);
-            }
+            touched.iter().for_each(|buffer| buffer.uses().mark_leaked());
+            abandon_all(touched, tickets);
         }
         noted?
     }
@@ -629,6 +650,11 @@ impl<T: Touches> Drop for After<'_, '_, T> {
     fn drop(&mut self) {
         if !self.done {
             let _ = self.note();
+        }
+        if std::thread::panicking() {
+            // A defect panicked in a buffer's note: the buffers after it are out of flight all
+            // the same (one that landed is untouched), or later uses would wait for them.
+            abandon_all(self.touched, &self.tickets);
         }
     }
 }

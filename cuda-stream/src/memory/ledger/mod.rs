@@ -116,9 +116,12 @@ impl On {
         On { key: stream.key(), home }
     }
 
-    /// Whether the two uses are certainly on one stream (so that stream orders them).
+    /// Whether two uses made at the same moment are on one stream (so that stream orders
+    /// them): both home, or one identity (device, handle, thread). Each use holds its stream
+    /// while it is in flight, so no handle is destroyed and reused between them, and a stream
+    /// without a known id (borrowed from another library) counts too.
     pub(super) fn same_stream(&self, other: &On) -> bool {
-        (self.home && other.home) || self.key.certainly_same(&other.key)
+        (self.home && other.home) || self.key.identity == other.key.identity
     }
 
     /// Whether `mark`'s use is ordered before this one by the stream alone.

@@ -696,7 +696,21 @@ fn a_use_in_flight_refuses_the_conflicting_uses_that_cannot_wait_for_it() {
     assert!(in_the_way(uses.before(home, &streams[2], user(), on(2), &read)).contains("may wait for the GPU"));
     uses.abandon(blocking);
     let freed_way = uses.before(home, &streams[2], user(), on(2), &read).unwrap();
-    uses.after(&streams[2], on(2), read, freed_way, &mut UseEvent::default()).unwrap();
+    uses.after(&streams[2], on(2), read.clone(), freed_way, &mut UseEvent::default()).unwrap();
+    // A stream of no known id (another library's, borrowed) is one stream with itself while
+    // both uses hold it: no refusal there; another such stream is another stream.
+    let device = Device::from_ordinal(0);
+    let borrowed = |index, handle| SimStream { index, handle, device, id: None, builtin: false };
+    let (theirs, again, other) = (borrowed(1, 7), borrowed(1, 7), borrowed(2, 8));
+    let on_theirs = On { key: theirs.key(), home: false };
+    let writing = uses.before(home, &theirs, user(), on_theirs, &write).unwrap();
+    let on_again = On { key: again.key(), home: false };
+    let same = uses.before(home, &again, user(), on_again, &read).unwrap();
+    uses.after(&again, on_again, read.clone(), same, &mut UseEvent::default()).unwrap();
+    let on_other = On { key: other.key(), home: false };
+    assert!(in_the_way(uses.before(home, &other, user(), on_other, &read)).contains("on this thread"));
+    push(1, Op::Use);
+    uses.after(&theirs, on_theirs, write, writing, &mut UseEvent::default()).unwrap();
 }
 
 /// `uses` uses of the whole memory, each noted in `ledger` as unordered, on random `streams`
