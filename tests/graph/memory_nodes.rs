@@ -985,6 +985,35 @@ fn tag_then_fill(stream: &Arc<Stream>, buffer: &Buffer, log: &TagLog, tag: u32, 
     graph.instantiate().unwrap()
 }
 
+/// Launches each of the two executables `rounds` times from a thread of its own, on a stream
+/// of its own, both threads meeting at a barrier before each round.
+fn launched_at_once_from_two_threads(device: cuda_stream::Device, execs: [GraphExec; 2], rounds: u32) {
+    let start_line = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        for exec in execs {
+            let start_line = &start_line;
+            scope.spawn(move || {
+                let launches = non_blocking_stream(device);
+                for _ in 0..rounds {
+                    start_line.wait();
+                    exec.launch(&launches).unwrap();
+                }
+                launches.synchronize().unwrap();
+            });
+        }
+    });
+}
+
+/// How many pairs of the log's kernels of tags 1 and 2 ran at once.
+fn kernels_of_both_tags_at_once(log: &TagLog) -> usize {
+    let entries = log.entries();
+    let (ones, twos): (Vec<&TagEntry>, Vec<&TagEntry>) = entries.iter().partition(|entry| entry.tag == 1);
+    ones.iter()
+        .flat_map(|one| twos.iter().map(move |two| (one, two)))
+        .filter(|(one, two)| one.start_ns < two.end_ns && two.start_ns < one.end_ns)
+        .count()
+}
+
 /// Two executables that write one buffer, launched at the same moment from two threads on two
 /// streams, round after round: each launch is ordered after the other's when their checks
 /// overlap (a use in flight is waited for, not missed), so their kernels never run at once.
@@ -999,29 +1028,50 @@ fn two_executables_that_write_one_buffer_launched_at_once_from_two_threads_never
     let execs = [1, 2].map(|tag| tag_then_fill(&stream, &buffer, &log, tag, spin));
     drop(buffer);
     stream.synchronize().unwrap();
-    let start_line = std::sync::Barrier::new(2);
-    std::thread::scope(|scope| {
-        for exec in execs {
-            let start_line = &start_line;
-            scope.spawn(move || {
-                let launches = non_blocking_stream(device);
-                for _ in 0..ROUNDS {
-                    start_line.wait();
-                    exec.launch(&launches).unwrap();
-                }
-                launches.synchronize().unwrap();
-            });
-        }
-    });
-    let entries = log.entries();
-    assert_eq!(entries.len(), 2 * ROUNDS as usize, "every launch ran its kernel");
-    let (ones, twos): (Vec<&TagEntry>, Vec<&TagEntry>) = entries.iter().partition(|entry| entry.tag == 1);
-    let overlapping = ones
-        .iter()
-        .flat_map(|one| twos.iter().map(move |two| (one, two)))
-        .filter(|(one, two)| one.start_ns < two.end_ns && two.start_ns < one.end_ns)
-        .count();
-    assert_eq!(overlapping, 0, "kernels of the two executables ran at once: the launches were not ordered");
+    launched_at_once_from_two_threads(device, execs, ROUNDS);
+    assert_eq!(log.count(), 2 * ROUNDS, "every launch ran its kernel");
+    assert_eq!(
+        kernels_of_both_tags_at_once(&log),
+        0,
+        "kernels of the two executables ran at once: the launches were not ordered"
+    );
+}
+
+/// Two executables that each write two buffers, one holding them in the opposite order of the
+/// other's nodes, launched at the same moment from two threads, round after round: a use checks
+/// its buffers in one order (by address), so neither launch waits for the other while the
+/// other waits for it (no deadlock), and their kernels never run at once.
+#[test]
+fn two_executables_that_write_two_buffers_in_opposite_orders_launched_at_once_neither_deadlock_nor_overlap() {
+    let device = gpu_or_skip!();
+    const ROUNDS: u32 = 150;
+    let stream = Arc::new(non_blocking_stream(device));
+    let (x, y): (Buffer, Buffer) = (
+        Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()),
+        Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()),
+    );
+    let log = TagLog::new(2 * ROUNDS).unwrap();
+    let build = |tag: u32, first: &Buffer, second: &Buffer| {
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let capture = builder.capture(&stream, ThreadLocal).unwrap();
+        cuda_stream_tests::tag(&*stream, &log, tag, Duration::from_micros(50)).unwrap();
+        capture.end().unwrap();
+        let start = builder.leaves().unwrap();
+        let filled = builder.add_fill_bytes(first, .., tag as u8, &start).unwrap();
+        builder.add_fill_bytes(second, .., tag as u8, &[filled]).unwrap();
+        graph.instantiate().unwrap()
+    };
+    let execs = [build(1, &x, &y), build(2, &y, &x)];
+    drop((x, y));
+    stream.synchronize().unwrap();
+    launched_at_once_from_two_threads(device, execs, ROUNDS);
+    assert_eq!(log.count(), 2 * ROUNDS, "every launch ran its kernel");
+    assert_eq!(
+        kernels_of_both_tags_at_once(&log),
+        0,
+        "kernels of the two executables ran at once: the launches were not ordered"
+    );
 }
 
 /// A launch of an executable that holds a buffer, inside a use of it on another stream (a
