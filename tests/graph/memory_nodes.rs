@@ -973,28 +973,35 @@ fn a_buffers_own_calls_that_no_graph_can_hold_are_refused_on_a_captured_stream()
 }
 
 /// An executable whose launch runs a tag kernel of `tag` (spinning `spin`), then fills all of
-/// `buffer` (a write of it, which the graph holds).
-fn tag_then_fill(stream: &Arc<Stream>, buffer: &Buffer, log: &TagLog, tag: u32, spin: Duration) -> GraphExec {
+/// each of `buffers` in turn (writes of them, which the graph holds, in this order).
+fn tag_then_fill(stream: &Arc<Stream>, buffers: &[&Buffer], log: &TagLog, tag: u32, spin: Duration) -> GraphExec {
     let mut graph = Graph::new(stream.device()).unwrap();
     let mut builder = graph.builder();
     let capture = builder.capture(stream, ThreadLocal).unwrap();
     cuda_stream_tests::tag(&**stream, log, tag, spin).unwrap();
     capture.end().unwrap();
-    let start = builder.leaves().unwrap();
-    builder.add_fill_bytes(buffer, .., tag as u8, &start).unwrap();
+    let mut after = builder.leaves().unwrap();
+    for buffer in buffers {
+        after = vec![builder.add_fill_bytes(*buffer, .., tag as u8, &after).unwrap()];
+    }
     graph.instantiate().unwrap()
 }
 
-/// Launches each of the two executables `rounds` times from a thread of its own, on a stream
-/// of its own, both threads meeting at a barrier before each round.
-fn launched_at_once_from_two_threads(device: cuda_stream::Device, execs: [GraphExec; 2], rounds: u32) {
+/// How many times each executable of [`launched_at_once_never_run_at_once`] is launched.
+const ROUNDS: u32 = 150;
+
+/// Launches each of the two executables (whose kernels log tags 1 and 2) `ROUNDS` times from a
+/// thread of its own, on a stream of its own, both threads meeting at a barrier before each
+/// round; then checks that every launch ran its kernel and that no two kernels of the two ran
+/// at once.
+fn launched_at_once_never_run_at_once(device: cuda_stream::Device, execs: [GraphExec; 2], log: &TagLog) {
     let start_line = std::sync::Barrier::new(2);
     std::thread::scope(|scope| {
         for exec in execs {
             let start_line = &start_line;
             scope.spawn(move || {
                 let launches = non_blocking_stream(device);
-                for _ in 0..rounds {
+                for _ in 0..ROUNDS {
                     start_line.wait();
                     exec.launch(&launches).unwrap();
                 }
@@ -1002,16 +1009,15 @@ fn launched_at_once_from_two_threads(device: cuda_stream::Device, execs: [GraphE
             });
         }
     });
-}
-
-/// How many pairs of the log's kernels of tags 1 and 2 ran at once.
-fn kernels_of_both_tags_at_once(log: &TagLog) -> usize {
+    assert_eq!(log.count(), 2 * ROUNDS, "every launch ran its kernel");
     let entries = log.entries();
     let (ones, twos): (Vec<&TagEntry>, Vec<&TagEntry>) = entries.iter().partition(|entry| entry.tag == 1);
-    ones.iter()
+    let at_once = ones
+        .iter()
         .flat_map(|one| twos.iter().map(move |two| (one, two)))
         .filter(|(one, two)| one.start_ns < two.end_ns && two.start_ns < one.end_ns)
-        .count()
+        .count();
+    assert_eq!(at_once, 0, "kernels of the two executables ran at once: the launches were not ordered");
 }
 
 /// Two executables that write one buffer, launched at the same moment from two threads on two
@@ -1020,21 +1026,14 @@ fn kernels_of_both_tags_at_once(log: &TagLog) -> usize {
 #[test]
 fn two_executables_that_write_one_buffer_launched_at_once_from_two_threads_never_run_at_once() {
     let device = gpu_or_skip!();
-    const ROUNDS: u32 = 150;
     let stream = Arc::new(non_blocking_stream(device));
     let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
     let log = TagLog::new(2 * ROUNDS).unwrap();
     let spin = Duration::from_micros(50);
-    let execs = [1, 2].map(|tag| tag_then_fill(&stream, &buffer, &log, tag, spin));
+    let execs = [1, 2].map(|tag| tag_then_fill(&stream, &[&buffer], &log, tag, spin));
     drop(buffer);
     stream.synchronize().unwrap();
-    launched_at_once_from_two_threads(device, execs, ROUNDS);
-    assert_eq!(log.count(), 2 * ROUNDS, "every launch ran its kernel");
-    assert_eq!(
-        kernels_of_both_tags_at_once(&log),
-        0,
-        "kernels of the two executables ran at once: the launches were not ordered"
-    );
+    launched_at_once_never_run_at_once(device, execs, &log);
 }
 
 /// Two executables that each write two buffers, one holding them in the opposite order of the
@@ -1044,34 +1043,15 @@ fn two_executables_that_write_one_buffer_launched_at_once_from_two_threads_never
 #[test]
 fn two_executables_that_write_two_buffers_in_opposite_orders_launched_at_once_neither_deadlock_nor_overlap() {
     let device = gpu_or_skip!();
-    const ROUNDS: u32 = 150;
     let stream = Arc::new(non_blocking_stream(device));
-    let (x, y): (Buffer, Buffer) = (
-        Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()),
-        Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()),
-    );
+    let zeroed = || -> Buffer { Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()) };
+    let (x, y) = (zeroed(), zeroed());
     let log = TagLog::new(2 * ROUNDS).unwrap();
-    let build = |tag: u32, first: &Buffer, second: &Buffer| {
-        let mut graph = Graph::new(device).unwrap();
-        let mut builder = graph.builder();
-        let capture = builder.capture(&stream, ThreadLocal).unwrap();
-        cuda_stream_tests::tag(&*stream, &log, tag, Duration::from_micros(50)).unwrap();
-        capture.end().unwrap();
-        let start = builder.leaves().unwrap();
-        let filled = builder.add_fill_bytes(first, .., tag as u8, &start).unwrap();
-        builder.add_fill_bytes(second, .., tag as u8, &[filled]).unwrap();
-        graph.instantiate().unwrap()
-    };
-    let execs = [build(1, &x, &y), build(2, &y, &x)];
+    let spin = Duration::from_micros(50);
+    let execs = [tag_then_fill(&stream, &[&x, &y], &log, 1, spin), tag_then_fill(&stream, &[&y, &x], &log, 2, spin)];
     drop((x, y));
     stream.synchronize().unwrap();
-    launched_at_once_from_two_threads(device, execs, ROUNDS);
-    assert_eq!(log.count(), 2 * ROUNDS, "every launch ran its kernel");
-    assert_eq!(
-        kernels_of_both_tags_at_once(&log),
-        0,
-        "kernels of the two executables ran at once: the launches were not ordered"
-    );
+    launched_at_once_never_run_at_once(device, execs, &log);
 }
 
 /// A launch of an executable that holds a buffer, inside a use of it on another stream (a
@@ -1085,7 +1065,7 @@ fn a_launch_inside_or_beside_a_use_on_closure_of_a_buffer_it_holds_is_refused_or
     let stream = Arc::new(non_blocking_stream(device));
     let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
     let log = TagLog::new(8).unwrap();
-    let exec = tag_then_fill(&stream, &buffer, &log, 3, Duration::ZERO);
+    let exec = tag_then_fill(&stream, &[&buffer], &log, 3, Duration::ZERO);
     let (closures, launches) = (non_blocking_stream(device), non_blocking_stream(device));
     let refused = |result: cuda_stream::Result<()>| match result {
         Err(Error::GraphMisuse(why)) => why,
