@@ -617,9 +617,8 @@ impl<T: DeviceCopy, S: AsStream> DeviceBuffer<T, S> {
     ) -> Result<()> {
         let done = Arc::new(Event::internal(stream.device())?);
         let mut recorded = false;
-        let copy_to = (to, from, kind);
         let (ordered, enqueued) =
-            self.tracked_copy(stream, span, copy_to, Hold::ThroughoutBlocking, |copy, after_copy| {
+            self.tracked_copy(stream, span, (to, from, kind), Hold::ThroughoutBlocking, |copy, after_copy| {
                 if live_captures::any() {
                     // This thread's own capture would be invalidated by the wait below.
                     live_captures::refuse_unsafe_call()?;

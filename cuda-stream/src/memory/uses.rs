@@ -55,6 +55,15 @@ struct State<E> {
     next_flight: u64,
 }
 
+impl<E> State<E> {
+    /// The use in flight, if any, that a use of `span` on `on` cannot pass: one of bytes it
+    /// conflicts with, on another stream.
+    #[inline(always)]
+    fn in_the_way(&self, on: On, span: &Span) -> Option<&InFlight> {
+        self.in_flight.iter().find(|flight| flight.span.conflicts(span) && !flight.on.same_stream(&on))
+    }
+}
+
 /// A use between its checks ([`Uses::before`]) and its notes ([`Uses::after`]). A later use
 /// of bytes it conflicts with, on another stream, would find no mark of it to wait for: it
 /// waits until the use is noted, or is refused (see [`Uses::clear_of_flights`]).
@@ -179,17 +188,11 @@ impl<E: Shared> Uses<E> {
     ///
     /// # Errors
     /// [`Error::Size`] for a buffer a use of which could not be noted; [`Error::GraphMisuse`]
-    /// where the use in flight is a closure's or this thread's.
+    /// where the use in flight may block or is this thread's.
     #[inline(always)]
     fn clear_of_flights(&self, user: User, on: On, span: &Span) -> Result<MutexGuard<'_, State<E>>> {
-        let state = self.state();
-        // A use that could not be noted is not in the ledger: nothing may come after it. Read
-        // under the lock, which a failed note holds when it marks the leak (or before it lets
-        // its entry go), so that no use passes between the two.
-        if self.leaked() {
-            return Err(Error::Size(UNTRACKED));
-        }
-        if !state.in_flight.iter().any(|flight| flight.span.conflicts(span) && !flight.on.same_stream(&on)) {
+        let state = self.state_unless_leaked()?;
+        if state.in_the_way(on, span).is_none() {
             return Ok(state);
         }
         drop(state);
@@ -202,14 +205,8 @@ impl<E: Shared> Uses<E> {
     fn wait_for_flights(&self, user: User, on: On, span: &Span) -> Result<MutexGuard<'_, State<E>>> {
         let mut waited = 0u32;
         loop {
-            let state = self.state();
-            // As in `clear_of_flights`: under the lock.
-            if self.leaked() {
-                return Err(Error::Size(UNTRACKED));
-            }
-            let in_the_way =
-                state.in_flight.iter().find(|flight| flight.span.conflicts(span) && !flight.on.same_stream(&on));
-            match in_the_way {
+            let state = self.state_unless_leaked()?;
+            match state.in_the_way(on, span) {
                 None => return Ok(state),
                 Some(flight) if flight.user.thread == user.thread => return Err(Error::GraphMisuse(IN_FLIGHT_HERE)),
                 Some(flight) if flight.user.blocks => return Err(Error::GraphMisuse(IN_FLIGHT_BLOCKING)),
@@ -224,6 +221,19 @@ impl<E: Shared> Uses<E> {
                 std::thread::yield_now();
             }
         }
+    }
+
+    /// The state, locked, unless a use could not be noted: that use is not in the ledger, and
+    /// nothing may come after it. The leak is read under the lock, which a failed note holds
+    /// when it marks the leak (or before it lets its entry go), so that no use passes between
+    /// the two.
+    #[inline(always)]
+    fn state_unless_leaked(&self) -> Result<MutexGuard<'_, State<E>>> {
+        let state = self.state();
+        if self.leaked() {
+            return Err(Error::Size(UNTRACKED));
+        }
+        Ok(state)
     }
 
     /// Forgets the use in flight that `ticket` orders (its checks done, its notes never to be
