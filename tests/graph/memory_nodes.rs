@@ -9,8 +9,8 @@
 use cuda_stream::capture::{CaptureMode, ThreadLocal};
 use cuda_stream::conditional::{GraphBuilder, GraphNode};
 use cuda_stream::{
-    Capture, CaptureMemory, DeviceBuffer, Error, Graph, GraphExec, InstantiateOptions, MemPool, PinnedBuffer,
-    SharedPinned, Stream, StreamRef, check, sys,
+    Capture, CaptureMemory, DeviceBuffer, Error, Graph, GraphBuffer, GraphExec, InstantiateOptions, MemPool,
+    PinnedBuffer, SharedPinned, Stream, StreamRef, check, sys,
 };
 use cuda_stream_tests::probe::{Probe, Token};
 use cuda_stream_tests::{FlagOutcome, MappedFlag, TagEntry, TagLog, gpu_or_skip, non_blocking_stream, spin, wait_flag};
@@ -974,7 +974,13 @@ fn a_buffers_own_calls_that_no_graph_can_hold_are_refused_on_a_captured_stream()
 
 /// An executable whose launch runs a tag kernel of `tag` (spinning `spin`), then fills all of
 /// each of `buffers` in turn (writes of them, which the graph holds, in this order).
-fn tag_then_fill(stream: &Arc<Stream>, buffers: &[&Buffer], log: &TagLog, tag: u32, spin: Duration) -> GraphExec {
+fn tag_then_fill<B: GraphBuffer<Element = u32>>(
+    stream: &Arc<Stream>,
+    buffers: &[&B],
+    log: &TagLog,
+    tag: u32,
+    spin: Duration,
+) -> GraphExec {
     let mut graph = Graph::new(stream.device()).unwrap();
     let mut builder = graph.builder();
     let capture = builder.capture(stream, ThreadLocal).unwrap();
@@ -1052,6 +1058,71 @@ fn two_executables_that_write_two_buffers_in_opposite_orders_launched_at_once_ne
     drop((x, y));
     stream.synchronize().unwrap();
     launched_at_once_never_run_at_once(device, execs, &log);
+}
+
+/// Two executables that write one borrowed buffer's memory (which the graphs hold apart from
+/// its owner: their launches cannot reach its home stream), launched at the same moment from two
+/// threads on two streams, round after round, first beside the owner and then after it went:
+/// their kernels never run at once.
+#[test]
+fn two_executables_that_write_one_borrowed_buffer_launched_at_once_never_run_at_once_before_or_after_its_owner_goes() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let spin = Duration::from_micros(50);
+    for owner_goes_first in [false, true] {
+        let buffer = DeviceBuffer::<u32, &Stream>::zeroed(&*stream, N).unwrap();
+        let log = TagLog::new(2 * ROUNDS).unwrap();
+        let execs = [1, 2].map(|tag| tag_then_fill(&stream, &[&buffer], &log, tag, spin));
+        stream.synchronize().unwrap();
+        if owner_goes_first {
+            drop(buffer);
+            launched_at_once_never_run_at_once(device, execs, &log);
+        } else {
+            launched_at_once_never_run_at_once(device, execs, &log);
+            let filled = buffer.to_vec().unwrap();
+            assert!(
+                filled.iter().all(|&word| word == 0x0101_0101) || filled.iter().all(|&word| word == 0x0202_0202),
+                "the owner's read came after the last launch's fill"
+            );
+        }
+    }
+}
+
+/// A launch of an executable that writes a buffer, made while another thread reads the
+/// buffer into pageable host memory on another stream (a copy CUDA makes wait for its stream,
+/// here behind a slow kernel): refused with `GraphMisuse`, before CUDA, and the copy reads the
+/// bytes from before. Unordered, the launch's fill would land before the copy read.
+#[test]
+fn a_launch_beside_another_threads_pageable_copy_of_its_memory_is_refused_and_the_copy_reads_the_bytes_from_before() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let buffer: Buffer = Arc::new(DeviceBuffer::from_slice(home(&stream), &[7u32; N]).unwrap());
+    let log = TagLog::new(4).unwrap();
+    let exec = tag_then_fill(&stream, &[&buffer], &log, 5, Duration::ZERO);
+    let (copies, launches) = (non_blocking_stream(device), non_blocking_stream(device));
+    let (calling, called) = std::sync::mpsc::channel::<()>();
+    let read = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut host = vec![0u32; N];
+            // The pageable copy waits for the spin: it is in progress all that time.
+            spin(&copies, Duration::from_millis(500)).unwrap();
+            calling.send(()).unwrap();
+            buffer.copy_to_slice(&copies, &mut host).unwrap();
+            host
+        });
+        called.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        match exec.launch(&launches) {
+            Err(Error::GraphMisuse(why)) => assert!(why.contains("may wait for the GPU"), "{why}"),
+            other => panic!("a launch beside another thread's pageable copy was not refused: {other:?}"),
+        }
+        reader.join().unwrap()
+    });
+    assert_eq!(read, vec![7; N], "the copy read the bytes from before: no launch overlapped it");
+    launches.synchronize().unwrap();
+    assert_eq!(log.count(), 0, "the refused launch ran nothing");
+    exec.launch(&launches).expect("once the copy has returned, the launch runs");
+    assert_eq!(buffer.to_vec().unwrap(), vec![0x0505_0505; N], "the launch after it filled the buffer");
 }
 
 /// A launch of an executable that holds a buffer, inside a use of it on another stream (a

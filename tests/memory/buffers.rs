@@ -12,7 +12,7 @@
 use cuda_stream::sys;
 use cuda_stream::{DeviceBuffer, Error, MemPool, PinnedBuffer, ReusePolicy, Stream, StreamRef, capture};
 use cuda_stream_tests::non_blocking_stream as stream;
-use cuda_stream_tests::{TagLog, gpu_or_skip, spin, spin_copy};
+use cuda_stream_tests::{FlagOutcome, MappedFlag, TagLog, gpu_or_skip, spin, spin_copy, wait_flag};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -956,26 +956,31 @@ fn many_pinned_copies_in_flight_on_one_stream_keep_their_order() {
 }
 
 /// Memory the program already has, registered for a closure: a copy from it returns at once
-/// (behind a 200 ms spin, the copy has not run), the end of the closure waits for it, and the
-/// memory is unregistered then (registering it again succeeds); copies back land in it; a
-/// panic in the closure still waits and unregisters; memory already page-locked and empty
-/// slices are refused.
+/// (behind a kernel that waits for the host, the copy has not run), the end of the closure
+/// waits for it, and the memory is unregistered then (registering it again succeeds); copies
+/// back land in it; a panic in the closure still waits and unregisters; memory already
+/// page-locked and empty slices are refused.
 #[test]
 fn registered_host_memory_is_copied_asynchronously_and_unregistered_at_the_end() {
     let device = gpu_or_skip!();
     let (home, other) = (stream(device), stream(device));
     let mut data = vec![PATTERN; N];
     let mut buffer = DeviceBuffer::<u32, _>::zeroed(&home, N).unwrap();
-    spin(&*home, Duration::from_millis(200)).unwrap();
+    // The copy goes behind a kernel that waits for the host's flag, set inside the registration
+    // once the copy's call has returned: however slow the host's calls are on a busy machine,
+    // the copy cannot have run when the closure asks.
+    let gate = MappedFlag::new().unwrap();
+    wait_flag(&*home, &gate, Duration::from_secs(30)).unwrap();
     let pending = cuda_stream::register_host(&mut data, |registered| {
         buffer.copy_from_pinned(&home, registered).unwrap();
-        home.query().unwrap()
+        let pending = !home.query().unwrap();
+        gate.set();
+        pending
     })
     .unwrap();
-    if cuda_stream_tests::concurrency_visible() {
-        assert!(!pending, "the copy was enqueued behind the spin, not waited for");
-    }
+    assert!(pending, "the copy was enqueued behind the gate, not waited for");
     assert!(home.query().unwrap(), "the end of the registration waited for the copy");
+    assert_eq!(gate.outcome(), FlagOutcome::Seen, "the gate's kernel saw the flag, not its timeout");
     assert_eq!(buffer.to_vec().unwrap(), vec![PATTERN; N]);
 
     // Back into the same memory (registered again: the first registration ended), on another
@@ -1068,10 +1073,10 @@ fn a_kernel_writes_pinned_memory_in_place_and_the_host_waits_for_it() {
 }
 
 /// One pinned buffer, cut into parts as the device buffer is into chunks: each chunk copied in
-/// from its part and back out on a stream of its own, the first held back by a 200 ms spin
-/// between its two copies. The parts' copies do not wait for each other (tracked for their
-/// ranges): the last stream finishes while the first still spins; the host's read waits for
-/// every part's copy back; the ranges are checked.
+/// from its part and back out on a stream of its own, the first held back between its two
+/// copies by a kernel that waits for the host. The parts' copies do not wait for each other
+/// (tracked for their ranges): the last stream finishes while the first still waits; the
+/// host's read waits for every part's copy back; the ranges are checked.
 #[test]
 fn parts_of_one_pinned_buffer_are_copied_on_several_streams() {
     let device = gpu_or_skip!();
@@ -1080,18 +1085,22 @@ fn parts_of_one_pinned_buffer_are_copied_on_several_streams() {
     let values: Vec<u32> = (0..(chunk * chunks) as u32).collect();
     let mut pinned = PinnedBuffer::from_slice(&values).unwrap();
     let mut buffer = DeviceBuffer::<u32, _>::zeroed(&streams[0], chunk * chunks).unwrap();
+    // The first part's stream waits for the host's flag, set once the last part's copies are
+    // seen done: they cannot have waited for it.
+    let gate = MappedFlag::new().unwrap();
     for (index, mut view) in buffer.chunks_mut(chunk).unwrap().enumerate() {
         let (on, range) = (&streams[index], view.range());
         view.copy_from_pinned(on, &mut pinned.slice_mut(range.clone()).unwrap()).unwrap();
         if index == 0 {
-            spin(&*streams[0], Duration::from_millis(200)).unwrap();
+            wait_flag(&*streams[0], &gate, Duration::from_secs(30)).unwrap();
         }
         view.copy_to_pinned(on, &mut pinned.slice_mut(range).unwrap()).unwrap();
     }
     streams[3].synchronize().unwrap();
-    if cuda_stream_tests::concurrency_visible() {
-        assert!(!streams[0].query().unwrap(), "the last part's copies did not wait for the first part's stream");
-    }
+    assert!(!streams[0].query().unwrap(), "the last part's copies did not wait for the first part's stream");
+    gate.set();
+    streams[0].synchronize().unwrap();
+    assert_eq!(gate.outcome(), FlagOutcome::Seen, "the gate's kernel saw the flag, not its timeout");
     assert_eq!(pinned.as_slice().unwrap(), &values[..], "every part came back after its copy in");
     assert_eq!(buffer.to_vec().unwrap(), values, "each chunk holds its own part (the offsets are the parts')");
     assert!(matches!(pinned.slice_mut(0..0), Err(Error::Size(_))));
