@@ -653,8 +653,13 @@ fn main() {
         "operation", "C++ rt", "C++ drv", "FFI", "safe", "safe/rt", "safe/drv"
     );
     let mut json = Vec::new();
+    // One row's name (a part of it) alone, and more iterations of each, for a profile.
+    if let Ok(only) = std::env::var("OVERHEAD_ONLY") {
+        ops.retain(|op| op.name.contains(&only));
+    }
+    let more = std::env::var("OVERHEAD_SCALE").ok().and_then(|more| more.parse::<usize>().ok()).unwrap_or(1);
     for op in &mut ops {
-        let iters = (op.iters / scale).max(10);
+        let iters = (op.iters * more / scale).max(10);
         let per_iter = op.per_iter;
         let mut sides: [(Option<&mut Measure<'_>>, Vec<f64>); 4] = [
             (op.cpp.as_mut(), Vec::new()),

@@ -1125,6 +1125,45 @@ fn a_launch_beside_another_threads_pageable_copy_of_its_memory_is_refused_and_th
     assert_eq!(buffer.to_vec().unwrap(), vec![0x0505_0505; N], "the launch after it filled the buffer");
 }
 
+/// A graph that fills the first and the last quarter of a buffer holds the two parts apart:
+/// its launch waits neither for a use of the middle on another stream (a kernel there that waits
+/// for the host) nor is refused inside a use_on closure of the middle on another stream, and
+/// the owner's read after it sees both quarters filled and the middle untouched.
+#[test]
+fn a_graph_that_touches_two_parts_of_a_buffer_is_ordered_with_those_parts_only() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let exec = {
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let first = builder.add_fill_bytes(&buffer, ..N / 4, 1, &[]).unwrap();
+        builder.add_fill_bytes(&buffer, 3 * N / 4.., 2, &[first]).unwrap();
+        graph.instantiate().unwrap()
+    };
+    let (middle, launches) = (non_blocking_stream(device), non_blocking_stream(device));
+    let gate = MappedFlag::new().unwrap();
+    let view = buffer.slice(N / 4..3 * N / 4).unwrap();
+    view.use_on(&middle, |on, _| wait_flag(on, &gate, Duration::from_secs(30))).unwrap().unwrap();
+    exec.launch(&launches).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !launches.query().unwrap() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let done_before_the_gate = launches.query().unwrap();
+    gate.set();
+    assert!(done_before_the_gate, "the launch waited for a use of bytes its nodes do not touch");
+    middle.synchronize().unwrap();
+    assert_eq!(gate.outcome(), FlagOutcome::Seen);
+    view.use_on(&middle, |_, _| exec.launch(&launches))
+        .unwrap()
+        .expect("a launch inside a use of bytes its nodes do not touch runs");
+    let words = buffer.to_vec().unwrap();
+    assert!(words[..N / 4].iter().all(|&word| word == 0x0101_0101), "the first quarter filled");
+    assert!(words[N / 4..3 * N / 4].iter().all(|&word| word == 0), "the middle untouched");
+    assert!(words[3 * N / 4..].iter().all(|&word| word == 0x0202_0202), "the last quarter filled");
+}
+
 /// A launch of an executable that holds a buffer, inside a use of it on another stream (a
 /// view's `use_on` closure) on this thread, or while another thread's closure runs: refused
 /// with `GraphMisuse`, before CUDA (it could not be ordered after a use whose mark does not

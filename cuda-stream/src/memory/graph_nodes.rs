@@ -321,7 +321,8 @@ impl<T: DeviceCopy> LockedPageLocked for PinnedGuard<'_, T> {
 }
 
 /// The memory a graph's memcpy and memset nodes use (see the [module docs](self)): each buffer
-/// once, with the bytes its nodes touch (merged), and each page-locked buffer likewise.
+/// with the parts its nodes touch (apart, see [`HeldMemory::hold_buffer`]), and each page-locked
+/// buffer with the bytes its nodes touch (merged).
 #[derive(Clone, Debug, Default)]
 pub(super) struct HeldMemory {
     buffers: Vec<(Arc<dyn HeldBuffer>, Span)>,
@@ -356,6 +357,22 @@ fn merge_into<T: ?Sized>(held: &mut [(Arc<T>, Span)], memory: &Arc<T>, span: &Sp
     }
 }
 
+/// Takes out of `held` every span of `memory` whose bytes overlap or adjoin those of `span`,
+/// and returns `span` merged with them: what remains of `memory` in `held` shares no byte with
+/// it, nor touches it.
+fn absorb<T: ?Sized>(held: &mut Vec<(Arc<T>, Span)>, memory: &Arc<T>, span: Span) -> Span {
+    let mut span = span;
+    held.retain(|(entry, kept)| {
+        let meets = kept.bytes.start <= span.bytes.end && span.bytes.start <= kept.bytes.end;
+        if identity(entry) == identity(memory) && meets {
+            span = span.merged(kept);
+            return false;
+        }
+        true
+    });
+    span
+}
+
 impl HeldMemory {
     /// A copy of `memory`, what a graph or capture holds so far, to grow by a node.
     pub(super) fn of(memory: Option<Arc<dyn GraphMemory>>) -> Result<HeldMemory> {
@@ -376,13 +393,49 @@ impl HeldMemory {
         held.is_some_and(|held| held.outputs.iter().any(|output| Arc::ptr_eq(output, slot)))
     }
 
-    /// Holds `buffer` for a node that touches `span` of it.
+    /// Holds `buffer` for a node that touches `span` of it. The parts of one buffer that the
+    /// nodes touch are held apart (merged only where they overlap or adjoin), so that a launch
+    /// is ordered with the uses of the bytes its nodes touch, as they touch them: a write of one
+    /// part does not make a read of another part a write, nor cover the bytes between. A launch
+    /// orders at most [`MAX_TOUCHED`] parts: past that, two parts of one buffer become the one
+    /// span that covers both (the bytes between included).
+    ///
+    /// # Errors
+    /// [`Error::Size`] past 12 device buffers. Nothing changes then.
     fn hold_buffer(&mut self, buffer: Arc<dyn HeldBuffer>, span: Span) -> Result<()> {
-        if merge_into(&mut self.buffers, &buffer, &span) {
-            return Ok(());
+        let held_already = self.buffers.iter().any(|(entry, _)| identity(entry) == identity(&buffer));
+        if !held_already {
+            let mut buffers: Vec<*const ()> = self.buffers.iter().map(|(entry, _)| identity(entry)).collect();
+            buffers.sort_unstable();
+            buffers.dedup();
+            if buffers.len() == MAX_TOUCHED {
+                return Err(Error::Size("a graph's memory nodes use at most 12 device buffers"));
+            }
         }
-        if self.buffers.len() == MAX_TOUCHED {
-            return Err(Error::Size("a graph's memory nodes use at most 12 device buffers"));
+        let mut span = absorb(&mut self.buffers, &buffer, span);
+        while self.buffers.len() == MAX_TOUCHED {
+            // Full: two parts of one buffer (this one's first) become one.
+            let of_this = self.buffers.iter().position(|(entry, _)| identity(entry) == identity(&buffer));
+            if let Some(at) = of_this {
+                let (_, kept) = self.buffers.swap_remove(at);
+                span = absorb(&mut self.buffers, &buffer, span.merged(&kept));
+                continue;
+            }
+            // Fewer than 12 buffers hold 12 parts (`buffer` is new, checked above): one of them
+            // has two, which become one.
+            let Some(first) = (0..self.buffers.len()).find(|&at| {
+                let of = identity(&self.buffers[at].0);
+                self.buffers[at + 1..].iter().any(|(entry, _)| identity(entry) == of)
+            }) else {
+                return Err(Error::Size("a graph's memory nodes use at most 12 device buffers"));
+            };
+            let (other, part) = self.buffers.swap_remove(first);
+            let merged = match self.buffers.iter().position(|(entry, _)| identity(entry) == identity(&other)) {
+                Some(second) => part.merged(&self.buffers.swap_remove(second).1),
+                None => part,
+            };
+            let merged = absorb(&mut self.buffers, &other, merged);
+            self.buffers.push((other, merged));
         }
         self.buffers.push((buffer, span));
         Ok(())
@@ -1276,5 +1329,112 @@ impl GraphExec {
         let accesses = CapturedAccesses::of_node(operation.node_name(), &operation.accesses());
         self.hold_memory(Arc::new(memory), accesses);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A buffer as a graph holds it, with no GPU: only its identity and ordering state count.
+    #[derive(Debug)]
+    struct Held(Uses);
+
+    impl HeldBuffer for Held {
+        fn home(&self) -> Result<Option<BorrowedStream<'_>>> {
+            Ok(None)
+        }
+
+        fn uses(&self) -> &Uses {
+            &self.0
+        }
+    }
+
+    const BYTES: usize = 256;
+
+    fn buffer() -> Arc<dyn HeldBuffer> {
+        Arc::new(Held(Uses::allocated(BYTES)))
+    }
+
+    fn span(bytes: Range<usize>, writes: bool) -> Span {
+        Span { bytes, writes }
+    }
+
+    /// What a launch of `held` orders on `buffer`: its parts.
+    fn parts(held: &HeldMemory, buffer: &Arc<dyn HeldBuffer>) -> Vec<Span> {
+        let mut parts: Vec<Span> = held
+            .buffers
+            .iter()
+            .filter(|(entry, _)| identity(entry) == identity(buffer))
+            .map(|(_, span)| span.clone())
+            .collect();
+        parts.sort_by_key(|part| part.bytes.start);
+        parts
+    }
+
+    #[test]
+    fn parts_of_one_buffer_are_held_apart_and_merged_only_where_they_meet() {
+        let (mut held, x) = (HeldMemory::default(), buffer());
+        held.hold_buffer(Arc::clone(&x), span(0..4, false)).unwrap();
+        held.hold_buffer(Arc::clone(&x), span(100..104, true)).unwrap();
+        assert_eq!(parts(&held, &x), [span(0..4, false), span(100..104, true)], "a read and a write, apart");
+        // A use of the bytes between conflicts with neither.
+        assert!(!parts(&held, &x).iter().any(|part| part.conflicts(&span(50..60, true))));
+        held.hold_buffer(Arc::clone(&x), span(2..6, false)).unwrap();
+        held.hold_buffer(Arc::clone(&x), span(104..108, false)).unwrap();
+        assert_eq!(
+            parts(&held, &x),
+            [span(0..6, false), span(100..108, true)],
+            "overlapping and adjoining parts merge"
+        );
+        held.hold_buffer(Arc::clone(&x), span(6..100, false)).unwrap();
+        assert_eq!(parts(&held, &x), [span(0..108, true)], "a part that meets both joins all three");
+    }
+
+    /// Random parts of a few buffers: at most 12 parts, the parts of one buffer never meet, and
+    /// every part added is covered by a held part of its buffer that writes where it writes; a
+    /// 13th buffer is refused and changes nothing.
+    #[test]
+    fn a_graph_holds_at_most_12_parts_each_covering_what_its_nodes_touch() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut below = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for round in 0..2_000 {
+            let buffers: Vec<Arc<dyn HeldBuffer>> = (0..1 + below(12)).map(|_| buffer()).collect();
+            let mut held = HeldMemory::default();
+            let mut added: Vec<(usize, Span)> = Vec::new();
+            for _ in 0..below(40) {
+                let which = below(buffers.len() as u64) as usize;
+                let start = below(BYTES as u64 - 1) as usize;
+                let part = span(start..start + 1 + below((BYTES - start) as u64) as usize, below(2) == 0);
+                held.hold_buffer(Arc::clone(&buffers[which]), part.clone()).unwrap();
+                added.push((which, part));
+                assert!(held.buffers.len() <= MAX_TOUCHED, "round {round}: {} parts", held.buffers.len());
+                for (which, part) in &added {
+                    let covered = parts(&held, &buffers[*which]).iter().any(|kept| {
+                        kept.bytes.start <= part.bytes.start
+                            && part.bytes.end <= kept.bytes.end
+                            && (kept.writes || !part.writes)
+                    });
+                    assert!(covered, "round {round}: {part:?} of buffer {which} is not covered");
+                }
+                for buffer in &buffers {
+                    let parts = parts(&held, buffer);
+                    assert!(
+                        parts.windows(2).all(|two| two[0].bytes.end < two[1].bytes.start),
+                        "round {round}: {parts:?}"
+                    );
+                }
+            }
+            if buffers.len() == MAX_TOUCHED && (0..MAX_TOUCHED).all(|at| !parts(&held, &buffers[at]).is_empty()) {
+                let before = held.buffers.len();
+                assert!(matches!(held.hold_buffer(buffer(), span(0..1, true)), Err(Error::Size(_))));
+                assert_eq!(held.buffers.len(), before, "round {round}: a refused buffer changed nothing");
+            }
+        }
     }
 }
