@@ -1164,6 +1164,35 @@ fn a_graph_that_touches_two_parts_of_a_buffer_is_ordered_with_those_parts_only()
     assert!(words[3 * N / 4..].iter().all(|&word| word == 0x0202_0202), "the last quarter filled");
 }
 
+/// Two executables that each fill the same two parts of one buffer, whose nodes hold them in
+/// opposite orders, launched at the same moment from two threads, round after round: a use
+/// checks its parts in one order (by buffer, then first byte), so neither launch holds one part
+/// while waiting for the other's (no deadlock), and their kernels never run at once.
+#[test]
+fn two_executables_that_fill_two_parts_of_one_buffer_in_opposite_orders_neither_deadlock_nor_overlap() {
+    let device = gpu_or_skip!();
+    let stream = Arc::new(non_blocking_stream(device));
+    let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
+    let log = TagLog::new(2 * ROUNDS).unwrap();
+    let spin = Duration::from_micros(50);
+    let (first, last) = (0..N / 4, 3 * N / 4..N);
+    let execs = [(1, [first.clone(), last.clone()]), (2, [last, first])].map(|(tag, parts)| {
+        let mut graph = Graph::new(device).unwrap();
+        let mut builder = graph.builder();
+        let capture = builder.capture(&stream, ThreadLocal).unwrap();
+        cuda_stream_tests::tag(&*stream, &log, tag, spin).unwrap();
+        capture.end().unwrap();
+        let mut after = builder.leaves().unwrap();
+        for part in parts {
+            after = vec![builder.add_fill_bytes(&buffer, part, tag as u8, &after).unwrap()];
+        }
+        graph.instantiate().unwrap()
+    });
+    drop(buffer);
+    stream.synchronize().unwrap();
+    launched_at_once_never_run_at_once(device, execs, &log);
+}
+
 /// A launch of an executable that holds a buffer, inside a use of it on another stream (a
 /// view's `use_on` closure) on this thread, or while another thread's closure runs: refused
 /// with `GraphMisuse`, before CUDA (it could not be ordered after a use whose mark does not

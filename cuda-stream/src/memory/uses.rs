@@ -182,9 +182,9 @@ impl<E: Shared> Uses<E> {
     /// refuses this one.
     /// Uses on one stream are ordered by it, and never wait for each other here.
     ///
-    /// Waiting for another use, a use holds its place in the buffers it checked before this
-    /// one, never in one after: [`ordered_use`] checks a use's buffers in one order, so no two
-    /// uses wait for each other.
+    /// Waiting for another use, a use holds its place in the parts it checked before this
+    /// one, never in one after: [`ordered_use`] checks a use's parts in one order
+    /// ([`checking_order`]), so no two uses wait for each other.
     ///
     /// # Errors
     /// [`Error::Size`] for a buffer a use of which could not be noted; [`Error::GraphMisuse`]
@@ -534,10 +534,10 @@ pub(super) fn ordered_use<R, T: Touches>(
 }
 
 /// Each buffer's [`Uses::before`] (`before_homeless` for memory a graph holds apart from its
-/// owner) for a use on `stream` by `user`: the tickets, in `touched`'s order. The buffers are
-/// checked in one order for every use (by the address of their state), so that a use waiting
-/// for another in flight never holds a place the other waits for; on a failure, those already
-/// checked are abandoned.
+/// owner) for a use on `stream` by `user`: the tickets, in `touched`'s order. The parts are
+/// checked in one order for every use ([`checking_order`]), so that a use waiting for another
+/// in flight never holds a place the other waits for; on a failure, those already checked are
+/// abandoned.
 #[inline(always)]
 fn before_each<T: Touches>(stream: &StreamRef, touched: &[T], user: User) -> Result<[Ticket; MAX_TOUCHED]> {
     let before = |buffer: &T| match buffer.home() {
@@ -552,13 +552,30 @@ fn before_each<T: Touches>(stream: &StreamRef, touched: &[T], user: User) -> Res
     let mut order = [0usize; MAX_TOUCHED];
     let order = &mut order[..touched.len()];
     order.iter_mut().enumerate().for_each(|(at, index)| *index = at);
-    order.sort_unstable_by_key(|&at| std::ptr::from_ref(touched[at].uses()) as usize);
+    order.sort_unstable_by_key(|&at| checking_order(touched[at].uses(), touched[at].span()));
     let mut boarding = Boarding { touched, tickets, cleared: false };
     for &at in order.iter() {
         boarding.tickets[at] = before(&touched[at])?;
     }
     boarding.cleared = true;
     Ok(boarding.tickets)
+}
+
+/// Where a use checks its part `span` of the buffer whose state is `uses`: by the state's
+/// address, then by the part's first byte. Every use checks its parts in this one order, and
+/// its written parts share no byte with its other parts (a graph's parts of one buffer share
+/// none; the borrow rules keep a launch's written view apart from its other views; two read
+/// views may overlap, but a part in flight that conflicts with the later one and not the earlier
+/// lies after the earlier one's end, and one that conflicts with both is waited for at the
+/// earlier). A use that waits at its
+/// part `p` waits for another use's part `h` in flight, of the same buffer, whose bytes `p`
+/// conflicts with (`p.start < h.end`); that other use checked `h` before the part `p2` it
+/// waits at itself, so `p2` is of a buffer after it, or of the same one with
+/// `h.end <= p2.start`. The waiting parts' keys rise along any chain of waits, which therefore
+/// never closes into a cycle. (By address alone, two graphs holding two parts of one buffer
+/// in opposite orders each held one and waited for the other's.)
+pub(super) fn checking_order<E>(uses: &Uses<E>, span: &Span) -> (usize, usize) {
+    (std::ptr::from_ref(uses) as usize, span.bytes.start)
 }
 
 /// The tickets of a use's buffers checked so far: dropped before it is cleared (a later

@@ -411,14 +411,19 @@ fn schedule(seed: u64, plan: Plan) -> Result<usize, String> {
                 if in_flight.iter().any(|&k| conflict(&recorded[k].spans, &spans)) {
                     continue;
                 }
-                let tickets: Result<Vec<Ticket>> = spans
+                let checked: Vec<Result<Ticket>> = spans
                     .iter()
                     .map(|span| match homeless {
                         true => uses.before_homeless(&streams[stream], user(), on(stream, true), span),
                         false => uses.before(home, &streams[stream], user(), on(stream, false), span),
                     })
                     .collect();
-                let Ok(tickets) = tickets else { continue };
+                // A failed check abandons the spans checked before it, as `ordered_use` does.
+                if checked.iter().any(Result::is_err) {
+                    checked.into_iter().flatten().for_each(|ticket| uses.abandon(ticket));
+                    continue;
+                }
+                let tickets: Vec<Ticket> = checked.into_iter().flatten().collect();
                 let began =
                     Recorded { stream, spans, tickets, op: None, began: step, noted: None, raw_home: false, homeless };
                 recorded.push(began);
@@ -1179,4 +1184,113 @@ fn two_buffers_whose_ledgers_record_shared_events_again_are_caught() {
     let plan = TwoBufferPlan { shared_counts_as_sole: true, ..TwoBufferPlan::steps(400) };
     let caught = (1..=300).filter(|&seed| two_buffer_schedule(seed, plan).is_err()).count();
     assert!(caught >= 15, "only {caught} of 300 schedules caught the shared events recorded again");
+}
+
+/// An event of the threaded check below: nothing is recorded or waited for, only the order in
+/// which two threads' uses are checked counts.
+#[derive(Debug)]
+struct Token(std::sync::Arc<()>);
+
+impl Shared for Token {
+    fn share(&self) -> Token {
+        Token(std::sync::Arc::clone(&self.0))
+    }
+
+    fn same(&self, other: &Token) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    fn sole(&mut self) -> bool {
+        std::sync::Arc::get_mut(&mut self.0).is_some()
+    }
+
+    fn keep(self) {}
+
+    fn kept(_device: Device) -> Option<Token> {
+        None
+    }
+}
+
+/// A stream of the threaded check, of a known id.
+#[derive(Debug)]
+struct Quiet(usize);
+
+impl Queue for Quiet {
+    type Event = Token;
+
+    fn key(&self) -> StreamKey {
+        StreamKey { identity: (Device::from_ordinal(0), self.0, 0), id: Some(self.0 as u64), builtin: false }
+    }
+
+    fn device(&self) -> Device {
+        Device::from_ordinal(0)
+    }
+
+    fn new_event(&self) -> Result<Token> {
+        Ok(Token(std::sync::Arc::new(())))
+    }
+
+    fn event_device(_event: &Token) -> Device {
+        Device::from_ordinal(0)
+    }
+
+    fn record(&self, _event: &Token) -> Result<()> {
+        Ok(())
+    }
+
+    fn wait(&self, _event: &Token) -> Result<()> {
+        Ok(())
+    }
+
+    fn completed(_event: &Token) -> bool {
+        false
+    }
+
+    fn may_query() -> bool {
+        false
+    }
+}
+
+/// Two uses on two threads that each write two parts of one buffer, held in opposite orders
+/// (two graphs that fill the same two parts, added in opposite orders): each checks its parts
+/// in the crate's order (`checking_order`), both check their first part at the same moment and
+/// then their second. One of them gets through its checks, and once it is done (abandoned here)
+/// the other does too: neither holds a part while waiting for the other's.
+#[test]
+fn two_uses_of_two_parts_of_one_buffer_held_in_opposite_orders_never_wait_for_each_other() {
+    use crate::memory::uses::checking_order;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, mpsc};
+    use std::time::{Duration, Instant};
+    let uses = Arc::new(Uses::<Token>::allocated(256));
+    let (first, second) = (Span::write(0..4), Span::write(100..104));
+    let checked_one = Arc::new(AtomicUsize::new(0));
+    let (done, finished) = mpsc::channel::<usize>();
+    for (thread, held) in [(1, [first.clone(), second.clone()]), (2, [second, first])] {
+        let (uses, checked_one, done) = (Arc::clone(&uses), Arc::clone(&checked_one), done.clone());
+        std::thread::spawn(move || {
+            let mut parts = held.to_vec();
+            parts.sort_by_key(|part| checking_order(&uses, part));
+            let (home, stream) = (Quiet(0), Quiet(thread));
+            let (user, on) = (User::of_thread(thread as u64, false), On::stream(&stream, false));
+            // The first part's checks: the other thread's first part may be in the way (then
+            // this one waits here, holding nothing, until the other is done).
+            let one = uses.before(&home, &stream, user, on, &parts[0]).unwrap();
+            // Meet the other thread once it checked its first part too (for 200 ms at most: it
+            // may be waiting at it).
+            checked_one.fetch_add(1, Ordering::SeqCst);
+            let meeting = Instant::now();
+            while checked_one.load(Ordering::SeqCst) < 2 && meeting.elapsed() < Duration::from_millis(200) {
+                std::thread::yield_now();
+            }
+            let two = uses.before(&home, &stream, user, on, &parts[1]).unwrap();
+            uses.abandon(one);
+            uses.abandon(two);
+            done.send(thread).unwrap();
+        });
+    }
+    for _ in 0..2 {
+        let through = finished.recv_timeout(Duration::from_secs(10));
+        assert!(through.is_ok(), "two uses each held a part the other waited for: neither got through its checks");
+    }
 }
