@@ -14,6 +14,7 @@ use cuda_stream::{
 };
 use cuda_stream_tests::probe::{Probe, Token};
 use cuda_stream_tests::{FlagOutcome, MappedFlag, TagEntry, TagLog, gpu_or_skip, non_blocking_stream, spin, wait_flag};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -972,11 +973,11 @@ fn a_buffers_own_calls_that_no_graph_can_hold_are_refused_on_a_captured_stream()
     assert_eq!(buffer.to_vec().unwrap(), vec![0; N]);
 }
 
-/// An executable whose launch runs a tag kernel of `tag` (spinning `spin`), then fills all of
-/// each of `buffers` in turn (writes of them, which the graph holds, in this order).
+/// An executable whose launch runs a tag kernel of `tag` (spinning `spin`), then fills each
+/// of `fills` in turn (a buffer and its elements: writes, which the graph holds, in this order).
 fn tag_then_fill<B: GraphBuffer<Element = u32>>(
     stream: &Arc<Stream>,
-    buffers: &[&B],
+    fills: &[(&B, Range<usize>)],
     log: &TagLog,
     tag: u32,
     spin: Duration,
@@ -987,8 +988,8 @@ fn tag_then_fill<B: GraphBuffer<Element = u32>>(
     cuda_stream_tests::tag(&**stream, log, tag, spin).unwrap();
     capture.end().unwrap();
     let mut after = builder.leaves().unwrap();
-    for buffer in buffers {
-        after = vec![builder.add_fill_bytes(*buffer, .., tag as u8, &after).unwrap()];
+    for (buffer, elements) in fills {
+        after = vec![builder.add_fill_bytes(*buffer, elements.clone(), tag as u8, &after).unwrap()];
     }
     graph.instantiate().unwrap()
 }
@@ -1036,7 +1037,7 @@ fn two_executables_that_write_one_buffer_launched_at_once_from_two_threads_never
     let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
     let log = TagLog::new(2 * ROUNDS).unwrap();
     let spin = Duration::from_micros(50);
-    let execs = [1, 2].map(|tag| tag_then_fill(&stream, &[&buffer], &log, tag, spin));
+    let execs = [1, 2].map(|tag| tag_then_fill(&stream, &[(&buffer, 0..N)], &log, tag, spin));
     drop(buffer);
     stream.synchronize().unwrap();
     launched_at_once_never_run_at_once(device, execs, &log);
@@ -1054,7 +1055,10 @@ fn two_executables_that_write_two_buffers_in_opposite_orders_launched_at_once_ne
     let (x, y) = (zeroed(), zeroed());
     let log = TagLog::new(2 * ROUNDS).unwrap();
     let spin = Duration::from_micros(50);
-    let execs = [tag_then_fill(&stream, &[&x, &y], &log, 1, spin), tag_then_fill(&stream, &[&y, &x], &log, 2, spin)];
+    let execs = [
+        tag_then_fill(&stream, &[(&x, 0..N), (&y, 0..N)], &log, 1, spin),
+        tag_then_fill(&stream, &[(&y, 0..N), (&x, 0..N)], &log, 2, spin),
+    ];
     drop((x, y));
     stream.synchronize().unwrap();
     launched_at_once_never_run_at_once(device, execs, &log);
@@ -1072,7 +1076,7 @@ fn two_executables_that_write_one_borrowed_buffer_launched_at_once_never_run_at_
     for owner_goes_first in [false, true] {
         let buffer = DeviceBuffer::<u32, &Stream>::zeroed(&*stream, N).unwrap();
         let log = TagLog::new(2 * ROUNDS).unwrap();
-        let execs = [1, 2].map(|tag| tag_then_fill(&stream, &[&buffer], &log, tag, spin));
+        let execs = [1, 2].map(|tag| tag_then_fill(&stream, &[(&buffer, 0..N)], &log, tag, spin));
         stream.synchronize().unwrap();
         if owner_goes_first {
             drop(buffer);
@@ -1098,7 +1102,7 @@ fn a_launch_beside_another_threads_pageable_copy_of_its_memory_is_refused_and_th
     let stream = Arc::new(non_blocking_stream(device));
     let buffer: Buffer = Arc::new(DeviceBuffer::from_slice(home(&stream), &[7u32; N]).unwrap());
     let log = TagLog::new(4).unwrap();
-    let exec = tag_then_fill(&stream, &[&buffer], &log, 5, Duration::ZERO);
+    let exec = tag_then_fill(&stream, &[(&buffer, 0..N)], &log, 5, Duration::ZERO);
     let (copies, launches) = (non_blocking_stream(device), non_blocking_stream(device));
     let (calling, called) = std::sync::mpsc::channel::<()>();
     let read = std::thread::scope(|scope| {
@@ -1176,18 +1180,10 @@ fn two_executables_that_fill_two_parts_of_one_buffer_in_opposite_orders_neither_
     let log = TagLog::new(2 * ROUNDS).unwrap();
     let spin = Duration::from_micros(50);
     let (first, last) = (0..N / 4, 3 * N / 4..N);
-    let execs = [(1, [first.clone(), last.clone()]), (2, [last, first])].map(|(tag, parts)| {
-        let mut graph = Graph::new(device).unwrap();
-        let mut builder = graph.builder();
-        let capture = builder.capture(&stream, ThreadLocal).unwrap();
-        cuda_stream_tests::tag(&*stream, &log, tag, spin).unwrap();
-        capture.end().unwrap();
-        let mut after = builder.leaves().unwrap();
-        for part in parts {
-            after = vec![builder.add_fill_bytes(&buffer, part, tag as u8, &after).unwrap()];
-        }
-        graph.instantiate().unwrap()
-    });
+    let execs = [
+        tag_then_fill(&stream, &[(&buffer, first.clone()), (&buffer, last.clone())], &log, 1, spin),
+        tag_then_fill(&stream, &[(&buffer, last), (&buffer, first)], &log, 2, spin),
+    ];
     drop(buffer);
     stream.synchronize().unwrap();
     launched_at_once_never_run_at_once(device, execs, &log);
@@ -1204,7 +1200,7 @@ fn a_launch_inside_or_beside_a_use_on_closure_of_a_buffer_it_holds_is_refused_or
     let stream = Arc::new(non_blocking_stream(device));
     let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
     let log = TagLog::new(8).unwrap();
-    let exec = tag_then_fill(&stream, &[&buffer], &log, 3, Duration::ZERO);
+    let exec = tag_then_fill(&stream, &[(&buffer, 0..N)], &log, 3, Duration::ZERO);
     let (closures, launches) = (non_blocking_stream(device), non_blocking_stream(device));
     let refused = |result: cuda_stream::Result<()>| match result {
         Err(Error::GraphMisuse(why)) => why,
