@@ -1294,3 +1294,59 @@ fn two_uses_of_two_parts_of_one_buffer_held_in_opposite_orders_never_wait_for_ea
         assert!(through.is_ok(), "two uses each held a part the other waited for: neither got through its checks");
     }
 }
+
+/// Four threads make uses of random parts of two buffers at once, each use's parts checked in
+/// the crate's order (`checking_order`): one to three parts, its written parts apart from all
+/// its others (as a graph's parts and a launch's views are), its reads free to overlap. Every
+/// use gets through its checks (none holds a part while waiting for another that waits for
+/// it); then it is done (abandoned here) and the next begins.
+#[test]
+fn uses_of_random_parts_on_four_threads_always_get_through_their_checks() {
+    use crate::memory::uses::checking_order;
+    use std::sync::{Arc, mpsc};
+    use std::time::Duration;
+    const THREADS: usize = 4;
+    const USES: usize = 3_000;
+    const PART_BYTES: usize = 64;
+    let buffers = Arc::new([Uses::<Token>::allocated(PART_BYTES), Uses::<Token>::allocated(PART_BYTES)]);
+    let (done, finished) = mpsc::channel::<usize>();
+    for thread in 1..=THREADS {
+        let (buffers, done) = (Arc::clone(&buffers), done.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ thread as u64);
+            let (home, stream) = (Quiet(0), Quiet(thread));
+            let (user, on) = (User::of_thread(thread as u64, false), On::stream(&stream, false));
+            for _ in 0..USES {
+                let mut parts: Vec<(usize, Span)> = Vec::new();
+                for _ in 0..1 + rng.below(3) {
+                    let start = rng.below(PART_BYTES as u64 - 1) as usize;
+                    let end = start + 1 + rng.below((PART_BYTES - start) as u64) as usize;
+                    let part = (rng.below(2) as usize, Span { bytes: start..end, writes: rng.below(3) == 0 });
+                    let meets = |(buffer, span): &(usize, Span)| {
+                        *buffer == part.0 && span.bytes.start < part.1.bytes.end && part.1.bytes.start < span.bytes.end
+                    };
+                    let apart =
+                        parts.iter().filter(|other| meets(other)).all(|other| !other.1.writes && !part.1.writes);
+                    if apart {
+                        parts.push(part);
+                    }
+                }
+                parts.sort_by_key(|(buffer, span)| checking_order(&buffers[*buffer], span));
+                let mut tickets = Vec::new();
+                for (buffer, span) in &parts {
+                    let ticket = buffers[*buffer].before(&home, &stream, user, on, span).unwrap();
+                    tickets.push((*buffer, ticket));
+                    std::thread::yield_now();
+                }
+                for (buffer, ticket) in tickets {
+                    buffers[buffer].abandon(ticket);
+                }
+            }
+            done.send(thread).unwrap();
+        });
+    }
+    for _ in 0..THREADS {
+        let through = finished.recv_timeout(Duration::from_secs(60));
+        assert!(through.is_ok(), "uses waited for each other in a cycle: a thread never got through its checks");
+    }
+}
