@@ -1027,6 +1027,19 @@ fn launched_at_once_never_run_at_once(device: cuda_stream::Device, execs: [Graph
     assert_eq!(at_once, 0, "kernels of the two executables ran at once: the launches were not ordered");
 }
 
+/// The two executables of [`launched_at_once_never_run_at_once`], made on `stream`: each a tag
+/// kernel (tags 1 and 2, spinning 50 µs) and then the fills of its list; and their log.
+fn tag_one_and_two<B: GraphBuffer<Element = u32>>(
+    stream: &Arc<Stream>,
+    fills: [&[(&B, Range<usize>)]; 2],
+) -> ([GraphExec; 2], TagLog) {
+    let log = TagLog::new(2 * ROUNDS).unwrap();
+    let spin = Duration::from_micros(50);
+    let [one, two] = fills;
+    let execs = [tag_then_fill(stream, one, &log, 1, spin), tag_then_fill(stream, two, &log, 2, spin)];
+    (execs, log)
+}
+
 /// Two executables that write one buffer, launched at the same moment from two threads on two
 /// streams, round after round: each launch is ordered after the other's when their checks
 /// overlap (a use in flight is waited for, not missed), so their kernels never run at once.
@@ -1035,9 +1048,8 @@ fn two_executables_that_write_one_buffer_launched_at_once_from_two_threads_never
     let device = gpu_or_skip!();
     let stream = Arc::new(non_blocking_stream(device));
     let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
-    let log = TagLog::new(2 * ROUNDS).unwrap();
-    let spin = Duration::from_micros(50);
-    let execs = [1, 2].map(|tag| tag_then_fill(&stream, &[(&buffer, 0..N)], &log, tag, spin));
+    let whole = [(&buffer, 0..N)];
+    let (execs, log) = tag_one_and_two(&stream, [&whole, &whole]);
     drop(buffer);
     stream.synchronize().unwrap();
     launched_at_once_never_run_at_once(device, execs, &log);
@@ -1053,12 +1065,7 @@ fn two_executables_that_write_two_buffers_in_opposite_orders_launched_at_once_ne
     let stream = Arc::new(non_blocking_stream(device));
     let zeroed = || -> Buffer { Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap()) };
     let (x, y) = (zeroed(), zeroed());
-    let log = TagLog::new(2 * ROUNDS).unwrap();
-    let spin = Duration::from_micros(50);
-    let execs = [
-        tag_then_fill(&stream, &[(&x, 0..N), (&y, 0..N)], &log, 1, spin),
-        tag_then_fill(&stream, &[(&y, 0..N), (&x, 0..N)], &log, 2, spin),
-    ];
+    let (execs, log) = tag_one_and_two(&stream, [&[(&x, 0..N), (&y, 0..N)], &[(&y, 0..N), (&x, 0..N)]]);
     drop((x, y));
     stream.synchronize().unwrap();
     launched_at_once_never_run_at_once(device, execs, &log);
@@ -1072,11 +1079,10 @@ fn two_executables_that_write_two_buffers_in_opposite_orders_launched_at_once_ne
 fn two_executables_that_write_one_borrowed_buffer_launched_at_once_never_run_at_once_before_or_after_its_owner_goes() {
     let device = gpu_or_skip!();
     let stream = Arc::new(non_blocking_stream(device));
-    let spin = Duration::from_micros(50);
     for owner_goes_first in [false, true] {
         let buffer = DeviceBuffer::<u32, &Stream>::zeroed(&*stream, N).unwrap();
-        let log = TagLog::new(2 * ROUNDS).unwrap();
-        let execs = [1, 2].map(|tag| tag_then_fill(&stream, &[(&buffer, 0..N)], &log, tag, spin));
+        let whole = [(&buffer, 0..N)];
+        let (execs, log) = tag_one_and_two(&stream, [&whole, &whole]);
         stream.synchronize().unwrap();
         if owner_goes_first {
             drop(buffer);
@@ -1177,13 +1183,8 @@ fn two_executables_that_fill_two_parts_of_one_buffer_in_opposite_orders_neither_
     let device = gpu_or_skip!();
     let stream = Arc::new(non_blocking_stream(device));
     let buffer: Buffer = Arc::new(DeviceBuffer::zeroed(home(&stream), N).unwrap());
-    let log = TagLog::new(2 * ROUNDS).unwrap();
-    let spin = Duration::from_micros(50);
-    let (first, last) = (0..N / 4, 3 * N / 4..N);
-    let execs = [
-        tag_then_fill(&stream, &[(&buffer, first.clone()), (&buffer, last.clone())], &log, 1, spin),
-        tag_then_fill(&stream, &[(&buffer, last), (&buffer, first)], &log, 2, spin),
-    ];
+    let (first, last) = ((&buffer, 0..N / 4), (&buffer, 3 * N / 4..N));
+    let (execs, log) = tag_one_and_two(&stream, [&[first.clone(), last.clone()], &[last, first]]);
     drop(buffer);
     stream.synchronize().unwrap();
     launched_at_once_never_run_at_once(device, execs, &log);

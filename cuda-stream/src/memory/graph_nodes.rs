@@ -1335,6 +1335,7 @@ impl GraphExec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::ledger::model::Rng;
 
     /// A buffer as a graph holds it, with no GPU: only its identity and ordering state count.
     #[derive(Debug)]
@@ -1396,13 +1397,8 @@ mod tests {
     /// 13th buffer is refused and changes nothing.
     #[test]
     fn a_graph_holds_at_most_12_parts_each_covering_what_its_nodes_touch() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut below = |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut below = |n: u64| rng.below(n);
         for round in 0..2_000 {
             let buffers: Vec<Arc<dyn HeldBuffer>> = (0..1 + below(12)).map(|_| buffer()).collect();
             let mut held = HeldMemory::default();

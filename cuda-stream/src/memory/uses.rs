@@ -565,15 +565,14 @@ fn before_each<T: Touches>(stream: &StreamRef, touched: &[T], user: User) -> Res
 /// address, then by the part's first byte. Every use checks its parts in this one order, and
 /// its written parts share no byte with its other parts (a graph's parts of one buffer share
 /// none; the borrow rules keep a launch's written view apart from its other views; two read
-/// views may overlap, but a part in flight that conflicts with the later one and not the earlier
-/// lies after the earlier one's end, and one that conflicts with both is waited for at the
-/// earlier). A use that waits at its
-/// part `p` waits for another use's part `h` in flight, of the same buffer, whose bytes `p`
-/// conflicts with (`p.start < h.end`); that other use checked `h` before the part `p2` it
-/// waits at itself, so `p2` is of a buffer after it, or of the same one with
-/// `h.end <= p2.start`. The waiting parts' keys rise along any chain of waits, which therefore
-/// never closes into a cycle. (By address alone, two graphs holding two parts of one buffer
-/// in opposite orders each held one and waited for the other's.)
+/// views may overlap, but a part in flight that conflicts with the later one and not the
+/// earlier lies after the earlier one's end, and one that conflicts with both is waited for at
+/// the earlier). A use that waits at its part `p` waits for another use's part `h` in flight,
+/// of the same buffer, whose bytes `p` conflicts with (`p.start < h.end`); that other use
+/// checked `h` before the part `p2` it waits at itself, so `p2` is of a buffer after it, or of
+/// the same one with `h.end <= p2.start`. The waiting parts' keys rise along any chain of
+/// waits, which therefore never closes into a cycle. (By address alone, two graphs holding two
+/// parts of one buffer in opposite orders each held one and waited for the other's.)
 pub(super) fn checking_order<E>(uses: &Uses<E>, span: &Span) -> (usize, usize) {
     (std::ptr::from_ref(uses) as usize, span.bytes.start)
 }

@@ -24,7 +24,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
 #[cfg(test)]
-mod model;
+pub(super) mod model;
 
 /// How many marks a ledger keeps before it forgets those whose use has completed.
 const PRUNE_AT: usize = 16;

@@ -242,11 +242,11 @@ fn clocks() -> Vec<Vec<Vec<usize>>> {
     })
 }
 
-/// A xorshift generator.
-struct Rng(u64);
+/// A xorshift generator (of a nonzero state; the memory layer's other tests use it too).
+pub(in crate::memory) struct Rng(pub(in crate::memory) u64);
 
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(in crate::memory) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
