@@ -4,7 +4,9 @@ use cuda_stream::{
     BorrowedStream, Builtin, BuiltinStream, Device, Error, Ownership, Priority, Stream, StreamOptions, StreamRef,
 };
 use cuda_stream_tests::{FlagOutcome, ForeignStream, LONG_SPIN, MappedFlag, TagLog, gpu_or_skip, poll_until};
+use std::cell::RefCell;
 use std::collections::HashSet;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 const FLAG_TIMEOUT: Duration = Duration::from_secs(10);
@@ -202,6 +204,53 @@ fn wait_event_and_wait_stream_order_work_across_streams() {
     assert!(!event.query().unwrap());
     flag.set();
     event.synchronize().unwrap();
+}
+
+/// Runs its closure when the thread's thread-locals are destroyed.
+struct AtExit(Option<Box<dyn FnOnce()>>);
+
+impl Drop for AtExit {
+    fn drop(&mut self) {
+        if let Some(at_exit) = self.0.take() {
+            at_exit();
+        }
+    }
+}
+
+thread_local! {
+    static AT_EXIT: RefCell<AtExit> = const { RefCell::new(AtExit(None)) };
+}
+
+/// A `wait_stream` made while its thread ends (from another thread-local's destructor, run
+/// after the thread's marker events are destroyed) still orders the two streams and returns.
+/// Reading the markers through `LocalKey::with` panicked there, which aborts the process.
+#[test]
+fn a_wait_stream_made_while_its_thread_ends_still_orders_the_streams() {
+    let device = gpu_or_skip!();
+    let (producer, consumer) = (Arc::new(non_blocking(device)), Arc::new(non_blocking(device)));
+    let log = TagLog::new(8).unwrap();
+    let flag = park(&producer);
+    let (sent, waited) = mpsc::channel();
+    let (at_exit_producer, at_exit_consumer) = (Arc::clone(&producer), Arc::clone(&consumer));
+    let (early_producer, early_consumer) = (Arc::clone(&producer), Arc::clone(&consumer));
+    std::thread::spawn(move || {
+        // Set first, so destroyed after the markers that the wait below creates (thread-locals
+        // are destroyed in the reverse order of their first use).
+        AT_EXIT.with(|at_exit| {
+            at_exit.borrow_mut().0 = Some(Box::new(move || {
+                let _ = sent.send(at_exit_consumer.wait_stream(&*at_exit_producer));
+            }));
+        });
+        early_consumer.wait_stream(&*early_producer).unwrap();
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(waited.recv_timeout(FLAG_TIMEOUT), Ok(Ok(()))), "the wait at the thread's end failed");
+    cuda_stream_tests::tag(&*consumer, &log, 1, Duration::ZERO).unwrap();
+    assert!(!log_reaches(&log, 1, HOLD), "work ran before the stream it waits for");
+    flag.set();
+    consumer.synchronize().unwrap();
+    assert_eq!(log.tags(), vec![1]);
 }
 
 #[test]

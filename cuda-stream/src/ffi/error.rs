@@ -11,6 +11,26 @@ use std::fmt;
 /// The result of every fallible operation in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A [`Result`] as a fast call carries it out of its closure: the error boxed, so that the
+/// whole value fits in registers. An [`Error`] is 56 bytes, so its `Result` is returned through
+/// memory; the caller then copies it in 16-byte loads that straddle the callee's stores, and
+/// each such load waits until those stores reach the cache (a failed store forward). On the
+/// H200s' host that cost 10 to 30 ns a fast call, beside a wait of about 350 ns
+/// (`docs/bench/2026-11-28-wait-fast-call`). Only an error pays the box.
+pub(crate) type Carried<T> = Result<T, Box<Error>>;
+
+/// `result` as a fast call carries it out ([`Carried`]).
+#[inline(always)]
+pub(crate) fn carry<T>(result: Result<T>) -> Carried<T> {
+    result.map_err(Box::new)
+}
+
+/// What [`carry`] carried, as the caller returns it.
+#[inline(always)]
+pub(crate) fn unpack<T>(carried: Carried<T>) -> Result<T> {
+    carried.map_err(|error| *error)
+}
+
 /// A CUDA runtime error code (`cudaError_t`), as an integer: a code this crate's header did not
 /// know is still representable.
 #[derive(Copy, Clone, PartialEq, Eq, Hash)]

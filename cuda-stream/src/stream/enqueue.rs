@@ -35,7 +35,7 @@ use crate::call::transitions::no_capture_transitions;
 use crate::call::{live_captures, uncaptured_calls};
 use crate::device::DeviceGuard;
 use crate::device::keep_alive::{GraphTurn, graph_mutations};
-use crate::ffi::error::{Error, Result};
+use crate::ffi::error::{Error, Result, carry, unpack};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 
 /// What happens to an operation on a stream that is being captured.
@@ -185,11 +185,13 @@ impl StreamRef {
         }
         uncaptured_calls::outside_captures(|| {
             premise().then(|| {
-                let (_current, via) = self.enter_for(calls)?;
-                self.race_checked(name, step, uses, || call(via))
+                carry(
+                    self.enter_for(calls).and_then(|(_current, via)| self.race_checked(name, step, uses, || call(via))),
+                )
             })
         })
         .flatten()
+        .map(unpack)
     }
 
     /// Step 5's lock: the [graph-mutation lock](graph_mutations) for work that goes into a
@@ -238,8 +240,8 @@ impl StreamRef {
     pub(crate) fn outside_transitions<R>(&self, in_capture: InCapture, call: impl FnOnce() -> Result<R>) -> Result<R> {
         let mut call = Some(call);
         if in_capture == InCapture::Captured || !self.is_thread_bound() {
-            if let Some(Some(done)) = uncaptured_calls::outside_captures(|| call.take().map(|call| call())) {
-                return done;
+            if let Some(Some(done)) = uncaptured_calls::outside_captures(|| call.take().map(|call| carry(call()))) {
+                return unpack(done);
             }
         }
         match call {

@@ -14,10 +14,10 @@ use crate::call::race::model::{Step, Use};
 use crate::call::transitions::no_capture_transitions;
 use crate::call::uncaptured_calls;
 use crate::device::keep_alive::graph_mutations;
-use crate::device::same_device;
+use crate::device::{Device, same_device};
 use crate::event::{Event, EventFlags};
 use crate::ffi::driver;
-use crate::ffi::error::{Error, Result, check};
+use crate::ffi::error::{Error, Result, carry, check, unpack};
 use crate::ffi::inside_host_fn::refuse_inside_host_fn;
 use crate::sys;
 use std::cell::RefCell;
@@ -406,8 +406,8 @@ impl StreamRef {
         // the call has returned), neither stream is in one and the wait joins none. The
         // per-thread stream may be captured by another library at any time.
         if !self.is_thread_bound() && !other.is_thread_bound() {
-            if let Some(waited) = uncaptured_calls::outside_captures(|| self.wait_stream_now(&other)) {
-                return waited;
+            if let Some(waited) = uncaptured_calls::outside_captures(|| carry(self.wait_stream_now(&other))) {
+                return unpack(waited);
             }
         }
         if self.may_be_captured_now() && self.capture_status()? != CaptureStatus::None {
@@ -429,8 +429,8 @@ impl StreamRef {
         // none (`self`, if it is the per-thread stream, was read by the caller: not capturing).
         let other_captured = other.is_thread_bound() && other.may_be_capturing()?;
         if !other_captured {
-            if let Some(waited) = uncaptured_calls::outside_captures(|| self.wait_stream_now(other)) {
-                return waited;
+            if let Some(waited) = uncaptured_calls::outside_captures(|| carry(self.wait_stream_now(other))) {
+                return unpack(waited);
             }
         }
         let mut in_capture = false;
@@ -447,25 +447,50 @@ impl StreamRef {
     /// [join point](StreamRef::join_point)).
     #[inline]
     pub(crate) fn wait_stream_now(&self, other: &StreamRef) -> Result<()> {
-        MARKERS.with(|markers| {
-            let markers = &mut markers.borrow_mut().0;
-            let slot = other.device.ordinal() as usize;
-            if markers.len() <= slot {
-                markers.resize_with(slot + 1, || None);
-            }
-            let marker = match &markers[slot] {
-                Some(marker) => marker.as_raw(),
-                None => markers[slot].insert(Event::internal(other.device)?).as_raw(),
-            };
-            if self.builtin().is_none() && other.builtin().is_none() && !race::tracking() {
-                // Two real handles: no context to make current, one check for both calls.
-                refuse_inside_host_fn()?;
-                return driver::record_then_wait(marker, other.raw, self.raw);
-            }
-            other.record_raw(marker, 0)?;
-            self.wait_raw(marker, 0)
-        })
+        let marker = match this_threads_marker(other.device) {
+            Some(marker) => marker,
+            None => new_marker(other.device)?,
+        };
+        if self.builtin().is_none() && other.builtin().is_none() && !race::tracking() {
+            // Two real handles: no context to make current, one check for both calls.
+            refuse_inside_host_fn()?;
+            return driver::record_then_wait(marker, other.raw, self.raw);
+        }
+        other.record_raw(marker, 0)?;
+        self.wait_raw(marker, 0)
     }
+}
+
+/// This thread's marker event of `device`, if it has one (and the thread is not being torn
+/// down). The handle is used by this thread only, within one call, while [`MARKERS`] keeps it.
+#[inline(always)]
+fn this_threads_marker(device: Device) -> Option<sys::cudaEvent_t> {
+    let slot = device.ordinal() as usize;
+    MARKERS.try_with(|markers| markers.try_borrow().ok()?.0.get(slot)?.as_ref().map(Event::as_raw)).ok().flatten()
+}
+
+/// Creates this thread's marker event of `device`, once per thread and device. On a thread
+/// being torn down, whose markers are gone, the event is one for this call that is never
+/// destroyed (its record may be in a capture: leaked rather than destroyed beside one's end).
+///
+/// # Errors
+/// CUDA's errors creating it.
+#[cold]
+#[inline(never)]
+fn new_marker(device: Device) -> Result<sys::cudaEvent_t> {
+    let mut marker = Some(Event::internal(device)?);
+    let raw = marker.as_ref().map_or(std::ptr::null_mut(), Event::as_raw);
+    let slot = device.ordinal() as usize;
+    let _ = MARKERS.try_with(|markers| {
+        if let Ok(mut markers) = markers.try_borrow_mut() {
+            if markers.0.len() <= slot {
+                markers.0.resize_with(slot + 1, || None);
+            }
+            markers.0[slot] = marker.take();
+        }
+    });
+    std::mem::forget(marker);
+    Ok(raw)
 }
 
 /// A record of `event`, as the one enqueue path takes it.
