@@ -241,7 +241,8 @@ fn a_wait_stream_made_while_its_thread_ends_still_orders_the_streams() {
                 let _ = sent.send(at_exit_consumer.wait_stream(&*at_exit_producer));
             }));
         });
-        early_consumer.wait_stream(&*early_producer).unwrap();
+        // The other way round: the device's marker is made, and `consumer` waits for nothing.
+        early_producer.wait_stream(&*early_consumer).unwrap();
     })
     .join()
     .unwrap();

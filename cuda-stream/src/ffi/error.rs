@@ -15,7 +15,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// whole value fits in registers. An [`Error`] is 56 bytes, so its `Result` is returned through
 /// memory; the caller then copies it in 16-byte loads that straddle the callee's stores, and
 /// each such load waits until those stores reach the cache (a failed store forward). On the
-/// H200s' host that cost 10 to 30 ns a fast call, beside a wait of about 350 ns
+/// H200s' host that cost 15 to 30 ns a fast call, beside a wait of about 350 ns
 /// (`docs/bench/2026-11-28-wait-fast-call`). Only an error pays the box.
 pub(crate) type Carried<T> = Result<T, Box<Error>>;
 

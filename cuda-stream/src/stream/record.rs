@@ -26,7 +26,8 @@ use std::sync::Arc;
 
 thread_local! {
     /// One marker event per device for `wait_stream`, so that no event is created or destroyed
-    /// per call. Thread-local: the record and the wait that use it happen on this thread, in
+    /// per call (but on a thread whose thread-locals are being destroyed: see `new_marker`).
+    /// Thread-local: the record and the wait that use it happen on this thread, in
     /// order, so no other call can re-record it in between. Not counted in `live_events`.
     static MARKERS: RefCell<Markers> = const { RefCell::new(Markers(Vec::new())) };
 }
@@ -387,7 +388,8 @@ impl StreamRef {
     /// record and one wait, plus a capture-status read while some stream of the process may be
     /// capturing (a capture of this crate is in progress, or a foreign handle was ever
     /// wrapped, see [`BorrowedStream::borrow_raw`](crate::BorrowedStream::borrow_raw)); the marker event is created once per
-    /// thread and device, never per call.
+    /// thread and device, never per call (a call from a thread-local's destructor, once the
+    /// thread's markers are gone, creates one for the call and never destroys it).
     ///
     /// During stream capture:
     /// * both streams in the same capture, or `self` not capturing: an ordinary dependency (a
