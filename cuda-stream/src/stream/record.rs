@@ -480,8 +480,9 @@ fn this_threads_marker(device: Device) -> Option<sys::cudaEvent_t> {
 #[cold]
 #[inline(never)]
 fn new_marker(device: Device) -> Result<sys::cudaEvent_t> {
-    let mut marker = Some(Event::internal(device)?);
-    let raw = marker.as_ref().map_or(std::ptr::null_mut(), Event::as_raw);
+    let marker = Event::internal(device)?;
+    let raw = marker.as_raw();
+    let mut marker = Some(marker);
     let slot = device.ordinal() as usize;
     let _ = MARKERS.try_with(|markers| {
         if let Ok(mut markers) = markers.try_borrow_mut() {
